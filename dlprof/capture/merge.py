@@ -1,0 +1,364 @@
+"""Merge one rank's Kineto trace, the DataLoader spans and memory samples into one trace file.
+
+Runs in the ``dlprof record`` process after the training process has ended, so that a crash of the
+training process still leaves a trace of what was recorded. No torch import.
+
+The output is a Chrome trace that TensorBoard's profiler plugin, Perfetto and HTA read as they read
+any Kineto trace: dlprof's worker spans are extra processes (``DataLoader worker k``), memory samples
+are counter events, and the manifest is the top-level ``dlprof`` object.
+"""
+from __future__ import annotations
+
+import bisect
+import gzip
+import os
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import orjson
+
+from dlprof import schema
+from dlprof.capture.memory import MemorySample
+
+#: A main-process ``__next__`` span dlprof measured and the Kineto event inside it are matched when
+#: Kineto's event lies within ours give or take this much (Kineto's ts are µs with ns decimals; its op
+#: timestamps land 2-4 µs inside a ``time_ns()`` read taken just before, DESIGN.md facts).
+MATCH_TOLERANCE_NS = 50_000
+#: gzip level of the trace: level 6 is 2-3x faster than 9 on Kineto JSON for a file ~3 % larger.
+GZIP_LEVEL = 6
+_MIB = 2**20
+
+
+@dataclass
+class WorkerStart:
+    pid: int
+    worker_id: int
+    loader_id: int
+    epoch: int
+    num_workers: int | None
+    start_ns: int
+
+
+@dataclass
+class Span:
+    pid: int
+    name: str
+    start_ns: int
+    end_ns: int
+    cpu_ns: int
+    loader_id: int
+    epoch: int
+    batch: int
+    worker_id: int
+
+
+@dataclass
+class NextCall:
+    start_ns: int
+    end_ns: int
+    loader_id: int
+    epoch: int
+    batch: int
+
+
+@dataclass
+class SpanFiles:
+    """Everything the probes wrote in a run's ``spans/`` directory."""
+
+    workers: list[WorkerStart] = field(default_factory=list)
+    spans: list[Span] = field(default_factory=list)
+    next_calls: list[NextCall] = field(default_factory=list)
+    skipped_lines: int = 0
+
+
+def _int_or_none(text: str) -> int | None:
+    return None if text == "None" else int(text)
+
+
+def read_span_files(spans_dir: Path) -> SpanFiles:
+    """Parse every ``<pid>.tsv`` file; a line cut short by a killed worker is skipped and counted."""
+    found = SpanFiles()
+    if not spans_dir.is_dir():
+        return found
+    for path in sorted(spans_dir.glob("*.tsv")):
+        pid = int(path.stem)
+        for line in path.read_text(errors="replace").splitlines():
+            fields = line.split("\t")
+            try:
+                kind = fields[0]
+                if kind == "S" and len(fields) == 9:
+                    found.spans.append(Span(pid, fields[1], *map(int, fields[2:9])))
+                elif kind == "N" and len(fields) == 6:
+                    found.next_calls.append(NextCall(*map(int, fields[1:6])))
+                elif kind == "W" and len(fields) == 7:
+                    found.workers.append(
+                        WorkerStart(int(fields[1]), int(fields[2]), int(fields[3]), int(fields[4]), _int_or_none(fields[5]), int(fields[6]))
+                    )
+                else:
+                    found.skipped_lines += 1
+            except ValueError:
+                found.skipped_lines += 1
+    return found
+
+
+def _us(ns: int, base_ns: int) -> float:
+    return round((ns - base_ns) / 1000, 3)
+
+
+def _percentiles(values: list[float]) -> dict | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return {
+        "min": round(ordered[0], 3),
+        "median": round(statistics.median(ordered), 3),
+        "max": round(ordered[-1], 3),
+    }
+
+
+def link_next_events(events: list[dict], base_ns: int, next_calls: list[NextCall]) -> dict:
+    """Tag Kineto's DataLoader ``__next__`` events with the batch they returned, and re-label them.
+
+    Each Kineto ``enumerate(DataLoader)#...__next__`` event lies inside one ``__next__`` call that
+    dlprof timed with ``time.time_ns()``; matching the two gives every event its loader, epoch and
+    batch index, and measures how well the clocks agree: a clock offset of d would put one end of
+    Kineto's event up to d outside dlprof's span.
+
+    The event's ``cat`` becomes ``cpu_op`` (original kept in args): torch-tb-profiler 0.4.3 ignores
+    ``user_annotation`` events other than ProfilerStep, which made its DataLoader share read 0 %.
+
+    Returns:
+        Alignment statistics for the manifest (slack in µs; negative means outside dlprof's span).
+    """
+    calls = sorted(next_calls, key=lambda c: c.start_ns)
+    starts = [c.start_ns for c in calls]
+    start_slack, end_slack, unmatched = [], [], 0
+    for event in events:
+        if event.get("ph") != "X" or not schema.is_dataloader_next(event.get("name", "")):
+            continue
+        args = event.setdefault("args", {})
+        if event.get("cat") != "cpu_op":
+            args[schema.ARG_ORIGINAL_CATEGORY] = event.get("cat")
+            event["cat"] = "cpu_op"
+        ev_start = base_ns + round(float(event["ts"]) * 1000)
+        ev_end = ev_start + round(float(event.get("dur", 0)) * 1000)
+        i = bisect.bisect_right(starts, ev_start + MATCH_TOLERANCE_NS) - 1
+        best = None
+        for j in (i, i - 1):
+            if 0 <= j < len(calls) and calls[j].end_ns + MATCH_TOLERANCE_NS >= ev_end:
+                best = calls[j]
+                break
+        if best is None:
+            unmatched += 1
+            continue
+        args[schema.ARG_LOADER] = best.loader_id
+        args[schema.ARG_EPOCH] = best.epoch
+        args[schema.ARG_BATCH] = best.batch
+        start_slack.append((ev_start - best.start_ns) / 1000)
+        end_slack.append((best.end_ns - ev_end) / 1000)
+    slack = start_slack + end_slack
+    return {
+        "next_events_matched": len(start_slack),
+        "next_events_unmatched": unmatched,
+        "start_slack_us": _percentiles(start_slack),
+        "end_slack_us": _percentiles(end_slack),
+        # A lower bound on the clock offset between dlprof's spans and Kineto's events: 0 when every
+        # Kineto event lies inside the span that dlprof timed around it.
+        "max_offset_us": round(max(0.0, -min(slack)), 3) if slack else None,
+    }
+
+
+def _worker_names(workers: list[WorkerStart]) -> dict[int, str]:
+    loaders_with_workers = {w.loader_id for w in workers}
+    names = {}
+    for w in workers:
+        name = schema.WORKER_PROCESS_NAME.format(worker_id=w.worker_id)
+        if len(loaders_with_workers) > 1:
+            name += f" (loader {w.loader_id})"
+        names[w.pid] = name
+    return names
+
+
+def span_events(found: SpanFiles, main_pid: int, base_ns: int, window: tuple[int, int], consumed: set[tuple[int, int, int]]) -> list[dict]:
+    """Chrome events for the spans in ``window`` (ns) or of a batch in ``consumed``, plus track names.
+
+    ``consumed`` holds the (loader, epoch, batch) of every batch a traced ``__next__`` returned: such
+    a batch may have been produced (prefetched) before the window opened.
+    """
+    events: list[dict] = []
+    names = _worker_names(found.workers)
+    for sort_index, w in enumerate(sorted(found.workers, key=lambda w: (w.loader_id, w.start_ns, w.worker_id))):
+        events.append({"ph": "M", "name": "process_name", "pid": w.pid, "tid": 0, "args": {"name": names[w.pid]}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": w.pid, "tid": 0, "args": {"sort_index": 1000 + sort_index}})
+        events.append({"ph": "M", "name": "thread_name", "pid": w.pid, "tid": w.pid, "args": {"name": f"worker {w.worker_id}"}})
+    main_loader_tid = schema.MAIN_LOADER_TID_OFFSET + main_pid
+    if any(s.worker_id < 0 for s in found.spans):
+        events.append({"ph": "M", "name": "thread_name", "pid": main_pid, "tid": main_loader_tid, "args": {"name": schema.MAIN_LOADER_THREAD_NAME}})
+    lo, hi = window
+    for s in found.spans:
+        if (s.end_ns < lo or s.start_ns > hi) and (s.loader_id, s.epoch, s.batch) not in consumed:
+            continue
+        in_main = s.worker_id < 0
+        events.append(
+            {
+                "ph": "X",
+                "cat": schema.CATEGORY,
+                "name": s.name,
+                "pid": main_pid if in_main else s.pid,
+                "tid": main_loader_tid if in_main else s.pid,
+                "ts": _us(s.start_ns, base_ns),
+                "dur": round((s.end_ns - s.start_ns) / 1000, 3),
+                "args": {
+                    schema.ARG_CPU_US: round(s.cpu_ns / 1000, 3),
+                    schema.ARG_LOADER: s.loader_id,
+                    schema.ARG_EPOCH: s.epoch,
+                    schema.ARG_BATCH: s.batch,
+                    schema.ARG_WORKER: s.worker_id,
+                },
+            }
+        )
+    return events
+
+
+def memory_events(samples: Iterable[MemorySample], pids: set[int], base_ns: int, window: tuple[int, int]) -> list[dict]:
+    """Counter events (``ph: C``) for the processes in ``pids``, inside ``window``."""
+    lo, hi = window
+    return [
+        {
+            "ph": "C",
+            "cat": schema.CATEGORY,
+            "name": schema.MEMORY_COUNTER,
+            "pid": s.pid,
+            "tid": s.pid,
+            "ts": _us(s.time_ns, base_ns),
+            "args": {"uss_mib": round(s.uss_bytes / _MIB, 2), "pss_mib": round(s.pss_bytes / _MIB, 2)},
+        }
+        for s in samples
+        if s.pid in pids and lo <= s.time_ns <= hi
+    ]
+
+
+def memory_summary(samples: list[MemorySample], main_pid: int, workers: list[WorkerStart], interval_ms: int) -> dict:
+    """Per process, first / last / peak USS and PSS over the whole run (not only the traced window)."""
+    roles = {main_pid: ("main", None)}
+    roles.update({w.pid: ("worker", w.worker_id) for w in workers})
+    by_pid: dict[int, list[MemorySample]] = {}
+    for s in samples:
+        if s.pid in roles:
+            by_pid.setdefault(s.pid, []).append(s)
+    processes = []
+    for pid, series in sorted(by_pid.items(), key=lambda kv: kv[1][0].time_ns):
+        role, worker_id = roles[pid]
+        uss = [s.uss_bytes / _MIB for s in series]
+        pss = [s.pss_bytes / _MIB for s in series]
+        processes.append(
+            {
+                "pid": pid,
+                "role": role,
+                "worker_id": worker_id,
+                "samples": len(series),
+                "duration_s": round((series[-1].time_ns - series[0].time_ns) / 1e9, 3),
+                "uss_mib_first": round(uss[0], 2),
+                "uss_mib_last": round(uss[-1], 2),
+                "uss_mib_peak": round(max(uss), 2),
+                "pss_mib_first": round(pss[0], 2),
+                "pss_mib_last": round(pss[-1], 2),
+                "pss_mib_peak": round(max(pss), 2),
+            }
+        )
+    return {"interval_ms": interval_ms, "processes": processes}
+
+
+def primary_loader(loaders: list[dict], next_events: list[dict]) -> dict | None:
+    """The loader that returned the most batches inside the traced window (the training loader)."""
+    if not loaders:
+        return None
+    counts: dict[int, int] = {}
+    for event in next_events:
+        loader_id = event.get("args", {}).get(schema.ARG_LOADER)
+        if loader_id is not None:
+            counts[loader_id] = counts.get(loader_id, 0) + 1
+    return max(loaders, key=lambda l: (counts.get(l["id"], 0), l["batches"]))
+
+
+def write_gzip_json_atomically(document: dict, final_path: Path, scratch_dir: Path) -> None:
+    """Write ``document`` as gzip JSON to a scratch file, then rename it into place in one step."""
+    scratch_dir.mkdir(parents=True, exist_ok=True)
+    tmp = scratch_dir / (final_path.name + ".partial")
+    with open(tmp, "wb") as raw:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=GZIP_LEVEL, mtime=0) as gz:
+            gz.write(orjson.dumps(document))
+        raw.flush()
+        os.fsync(raw.fileno())
+    os.replace(tmp, final_path)
+
+
+@dataclass(frozen=True)
+class MergeInputs:
+    """What the ``dlprof record`` process knows beyond the session directory."""
+
+    session_dir: Path
+    command: list[str]
+    script: list[str]
+    exit_code: int
+    memory_samples: list[MemorySample]
+    memory_interval_ms: int
+
+
+def merge_rank(kineto: dict, result: dict, inputs: MergeInputs) -> dict:
+    """Return the final trace document of one rank: Kineto's events plus dlprof's and a manifest."""
+    events: list[dict] = kineto.setdefault("traceEvents", [])
+    base_ns = int(kineto.get("baseTimeNanoseconds", 0))
+    main_pid = int(result["pid"])
+    found = read_span_files(inputs.session_dir / "spans")
+    alignment = link_next_events(events, base_ns, found.next_calls)
+
+    ends = [base_ns + round((float(e["ts"]) + float(e.get("dur", 0))) * 1000) for e in events if e.get("ph") == "X" and "ts" in e]
+    window_end = max(ends) if ends else result["finished_ns"]
+    window_start = result.get("window_start_ns") or (min(ends) if ends else base_ns)
+    window = (window_start, window_end)
+    consumed = {
+        (a[schema.ARG_LOADER], a[schema.ARG_EPOCH], a[schema.ARG_BATCH])
+        for a in (e.get("args", {}) for e in events if e.get("ph") == "X" and schema.is_dataloader_next(e.get("name", "")))
+        if schema.ARG_BATCH in a
+    }
+    events.extend(span_events(found, main_pid, base_ns, window, consumed))
+    events.extend(memory_events(inputs.memory_samples, {main_pid, *(w.pid for w in found.workers)}, base_ns, window))
+
+    kineto.setdefault("distributedInfo", {"backend": None, "rank": result["rank"], "world_size": result["world_size"]})
+    next_events = [e for e in events if e.get("ph") == "X" and schema.is_dataloader_next(e.get("name", ""))]
+    steps_recorded = sum(1 for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
+    kineto[schema.MANIFEST_KEY] = {
+        "manifest_version": schema.MANIFEST_VERSION,
+        "dlprof_version": result["versions"].get("dlprof"),
+        "status": result["status"],
+        "error": result["error"],
+        "exit_code": inputs.exit_code,
+        "command": inputs.command,
+        "script": inputs.script,
+        "rank": result["rank"],
+        "world_size": result["world_size"],
+        "schedule": {**result["schedule"], "step_mode": result["step_mode"]},
+        "steps": {"run": result["steps_run"], "recorded": steps_recorded},
+        "loader": primary_loader(result["loaders"], next_events),
+        "loaders": result["loaders"],
+        "workers": [
+            {"pid": w.pid, "worker_id": w.worker_id, "loader": w.loader_id, "epoch": w.epoch, "start_ns": w.start_ns}
+            for w in found.workers
+        ],
+        "host": result["host"],
+        "versions": result["versions"],
+        "clock": {
+            "source": "CLOCK_REALTIME (time.time_ns), the clock of baseTimeNanoseconds",
+            "base_time_ns": base_ns,
+            "window_ns": list(window),
+            "worker_cpu_clock": "process CPU time",
+            "main_cpu_clock": "thread CPU time",
+            "alignment": alignment,
+        },
+        "memory": memory_summary(inputs.memory_samples, main_pid, found.workers, inputs.memory_interval_ms),
+        "span_lines_skipped": found.skipped_lines,
+    }
+    return kineto

@@ -1,0 +1,120 @@
+"""The ``dlprof`` command. Each command parses options, calls one library function, prints the result.
+
+Errors reach the user as one line and exit code 2 (DESIGN.md): Click's usage errors and dlprof's own
+(:class:`~dlprof.errors.DlprofError`) alike, never a traceback.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from dlprof import __version__
+from dlprof.errors import DlprofError
+
+_WORKLOAD_OPTIONS = (
+    "model", "dataset", "tokenizer", "batch_size", "max_length", "steps", "num_workers",
+    "pin_memory", "prefetch_factor", "persistent_workers", "device", "seed",
+)  # fmt: skip
+
+
+class DlprofGroup(click.Group):
+    """A Click group that reports every error as one line with exit code 2."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.Exit as done:
+            code = done.exit_code
+        except click.UsageError as error:
+            where = error.ctx.command_path if error.ctx else "dlprof"
+            click.echo(f"{where}: error: {error.format_message()} (see '{where} --help')", err=True)
+            code = 2
+        except click.Abort:
+            click.echo("dlprof: aborted", err=True)
+            code = 130
+        except DlprofError as error:
+            click.echo(f"dlprof: error: {error}", err=True)
+            code = error.exit_code
+        if not standalone_mode:
+            return code
+        sys.exit(code)
+
+
+@click.group(cls=DlprofGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="dlprof")
+def cli() -> None:
+    """Is my GPU waiting for data? Profile a PyTorch training run, DataLoader workers included."""
+
+
+def _default_run_name(command: tuple[str, ...], out_dir: Path) -> str:
+    script = next((Path(w).stem for w in command if w.endswith(".py")), None)
+    if script is None and "-m" in command[:-1]:
+        script = command[command.index("-m") + 1].rsplit(".", 1)[-1]
+    base = f"{script or 'lora'}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name, n = base, 1
+    while (out_dir / name).exists():
+        n += 1
+        name = f"{base}-{n}"
+    return name
+
+
+@cli.command(context_settings={"ignore_unknown_options": False})
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("traces"), show_default=True, help="Directory that receives the run directory.")
+@click.option("--name", help="Run directory name under --out (default: <script>-<date>-<time>).")
+@click.option("--wait", type=int, default=2, show_default=True, help="Steps to skip before the profiler warms up.")
+@click.option("--warmup", type=int, default=3, show_default=True, help="Steps the profiler runs without keeping them.")
+@click.option("--active", type=int, default=None, help="Steps to record [default: 20; with --steps, the steps left after --wait and --warmup].")
+@click.option("--model", type=click.Path(), help="Built-in workload: a local Hugging Face causal LM directory (default: a tiny Qwen2 with random weights).")
+@click.option("--dataset", type=click.Path(), help="Built-in workload: a JSON or JSON-lines file of instruction/response records (default: the bundled self-cognition set).")
+@click.option("--tokenizer", type=click.Path(), help="Built-in workload: a tokenizer.json or tokenizer directory (default: the model's, else the shipped byte-level BPE).")
+@click.option("--batch-size", type=int, default=4, show_default=True, help="Built-in workload: examples per batch.")
+@click.option("--max-length", type=int, default=512, show_default=True, help="Built-in workload: tokens per example, longer ones are cut.")
+@click.option("--steps", type=int, default=None, help="Built-in workload: optimizer steps to run [default: --wait + --warmup + --active].")
+@click.option("--num-workers", type=int, default=2, show_default=True, help="Built-in workload: DataLoader worker processes.")
+@click.option("--pin-memory/--no-pin-memory", default=None, help="Built-in workload: DataLoader pin_memory [default: on with CUDA].")
+@click.option("--prefetch-factor", type=int, default=None, help="Built-in workload: batches each worker prepares ahead [PyTorch's default: 2].")
+@click.option("--persistent-workers", is_flag=True, default=False, help="Built-in workload: keep workers alive between epochs.")
+@click.option("--device", default="auto", show_default=True, help="Built-in workload: auto, cpu or cuda.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Built-in workload: random seed.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def record(ctx: click.Context, out_dir: Path, name: str | None, wait: int, warmup: int, active: int | None, command: tuple[str, ...], **workload) -> None:
+    """Record training steps with torch.profiler, inside DataLoader workers too.
+
+    With no COMMAND, runs the built-in LoRA fine-tune (offline). With '-- python train.py ARGS', runs
+    your script unchanged: one profiler step per optimizer step. Writes traces/<run>/*.pt.trace.json.gz
+    for TensorBoard (tensorboard --logdir traces) and Perfetto.
+    """
+    from dlprof.capture.launcher import RecordRequest, record as record_run
+
+    if command:
+        given = [o for o in _WORKLOAD_OPTIONS if ctx.get_parameter_source(o) != click.core.ParameterSource.DEFAULT]
+        if given:
+            raise click.UsageError(f"--{given[0].replace('_', '-')} configures the built-in workload; pass your script's own options after '--' instead")
+    else:
+        from dlprof.workloads.lora import WorkloadOptions, check
+
+        if active is None:
+            active = workload["steps"] - wait - warmup if workload["steps"] is not None else 20
+        if workload["steps"] is None:
+            workload["steps"] = wait + warmup + active
+        options = WorkloadOptions(**workload)
+        check(options)
+        command = ("python", "-m", "dlprof.workloads.lora", *options.to_argv())
+    name = name or _default_run_name(command, out_dir)
+    request = RecordRequest(command, out_dir, name, wait, warmup, 20 if active is None else active, tuple(sys.argv))
+    result = record_run(request)
+    click.echo(f"dlprof: recorded {result.steps_recorded} steps ({result.status}), {result.workers_seen} DataLoader worker(s) seen")
+    click.echo(f"  trace: {result.trace_path}")
+    click.echo(f"  view:  tensorboard --logdir {out_dir}   or open the file in https://ui.perfetto.dev")
+    if result.status != "complete":
+        click.echo(f"dlprof: training failed midway: {result.error}; the trace holds the steps before it", err=True)
+        ctx.exit(result.exit_code or 2)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="dlprof")

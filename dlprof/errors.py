@@ -1,0 +1,39 @@
+"""One error hierarchy. ``cli.py`` prints ``str(error)`` as one line and exits with code 2.
+
+Every message names the file (or option), the problem and the fix.
+"""
+from __future__ import annotations
+
+
+class DlprofError(Exception):
+    """Base of every error dlprof reports to the user."""
+
+    exit_code = 2
+
+
+class UsageError(DlprofError):
+    """An option or argument that cannot work (bad value, conflicting options)."""
+
+
+class InputError(DlprofError):
+    """An input file or directory (dataset, model, tokenizer, script) that cannot be used."""
+
+
+class TraceNotFoundError(DlprofError):
+    """No trace where one was expected."""
+
+
+class TraceFormatError(DlprofError):
+    """A file that is not a readable PyTorch profiler trace."""
+
+
+class NoStepsError(DlprofError):
+    """A trace without ``ProfilerStep#N`` events."""
+
+
+class RecordError(DlprofError):
+    """``dlprof record`` could not produce a trace (the script failed before the profiler recorded)."""
+
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code

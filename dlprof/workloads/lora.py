@@ -1,0 +1,256 @@
+"""The built-in workload: a LoRA fine-tune (peft) of a causal LM (transformers), fully offline.
+
+``dlprof record`` with no command runs ``python -m dlprof.workloads.lora ARGS`` under the same
+capture mechanism as any user script. By default the model is a tiny Qwen2-architecture model built
+from a config with random weights, the tokenizer a byte-level BPE shipped in the package, and the
+data a bundled Chinese/English self-cognition set; ``--model``, ``--tokenizer`` and ``--dataset``
+take local files instead. Nothing is ever downloaded.
+
+Importing this module imports no torch: :func:`check` runs in ``dlprof record`` before it starts
+anything.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import warnings
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from dlprof.errors import InputError, UsageError
+from dlprof.workloads.records import load_examples
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+DEFAULT_DATASET = DATA_DIR / "self_cognition.json"
+DEFAULT_TOKENIZER = DATA_DIR / "tokenizer.json"
+DEVICES = ("auto", "cpu", "cuda")
+
+# The tiny default model: Qwen2's architecture at a size that trains at 7-26 ms a step on two CPU
+# cores (DESIGN.md facts), so the default record takes seconds, not minutes.
+TINY_HIDDEN_SIZE = 64
+TINY_INTERMEDIATE_SIZE = 256
+TINY_LAYERS = 2
+TINY_HEADS = 4
+TINY_KV_HEADS = 2
+# LoRA as commonly used for instruction tuning; "all-linear" adapts every linear layer but the head,
+# whatever a local model names its projections.
+LORA_RANK = 8
+LORA_ALPHA = 16
+LORA_DROPOUT = 0.05
+LEARNING_RATE = 2e-4
+#: Read the loss back (a device sync) only this often, as a training loop that logs every N steps does.
+LOSS_EVERY_STEPS = 10
+
+
+@dataclass(frozen=True)
+class WorkloadOptions:
+    """Options of the built-in workload (``dlprof record --help`` documents each)."""
+
+    model: str | None = None
+    dataset: str | None = None
+    tokenizer: str | None = None
+    batch_size: int = 4
+    max_length: int = 512
+    steps: int = 25
+    num_workers: int = 2
+    pin_memory: bool | None = None  # None: on when training on CUDA
+    prefetch_factor: int | None = None  # None: PyTorch's default (2) when num_workers > 0
+    persistent_workers: bool = False
+    device: str = "auto"
+    seed: int = 0
+
+    def to_argv(self) -> list[str]:
+        """Command-line arguments that :func:`parse_args` turns back into these options."""
+        argv = []
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if value is None:
+                continue
+            flag = "--" + field.name.replace("_", "-")
+            if isinstance(value, bool):
+                argv.append(flag if value else "--no-" + field.name.replace("_", "-"))
+            else:
+                argv += [flag, str(value)]
+        return argv
+
+
+def parse_args(argv: list[str]) -> WorkloadOptions:
+    parser = argparse.ArgumentParser(prog="python -m dlprof.workloads.lora", description=__doc__.splitlines()[0])
+    defaults = WorkloadOptions()
+    for field in fields(WorkloadOptions):
+        flag = "--" + field.name.replace("_", "-")
+        default = getattr(defaults, field.name)
+        if field.type in ("bool", "bool | None"):
+            parser.add_argument(flag, dest=field.name, action=argparse.BooleanOptionalAction, default=default)
+        elif field.name in ("model", "dataset", "tokenizer", "device"):
+            parser.add_argument(flag, dest=field.name, default=default)
+        else:
+            parser.add_argument(flag, dest=field.name, type=int, default=default)
+    return WorkloadOptions(**vars(parser.parse_args(argv)))
+
+
+def check(options: WorkloadOptions) -> None:
+    """Reject options and inputs that cannot work, before anything starts.
+
+    Raises:
+        UsageError: an option out of range or options that contradict each other.
+        InputError: a dataset, model or tokenizer path that cannot be used.
+    """
+    for name, low in (("batch_size", 1), ("max_length", 8), ("steps", 1), ("num_workers", 0)):
+        value = getattr(options, name)
+        if value < low:
+            raise UsageError(f"--{name.replace('_', '-')} {value}: must be >= {low}")
+    if options.device not in DEVICES:
+        raise UsageError(f"--device {options.device}: unknown device; use one of {', '.join(DEVICES)}")
+    if options.num_workers == 0 and options.prefetch_factor is not None:
+        raise UsageError("--prefetch-factor: only applies with worker processes; add --num-workers 1 or more, or drop it")
+    if options.prefetch_factor is not None and options.prefetch_factor < 1:
+        raise UsageError(f"--prefetch-factor {options.prefetch_factor}: must be >= 1")
+    if options.num_workers == 0 and options.persistent_workers:
+        raise UsageError("--persistent-workers: only applies with worker processes; add --num-workers 1 or more, or drop it")
+    if options.model is not None:
+        model = Path(options.model)
+        if not model.is_dir():
+            raise InputError(f"{model}: no such model directory; give a local Hugging Face model directory, or leave --model out for the built-in tiny model")
+        if not (model / "config.json").is_file():
+            raise InputError(f"{model}: no config.json in this directory; give a Hugging Face model directory (config.json and weights)")
+    if options.tokenizer is not None and not Path(options.tokenizer).exists():
+        raise InputError(f"{options.tokenizer}: no such tokenizer file or directory; give a tokenizer.json or a tokenizer directory")
+    load_examples(options.dataset or DEFAULT_DATASET)
+
+
+def _has_tokenizer(directory: Path) -> bool:
+    return any((directory / name).exists() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json"))
+
+
+def load_tokenizer(options: WorkloadOptions):
+    """The tokenizer: ``--tokenizer``, else the model directory's own, else the shipped one."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    source = options.tokenizer
+    if source is None and options.model is not None and _has_tokenizer(Path(options.model)):
+        source = options.model
+    source = Path(source) if source is not None else DEFAULT_TOKENIZER
+    try:
+        if source.is_file():
+            tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(source))
+            vocab = tokenizer.get_vocab()
+            for role, token in (("eos_token", "<|im_end|>"), ("pad_token", "<|endoftext|>")):
+                if token in vocab:
+                    setattr(tokenizer, role, token)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(str(source), local_files_only=True)
+    except Exception as error:  # transformers raises many types for a bad tokenizer
+        raise InputError(f"{source}: cannot be loaded as a tokenizer ({type(error).__name__}: {error}); give a tokenizer.json or a tokenizer directory") from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.convert_ids_to_tokens(0)
+    return tokenizer
+
+
+def pick_device(requested: str) -> str:
+    import torch
+
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: PyTorch sees no CUDA device here; use --device cpu (or auto)")
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return requested
+
+
+def build_model(options: WorkloadOptions, tokenizer, device: str):
+    """The causal LM with LoRA adapters: a local model, or the tiny Qwen2 with random weights."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    dtype = torch.bfloat16 if device == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+    if options.model is not None:
+        try:
+            model = AutoModelForCausalLM.from_pretrained(options.model, local_files_only=True, dtype=dtype)
+        except Exception as error:
+            raise InputError(f"{options.model}: cannot be loaded as a causal LM ({type(error).__name__}: {error}); give a Hugging Face causal LM directory") from None
+        if len(tokenizer) > model.get_input_embeddings().num_embeddings:
+            raise InputError(f"{options.tokenizer or DEFAULT_TOKENIZER}: has {len(tokenizer)} tokens, more than {options.model} embeds; use the model's own tokenizer")
+    else:
+        config = Qwen2Config(
+            vocab_size=len(tokenizer),
+            hidden_size=TINY_HIDDEN_SIZE,
+            intermediate_size=TINY_INTERMEDIATE_SIZE,
+            num_hidden_layers=TINY_LAYERS,
+            num_attention_heads=TINY_HEADS,
+            num_key_value_heads=TINY_KV_HEADS,
+            max_position_embeddings=max(options.max_length, 2048),
+            tie_word_embeddings=True,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+        model = Qwen2ForCausalLM(config).to(dtype)
+    lora = LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, lora_dropout=LORA_DROPOUT, target_modules="all-linear", task_type="CAUSAL_LM")
+    return get_peft_model(model, lora).to(device)
+
+
+def train(options: WorkloadOptions) -> float:
+    """Fine-tune for ``options.steps`` optimizer steps; returns the last loss read back."""
+    import click
+    import torch
+    from torch.utils.data import DataLoader
+
+    from dlprof.workloads.sft import PadCollator, SupervisedDataset
+
+    random.seed(options.seed)
+    torch.manual_seed(options.seed)
+    device = pick_device(options.device)
+    examples = load_examples(options.dataset or DEFAULT_DATASET)
+    tokenizer = load_tokenizer(options)
+    model = build_model(options, tokenizer, device)
+    pin_memory = device == "cuda" if options.pin_memory is None else options.pin_memory
+    loader_kwargs = {}
+    if options.num_workers > 0:
+        loader_kwargs = {"persistent_workers": options.persistent_workers}
+        if options.prefetch_factor is not None:
+            loader_kwargs["prefetch_factor"] = options.prefetch_factor
+    loader = DataLoader(
+        SupervisedDataset(examples, tokenizer, options.max_length),
+        batch_size=options.batch_size,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(options.seed),
+        num_workers=options.num_workers,
+        collate_fn=PadCollator(tokenizer.pad_token_id),
+        pin_memory=pin_memory,
+        **loader_kwargs,
+    )
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=LEARNING_RATE)
+    model.train()
+    step, last_loss = 0, float("nan")
+    with click.progressbar(length=options.steps, label="training", file=sys.stderr, show_pos=True) as bar:
+        while step < options.steps:
+            for batch in loader:
+                batch = {key: value.to(device, non_blocking=pin_memory) for key, value in batch.items()}
+                loss = model(**batch).loss
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                bar.update(1)
+                if step % LOSS_EVERY_STEPS == 0 or step == options.steps:
+                    last_loss = loss.item()
+                if step >= options.steps:
+                    break
+    print(f"dlprof workload: {options.steps} LoRA steps on {device}, batch {options.batch_size}, loss {last_loss:.3f}", file=sys.stderr)
+    return last_loss
+
+
+def main(argv: list[str] | None = None) -> None:
+    # peft calls a transformers property that transformers 5 deprecates; nothing the user can act on.
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the network
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # forked workers tokenize; no thread pools
+    options = parse_args(sys.argv[1:] if argv is None else argv)
+    check(options)
+    train(options)
+
+
+if __name__ == "__main__":
+    main()
