@@ -25,7 +25,8 @@ class DlprofGroup(click.Group):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            returned = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            code = returned if isinstance(returned, int) else 0  # ctx.exit(n) comes back as n
         except click.exceptions.Exit as done:
             code = done.exit_code
         except click.UsageError as error:
@@ -67,6 +68,7 @@ def _default_run_name(command: tuple[str, ...], out_dir: Path) -> str:
 @click.option("--wait", type=int, default=2, show_default=True, help="Steps to skip before the profiler warms up.")
 @click.option("--warmup", type=int, default=3, show_default=True, help="Steps the profiler runs without keeping them.")
 @click.option("--active", type=int, default=None, help="Steps to record [default: 20; with --steps, the steps left after --wait and --warmup].")
+@click.option("--loader-spans/--no-loader-spans", default=True, show_default=True, help="Record dataset fetch, tokenizer and collate_fn spans in the loader processes.")
 @click.option("--model", type=click.Path(), help="Built-in workload: a local Hugging Face causal LM directory (default: a tiny Qwen2 with random weights).")
 @click.option("--dataset", type=click.Path(), help="Built-in workload: a JSON or JSON-lines file of instruction/response records (default: the bundled self-cognition set).")
 @click.option("--tokenizer", type=click.Path(), help="Built-in workload: a tokenizer.json or tokenizer directory (default: the model's, else the shipped byte-level BPE).")
@@ -81,7 +83,7 @@ def _default_run_name(command: tuple[str, ...], out_dir: Path) -> str:
 @click.option("--seed", type=int, default=0, show_default=True, help="Built-in workload: random seed.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def record(ctx: click.Context, out_dir: Path, name: str | None, wait: int, warmup: int, active: int | None, command: tuple[str, ...], **workload) -> None:
+def record(ctx: click.Context, out_dir: Path, name: str | None, wait: int, warmup: int, active: int | None, loader_spans: bool, command: tuple[str, ...], **workload) -> None:
     """Record training steps with torch.profiler, inside DataLoader workers too.
 
     With no COMMAND, runs the built-in LoRA fine-tune (offline). With '-- python train.py ARGS', runs
@@ -95,23 +97,18 @@ def record(ctx: click.Context, out_dir: Path, name: str | None, wait: int, warmu
         if given:
             raise click.UsageError(f"--{given[0].replace('_', '-')} configures the built-in workload; pass your script's own options after '--' instead")
     else:
-        from dlprof.workloads.lora import WorkloadOptions, check
+        from dlprof.workloads.lora import plan
 
-        if active is None:
-            active = workload["steps"] - wait - warmup if workload["steps"] is not None else 20
-        if workload["steps"] is None:
-            workload["steps"] = wait + warmup + active
-        options = WorkloadOptions(**workload)
-        check(options)
+        options, active = plan(workload, wait, warmup, active)
         command = ("python", "-m", "dlprof.workloads.lora", *options.to_argv())
     name = name or _default_run_name(command, out_dir)
-    request = RecordRequest(command, out_dir, name, wait, warmup, 20 if active is None else active, tuple(sys.argv))
+    request = RecordRequest(command, out_dir, name, wait, warmup, 20 if active is None else active, tuple(sys.argv), loader_spans=loader_spans)
     result = record_run(request)
     click.echo(f"dlprof: recorded {result.steps_recorded} steps ({result.status}), {result.workers_seen} DataLoader worker(s) seen")
     click.echo(f"  trace: {result.trace_path}")
     click.echo(f"  view:  tensorboard --logdir {out_dir}   or open the file in https://ui.perfetto.dev")
     if result.status != "complete":
-        click.echo(f"dlprof: training failed midway: {result.error}; the trace holds the steps before it", err=True)
+        click.echo(f"dlprof: the run ended with an error ({result.error}); the trace is marked partial", err=True)
         ctx.exit(result.exit_code or 2)
 
 

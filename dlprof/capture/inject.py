@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     from dlprof.capture import loader_probe
     from dlprof.capture.recorder import Recorder, Schedule
 
-    loader_probe.install(str(session_dir / "spans"))
+    loader_probe.install(str(session_dir / "spans"), spans=config.get("loader_spans", True))
     recorder = Recorder(Schedule(**config["schedule"]), session_dir, rank=int(os.environ.get("RANK", "0")))
     recorder.start()
     status, error = "complete", None

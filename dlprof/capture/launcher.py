@@ -50,6 +50,7 @@ class RecordRequest:
     active: int
     cli_argv: tuple[str, ...] = ()
     memory_interval_ms: int = DEFAULT_INTERVAL_MS
+    loader_spans: bool = True
 
 
 @dataclass(frozen=True)
@@ -133,14 +134,17 @@ def _end_leftovers() -> None:
 def _run_child(argv: list[str], env: dict, memory_interval_ms: int) -> tuple[int, list]:
     _become_subreaper()
     # Ctrl-C reaches the whole process group; the training process turns it into a partial trace,
-    # and this process must live on to merge it.
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # and this process must live on to merge it. A handler, not SIG_IGN: an ignored SIGINT would be
+    # inherited through exec and the training process would never see Ctrl-C.
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
     try:
         child = subprocess.Popen(argv, env=env)
         sampler = MemorySampler(child.pid, memory_interval_ms)
         sampler.start()
         exit_code = child.wait()
         samples = sampler.stop()
+        if exit_code < 0:  # killed by a signal: report it as a shell does (SIGINT -> 130)
+            exit_code = 128 - exit_code
     finally:
         signal.signal(signal.SIGINT, previous)
         _end_leftovers()
@@ -184,7 +188,12 @@ def record(request: RecordRequest) -> RecordResult:
     run_dir = _prepare_run_dir(request)
     scratch = run_dir / schema.SCRATCH_DIR
     (scratch / "config.json").write_text(
-        json.dumps({"schedule": {"wait": request.wait, "warmup": request.warmup, "active": request.active}})
+        json.dumps(
+            {
+                "schedule": {"wait": request.wait, "warmup": request.warmup, "active": request.active},
+                "loader_spans": request.loader_spans,
+            }
+        )
     )
     env = dict(os.environ)
     env[SESSION_ENV] = str(scratch.resolve())

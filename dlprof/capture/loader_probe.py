@@ -422,11 +422,13 @@ def _wrap_single_process_next_data(original: Callable) -> Callable:
     return _next_data
 
 
-def install(spans_dir: str) -> None:
+def install(spans_dir: str, spans: bool = True) -> None:
     """Instrument every DataLoader this process creates from now on.
 
     Args:
         spans_dir: directory for the span files of this process and of its workers.
+        spans: record fetch, tokenizer and collate spans; when False only the loaders' settings and
+            the main process's ``__next__`` calls are recorded (to measure what the spans cost).
     """
     import torch.utils.data.dataloader as dataloader_module
     from torch.utils.data._utils import worker as worker_module
@@ -436,14 +438,49 @@ def install(spans_dir: str) -> None:
     _STATE.log = SpanLog(os.path.join(spans_dir, f"{os.getpid()}.tsv"), time.thread_time_ns)
     loader_cls = dataloader_module.DataLoader
     _patch(loader_cls, "__init__", _wrap_init)
-    _patch(loader_cls, "_get_iterator", _wrap_get_iterator)
     _patch(loader_cls, "__iter__", _wrap_iter)
     _patch(dataloader_module._BaseDataLoaderIter, "__next__", _wrap_next)
+    if not spans:
+        return
+    _patch(loader_cls, "_get_iterator", _wrap_get_iterator)
     _patch(dataloader_module._SingleProcessDataLoaderIter, "_next_data", _wrap_single_process_next_data)
     install_fetch_patches()
     if worker_module._worker_loop is not _probed_worker_loop:
         _ORIGINALS["worker_loop"] = worker_module._worker_loop
         worker_module._worker_loop = _probed_worker_loop
+
+
+def uninstall() -> None:
+    """Undo :func:`install` in this process (for tests and benchmarks that compare with and without)."""
+    import torch.utils.data.dataloader as dataloader_module
+    from torch.utils.data._utils import fetch as fetch_module
+    from torch.utils.data._utils import worker as worker_module
+
+    owners = [
+        dataloader_module.DataLoader,
+        dataloader_module._BaseDataLoaderIter,
+        dataloader_module._SingleProcessDataLoaderIter,
+        fetch_module._MapDatasetFetcher,
+        fetch_module._IterableDatasetFetcher,
+    ]
+    base_module = sys.modules.get("transformers.tokenization_utils_base")
+    if base_module is not None:
+        pending = [base_module.PreTrainedTokenizerBase]
+        while pending:
+            cls = pending.pop()
+            owners.append(cls)
+            pending.extend(cls.__subclasses__())
+    for owner in owners:
+        for name, value in list(vars(owner).items()):
+            original = getattr(value, "_dlprof_original", None)
+            if original is not None:
+                setattr(owner, name, original)
+    if "worker_loop" in _ORIGINALS:
+        worker_module._worker_loop = _ORIGINALS.pop("worker_loop")
+    global _STATE
+    _STATE = _ProcessState()
+    _BATCH_CALLBACKS.clear()
+    _LOADERS.clear()
 
 
 def add_batch_callback(callback: Callable[[], None]) -> None:

@@ -361,4 +361,6 @@ def merge_rank(kineto: dict, result: dict, inputs: MergeInputs) -> dict:
         "memory": memory_summary(inputs.memory_samples, main_pid, found.workers, inputs.memory_interval_ms),
         "span_lines_skipped": found.skipped_lines,
     }
-    return kineto
+    # Metadata before the events: HTA reads a trace's rank from the text before "traceEvents", and a
+    # reader can take the manifest from the first kilobytes without parsing every event.
+    return {**{k: v for k, v in kineto.items() if k != "traceEvents"}, "traceEvents": events}

@@ -40,6 +40,9 @@ LORA_RANK = 8
 LORA_ALPHA = 16
 LORA_DROPOUT = 0.05
 LEARNING_RATE = 2e-4
+#: Steps recorded when neither --steps nor --active is given: enough for stable medians, few enough
+#: that the default record takes seconds.
+DEFAULT_ACTIVE_STEPS = 20
 #: Read the loss back (a device sync) only this often, as a training loop that logs every N steps does.
 LOSS_EVERY_STEPS = 10
 
@@ -119,6 +122,25 @@ def check(options: WorkloadOptions) -> None:
     if options.tokenizer is not None and not Path(options.tokenizer).exists():
         raise InputError(f"{options.tokenizer}: no such tokenizer file or directory; give a tokenizer.json or a tokenizer directory")
     load_examples(options.dataset or DEFAULT_DATASET)
+
+
+def plan(workload: dict, wait: int, warmup: int, active: int | None) -> tuple[WorkloadOptions, int]:
+    """Fit the workload's steps and the profiler's window together, and check the options.
+
+    ``--steps`` alone records the steps left after ``wait + warmup``; ``--active`` alone runs just
+    enough steps to record it; neither gives :data:`DEFAULT_ACTIVE_STEPS` recorded steps.
+
+    Returns:
+        The checked options and the number of steps to record.
+    """
+    steps = workload.get("steps")
+    if steps is not None and steps < wait + warmup + 1:
+        raise UsageError(f"--steps {steps}: the profiler skips {wait} + {warmup} steps (--wait, --warmup) before it records; use --steps {wait + warmup + 1} or more")
+    if active is None:
+        active = steps - wait - warmup if steps is not None else DEFAULT_ACTIVE_STEPS
+    options = WorkloadOptions(**{**workload, "steps": steps if steps is not None else wait + warmup + active})
+    check(options)
+    return options, active
 
 
 def _has_tokenizer(directory: Path) -> bool:

@@ -1,0 +1,177 @@
+"""The merge of a Kineto trace, span files and memory samples, on hand-written inputs with exact numbers."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dlprof import schema
+from dlprof.capture import merge
+from dlprof.capture.memory import MemorySample
+
+BASE_NS = 1_700_000_000_000_000_000
+MAIN_PID, WORKER_PID = 100, 201
+MIB = 2**20
+
+
+def kineto() -> dict:
+    """Two steps; each starts with a DataLoader __next__ (ts in µs since BASE_NS)."""
+    next_name = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+    return {
+        "schemaVersion": 1,
+        "baseTimeNanoseconds": BASE_NS,
+        "traceEvents": [
+            {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": MAIN_PID, "tid": MAIN_PID, "ts": 1000.0, "dur": 1000.0},
+            {"ph": "X", "cat": "user_annotation", "name": next_name, "pid": MAIN_PID, "tid": MAIN_PID, "ts": 1002.5, "dur": 300.0},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": MAIN_PID, "tid": MAIN_PID, "ts": 1400.0, "dur": 500.0},
+            {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4", "pid": MAIN_PID, "tid": MAIN_PID, "ts": 2000.0, "dur": 1000.0},
+            {"ph": "X", "cat": "user_annotation", "name": next_name, "pid": MAIN_PID, "tid": MAIN_PID, "ts": 2003.0, "dur": 100.0},
+        ],
+    }
+
+
+def span_lines() -> str:
+    """Worker 0 produced batches 3 and 4; batch 1 ended long before the window; the main process timed two __next__ calls."""
+    us = lambda t: BASE_NS + int(t * 1000)  # noqa: E731  µs since BASE_NS -> absolute ns
+    rows = [
+        ("W", WORKER_PID, 0, 0, 0, 2, us(10)),
+        ("S", "batch", us(20), us(30), 9000, 0, 0, 1, 0),
+        ("S", "batch", us(500), us(1200), 600_000, 0, 0, 3, 0),
+        ("S", "dataset fetch", us(500), us(1100), 500_000, 0, 0, 3, 0),
+        ("S", "tokenizer", us(600), us(700), 90_000, 0, 0, 3, 0),
+        ("S", "collate_fn", us(1100), us(1200), 100_000, 0, 0, 3, 0),
+        ("S", "batch", us(1500), us(2050), 400_000, 0, 0, 4, 0),
+    ]
+    return "".join("\t".join(map(str, row)) + "\n" for row in rows) + "S\tbatch\t12"  # last line cut short
+
+
+def main_lines() -> str:
+    us = lambda t: BASE_NS + int(t * 1000)  # noqa: E731
+    return f"N\t{us(1000)}\t{us(1304)}\t0\t0\t3\nN\t{us(2001)}\t{us(2110)}\t0\t0\t4\n"
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> Path:
+    spans = tmp_path / "spans"
+    spans.mkdir()
+    (spans / f"{WORKER_PID}.tsv").write_text(span_lines())
+    (spans / f"{MAIN_PID}.tsv").write_text(main_lines())
+    return tmp_path
+
+
+def result() -> dict:
+    return {
+        "status": "complete",
+        "error": None,
+        "rank": 0,
+        "world_size": 1,
+        "pid": MAIN_PID,
+        "steps_run": 9,
+        "step_mode": "optimizer",
+        "schedule": {"wait": 2, "warmup": 2, "active": 2},
+        "window_start_ns": BASE_NS + 400_000,
+        "finished_ns": BASE_NS + 5_000_000,
+        "loaders": [{"id": 0, "iterations": 1, "batches": 9, "num_workers": 2}],
+        "host": {"hostname": "h", "usable_cores": 2},
+        "versions": {"dlprof": "0.1.0"},
+    }
+
+
+def merged(session: Path, samples: list[MemorySample] | None = None) -> dict:
+    inputs = merge.MergeInputs(session, ["dlprof", "record"], ["python", "t.py"], 0, samples or [], 100)
+    return merge.merge_rank(kineto(), result(), inputs)
+
+
+def test_read_span_files_parses_each_kind_and_counts_broken_lines(session):
+    found = merge.read_span_files(session / "spans")
+    assert [(w.pid, w.worker_id, w.num_workers) for w in found.workers] == [(WORKER_PID, 0, 2)]
+    assert len(found.spans) == 6
+    assert [c.batch for c in found.next_calls] == [3, 4]
+    assert found.skipped_lines == 1
+
+
+def test_next_events_get_their_batch_and_become_cpu_op(session):
+    doc = merged(session)
+    nexts = [e for e in doc["traceEvents"] if schema.is_dataloader_next(e["name"])]
+    assert [e["args"][schema.ARG_BATCH] for e in nexts] == [3, 4]
+    assert all(e["cat"] == "cpu_op" and e["args"][schema.ARG_ORIGINAL_CATEGORY] == "user_annotation" for e in nexts)
+
+
+def test_alignment_slack_is_measured_in_microseconds(session):
+    alignment = merged(session)[schema.MANIFEST_KEY]["clock"]["alignment"]
+    # Kineto's events start 2.5 and 2.0 µs after dlprof's spans, and end 1.5 and 7.0 µs before them.
+    assert alignment["next_events_matched"] == 2
+    assert alignment["start_slack_us"] == {"min": 2.0, "median": 2.25, "max": 2.5}
+    assert alignment["end_slack_us"] == {"min": 1.5, "median": 4.25, "max": 7.0}
+    assert alignment["max_offset_us"] == 0.0
+
+
+def test_a_next_event_outside_every_span_stays_unmatched(session):
+    (session / "spans" / f"{MAIN_PID}.tsv").write_text(main_lines().splitlines()[0] + "\n")
+    alignment = merged(session)[schema.MANIFEST_KEY]["clock"]["alignment"]
+    assert alignment["next_events_matched"] == 1
+    assert alignment["next_events_unmatched"] == 1
+
+
+def test_worker_spans_become_a_named_process_on_kineto_clock(session):
+    events = merged(session)["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names == {WORKER_PID: "DataLoader worker 0"}
+    spans = [e for e in events if e.get("cat") == schema.CATEGORY and e["ph"] == "X"]
+    # batch 1 ended before the window and no traced __next__ returned it: left out.
+    assert sorted((e["name"], e["args"][schema.ARG_BATCH]) for e in spans) == [
+        ("batch", 3), ("batch", 4), ("collate_fn", 3), ("dataset fetch", 3), ("tokenizer", 3),
+    ]  # fmt: skip
+    fetch = next(e for e in spans if e["name"] == "dataset fetch")
+    assert (fetch["pid"], fetch["tid"], fetch["ts"], fetch["dur"]) == (WORKER_PID, WORKER_PID, 500.0, 600.0)
+    assert fetch["args"][schema.ARG_CPU_US] == 500.0
+
+
+def test_batch_consumed_in_window_is_kept_even_if_produced_before(session):
+    lines = span_lines().replace(f"\t{BASE_NS + 500_000}\t{BASE_NS + 1_200_000}\t600000", f"\t{BASE_NS + 100_000}\t{BASE_NS + 200_000}\t600000")
+    (session / "spans" / f"{WORKER_PID}.tsv").write_text(lines)
+    spans = [e for e in merged(session)["traceEvents"] if e.get("cat") == schema.CATEGORY and e["name"] == "batch"]
+    assert sorted(e["args"][schema.ARG_BATCH] for e in spans) == [3, 4]
+
+
+def test_memory_counters_inside_window_and_summary_over_whole_run(session):
+    samples = [
+        MemorySample(BASE_NS + 100_000, MAIN_PID, 100 * MIB, 110 * MIB, 200 * MIB),  # before the window
+        MemorySample(BASE_NS + 1_500_000, MAIN_PID, 120 * MIB, 130 * MIB, 220 * MIB),
+        MemorySample(BASE_NS + 1_500_000, WORKER_PID, 10 * MIB, 50 * MIB, 150 * MIB),
+        MemorySample(BASE_NS + 2_500_000, WORKER_PID, 14 * MIB, 52 * MIB, 151 * MIB),
+        MemorySample(BASE_NS + 1_500_000, 999, 1 * MIB, 1 * MIB, 1 * MIB),  # not a process of the run
+    ]
+    doc = merged(session, samples)
+    counters = [e for e in doc["traceEvents"] if e["ph"] == "C"]
+    assert [(e["pid"], e["ts"], e["args"]) for e in counters] == [
+        (MAIN_PID, 1500.0, {"uss_mib": 120.0, "pss_mib": 130.0}),
+        (WORKER_PID, 1500.0, {"uss_mib": 10.0, "pss_mib": 50.0}),
+        (WORKER_PID, 2500.0, {"uss_mib": 14.0, "pss_mib": 52.0}),
+    ]
+    processes = {p["pid"]: p for p in doc[schema.MANIFEST_KEY]["memory"]["processes"]}
+    assert set(processes) == {MAIN_PID, WORKER_PID}
+    assert (processes[MAIN_PID]["uss_mib_first"], processes[MAIN_PID]["uss_mib_last"]) == (100.0, 120.0)
+    assert (processes[WORKER_PID]["role"], processes[WORKER_PID]["worker_id"]) == ("worker", 0)
+    assert processes[WORKER_PID]["pss_mib_peak"] == 52.0
+
+
+def test_manifest_and_rank_come_before_the_events(session):
+    doc = merged(session)
+    keys = list(doc)
+    assert keys[-1] == "traceEvents"
+    assert doc["distributedInfo"]["rank"] == 0
+    manifest = doc[schema.MANIFEST_KEY]
+    assert manifest["status"] == "complete"
+    assert manifest["steps"] == {"run": 9, "recorded": 2}
+    assert manifest["loader"]["num_workers"] == 2
+    assert manifest["schedule"]["step_mode"] == "optimizer"
+    assert manifest["span_lines_skipped"] == 1
+
+
+def test_atomic_write_leaves_only_the_final_file(tmp_path):
+    final = tmp_path / "run" / "h_1.2.pt.trace.json.gz"
+    final.parent.mkdir()
+    merge.write_gzip_json_atomically({"traceEvents": []}, final, tmp_path / "run" / ".scratch")
+    assert final.exists()
+    assert list((tmp_path / "run" / ".scratch").iterdir()) == []

@@ -1,0 +1,179 @@
+"""`dlprof record` end to end: the built-in workload and user scripts, in real training processes."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from dlprof import schema
+from conftest import SCRIPTS_DIR, load_trace, run_dlprof, trace_files
+
+pytestmark = pytest.mark.slow
+
+
+def x_events(doc: dict, **match) -> list[dict]:
+    return [e for e in doc["traceEvents"] if e.get("ph") == "X" and all(e.get(k) == v for k, v in match.items())]
+
+
+def assert_batches_ready_before_next_returns(doc: dict) -> int:
+    """Every batch's spans end before the main process's __next__ that returned it ends; returns the count checked."""
+    batch_end = {}
+    for span in x_events(doc, cat=schema.CATEGORY):
+        key = tuple(span["args"][k] for k in (schema.ARG_LOADER, schema.ARG_EPOCH, schema.ARG_BATCH))
+        batch_end[key] = max(batch_end.get(key, 0.0), span["ts"] + span["dur"])
+    checked = 0
+    for event in doc["traceEvents"]:
+        if event.get("ph") != "X" or not schema.is_dataloader_next(event["name"]):
+            continue
+        key = tuple(event["args"][k] for k in (schema.ARG_LOADER, schema.ARG_EPOCH, schema.ARG_BATCH))
+        assert key in batch_end, f"no spans for batch {key}"
+        assert batch_end[key] <= event["ts"] + event["dur"], f"batch {key} ends after its __next__"
+        checked += 1
+    return checked
+
+
+def test_run_directory_holds_one_self_contained_trace(workload_run_2):
+    entries = sorted(p.name for p in workload_run_2.iterdir())
+    assert len(entries) == 1 and entries[0].endswith(schema.TRACE_SUFFIX)  # no scratch, no other .json/.gz
+
+
+def test_two_workers_have_tracks_spans_and_aligned_batches(workload_run_2):
+    doc = load_trace(workload_run_2)
+    names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("ph") == "M" and e["name"] == "process_name"}
+    worker_pids = {pid for pid, name in names.items() if name.startswith("DataLoader worker")}
+    assert sorted(names[p] for p in worker_pids) == ["DataLoader worker 0", "DataLoader worker 1"]
+    spans = x_events(doc, cat=schema.CATEGORY)
+    assert {s["pid"] for s in spans} == worker_pids
+    assert {s["name"] for s in spans} == set(schema.SPAN_NAMES)
+    assert {s["args"][schema.ARG_WORKER] for s in spans} == {0, 1}
+    assert all(s["args"][schema.ARG_CPU_US] >= 0 for s in spans)
+    assert assert_batches_ready_before_next_returns(doc) == 8  # one batch per recorded step
+
+
+def test_manifest_describes_the_run(workload_run_2):
+    manifest = load_trace(workload_run_2)[schema.MANIFEST_KEY]
+    assert manifest["status"] == schema.STATUS_COMPLETE and manifest["error"] is None
+    assert manifest["steps"]["recorded"] == 8 and manifest["steps"]["run"] == 11
+    loader = manifest["loader"]
+    assert (loader["num_workers"], loader["batch_size"], loader["pin_memory"]) == (2, 2, False)
+    assert (loader["prefetch_factor"], loader["persistent_workers"]) == (2, False)
+    assert manifest["host"]["usable_cores"] >= 1 and manifest["host"]["ram_total_mib"] > 0
+    assert {"torch", "transformers", "peft", "dlprof"} <= set(manifest["versions"])
+    assert "record" in manifest["command"]
+    alignment = manifest["clock"]["alignment"]
+    assert alignment["next_events_matched"] == 8 and alignment["max_offset_us"] == 0.0
+    roles = [p["role"] for p in manifest["memory"]["processes"]]
+    assert roles.count("main") == 1 and roles.count("worker") == 2
+
+
+def test_memory_counters_sample_main_and_workers(workload_run_2):
+    doc = load_trace(workload_run_2)
+    counters = [e for e in doc["traceEvents"] if e.get("ph") == "C"]
+    worker_pids = {w["pid"] for w in doc[schema.MANIFEST_KEY]["workers"]}
+    assert {c["pid"] for c in counters} >= worker_pids
+    assert all(c["args"]["pss_mib"] > 0 for c in counters)
+
+
+def test_num_workers_0_spans_in_the_main_process(workload_run_0):
+    doc = load_trace(workload_run_0)
+    manifest = doc[schema.MANIFEST_KEY]
+    main_pid = next(e["pid"] for e in x_events(doc) if e["name"].startswith("ProfilerStep#"))
+    spans = x_events(doc, cat=schema.CATEGORY)
+    assert {(s["pid"], s["tid"]) for s in spans} == {(main_pid, schema.MAIN_LOADER_TID_OFFSET + main_pid)}
+    assert {s["args"][schema.ARG_WORKER] for s in spans} == {-1}
+    assert manifest["loader"]["num_workers"] == 0 and manifest["loader"]["prefetch_factor"] is None
+    assert manifest["workers"] == []
+    assert assert_batches_ready_before_next_returns(doc) == 8
+
+
+def leftover_processes(marker: str) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        if any(marker in part for part in process.info["cmdline"] or []):
+            found.append(process)
+    return found
+
+
+@pytest.fixture
+def user_script(tmp_path: Path) -> Path:
+    """A copy of the slow-dataset script under a unique path, to find its processes by command line."""
+    script = tmp_path / f"train_{os.getpid()}_{time.monotonic_ns()}.py"
+    shutil.copy(SCRIPTS_DIR / "slow_dataset.py", script)
+    return script
+
+
+def test_user_script_output_and_exit_code_pass_through(tmp_path, user_script):
+    done = run_dlprof("record", "--out", str(tmp_path), "--name", "exit3", "--wait", "1", "--warmup", "1", "--active", "4",
+                      "--", "python", str(user_script), "--steps", "8", "--sleep-ms", "1", "--exit-code", "3")  # fmt: skip
+    assert done.returncode == 3
+    assert "trained 8 steps" in done.stdout
+    manifest = load_trace(tmp_path / "exit3")[schema.MANIFEST_KEY]
+    assert manifest["exit_code"] == 3 and manifest["status"] == schema.STATUS_PARTIAL
+    assert manifest["error"] == "the script exited with code 3"
+    assert manifest["script"][-1] == "3"
+
+
+def test_exception_in_a_worker_leaves_a_partial_trace_and_no_worker(tmp_path, user_script):
+    # batch size 4: sample 40 is in batch 10, inside the recorded window (steps 3..14)
+    done = run_dlprof("record", "--out", str(tmp_path), "--name", "crash", "--wait", "1", "--warmup", "1", "--active", "12",
+                      "--", "python", str(user_script), "--num-workers", "2", "--steps", "30", "--sleep-ms", "1",
+                      "--fail-in-worker-at", "40")  # fmt: skip
+    assert done.returncode == 1
+    assert "ValueError: sample 40 is corrupt" in done.stderr  # the script's own traceback passes through
+    doc = load_trace(tmp_path / "crash")
+    manifest = doc[schema.MANIFEST_KEY]
+    assert manifest["status"] == schema.STATUS_PARTIAL
+    assert manifest["error"].startswith("ValueError: Caught ValueError in DataLoader worker process")
+    assert 1 <= manifest["steps"]["recorded"] < 12
+    assert x_events(doc, cat=schema.CATEGORY)
+    assert leftover_processes(user_script.name) == []
+
+
+def test_ctrl_c_leaves_a_partial_trace_and_no_worker(tmp_path, user_script):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dlprof", "record", "--out", str(tmp_path), "--name", "interrupted", "--wait", "1", "--warmup", "1",
+         "--active", "100000", "--", "python", str(user_script), "--num-workers", "2", "--steps", "100000", "--sleep-ms", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        spans_dir = tmp_path / "interrupted" / schema.SCRATCH_DIR / "spans"
+        while time.monotonic() < deadline and len(list(spans_dir.glob("*.tsv"))) < 3:  # main + 2 workers logging
+            time.sleep(0.2)
+        time.sleep(2.0)  # well inside the recorded window
+        os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, stderr
+    manifest = load_trace(tmp_path / "interrupted")[schema.MANIFEST_KEY]
+    assert manifest["status"] == schema.STATUS_PARTIAL
+    assert manifest["error"] == "interrupted (KeyboardInterrupt)"
+    assert manifest["steps"]["recorded"] > 0
+    assert leftover_processes(user_script.name) == []
+
+
+def test_script_failing_at_once_is_one_line_and_leaves_no_run(tmp_path):
+    script = tmp_path / "broken.py"
+    script.write_text("import torch\nraise ImportError('no module named missing_dep')\n")
+    done = run_dlprof("record", "--out", str(tmp_path / "traces"), "--name", "broken", "--", "python", str(script))
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("dlprof: error: ") and "ImportError: no module named missing_dep" in last and "fix" in last
+    assert not (tmp_path / "traces" / "broken").exists()
+
+
+def test_too_few_steps_says_how_to_fix(tmp_path, user_script):
+    done = run_dlprof("record", "--out", str(tmp_path), "--name", "short", "--", "python", str(user_script), "--steps", "3", "--sleep-ms", "0")
+    assert done.returncode == 2
+    assert "ran 3 training steps" in done.stderr and "lower --wait/--warmup" in done.stderr
+    assert not (tmp_path / "short").exists()
+    assert trace_files(tmp_path) == []

@@ -1,0 +1,71 @@
+"""Shared fixtures: real `dlprof record` runs, recorded once per test session."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS_DIR = Path(__file__).resolve().parent
+SCRIPTS_DIR = TESTS_DIR / "scripts"
+DATA_DIR = TESTS_DIR / "data"
+#: Small enough that one built-in workload record takes ~10 s here, large enough for several batches
+#: per worker inside the window.
+SMALL_WORKLOAD = ("--wait", "1", "--warmup", "2", "--active", "8", "--batch-size", "2", "--max-length", "128")
+
+
+def run_dlprof(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m dlprof ARGS`` as a user would, capturing its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "dlprof", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def trace_files(run_dir: Path) -> list[Path]:
+    return sorted(run_dir.glob("*.pt.trace.json.gz"))
+
+
+def load_trace(run_dir: Path) -> dict:
+    """The one trace document of a run directory."""
+    files = trace_files(run_dir)
+    assert len(files) == 1, f"expected one trace in {run_dir}, found {files}"
+    with gzip.open(files[0], "rt") as f:
+        return json.load(f)
+
+
+def _record(out: Path, name: str, *args: str) -> Path:
+    done = run_dlprof("record", "--out", str(out), "--name", name, *args)
+    assert done.returncode == 0, f"dlprof record failed:\n{done.stdout}\n{done.stderr}"
+    return out / name
+
+
+@pytest.fixture(scope="session")
+def traces_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("traces")
+
+
+@pytest.fixture(scope="session")
+def workload_run_2(traces_root) -> Path:
+    """The built-in LoRA workload with two DataLoader workers."""
+    return _record(traces_root, "workload-w2", *SMALL_WORKLOAD, "--num-workers", "2")
+
+
+@pytest.fixture(scope="session")
+def workload_run_0(traces_root) -> Path:
+    """The built-in LoRA workload loading in the main process."""
+    return _record(traces_root, "workload-w0", *SMALL_WORKLOAD, "--num-workers", "0")
+
+
+@pytest.fixture(scope="session")
+def data_bound_run(traces_root) -> Path:
+    """A user script whose dataset sleeps 5 ms a sample, loaded in the main process: data-bound."""
+    return _record(traces_root, "data-bound", "--wait", "1", "--warmup", "1", "--active", "6", "--", "python", str(SCRIPTS_DIR / "slow_dataset.py"), "--num-workers", "0")
