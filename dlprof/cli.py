@@ -50,10 +50,23 @@ def cli() -> None:
     """Is my GPU waiting for data? Profile a PyTorch training run, DataLoader workers included."""
 
 
+class RecordCommand(click.Command):
+    """Remembers whether '--' was given: Click drops a trailing '--', and 'record --' alone must not run the demo."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["dlprof.double_dash"] = "--" in args
+        return super().parse_args(ctx, args)
+
+
 def _default_run_name(command: tuple[str, ...], out_dir: Path) -> str:
-    script = next((Path(w).stem for w in command if w.endswith(".py")), None)
-    if script is None and "-m" in command[:-1]:
-        script = command[command.index("-m") + 1].rsplit(".", 1)[-1]
+    script = None
+    for i, word in enumerate(command):  # the first script or module the interpreter runs
+        if word == "-m" and i + 1 < len(command):
+            script = command[i + 1].rsplit(".", 1)[-1]
+            break
+        if word.endswith(".py"):
+            script = Path(word).stem
+            break
     base = f"{script or 'lora'}-{time.strftime('%Y%m%d-%H%M%S')}"
     name, n = base, 1
     while (out_dir / name).exists():
@@ -62,7 +75,7 @@ def _default_run_name(command: tuple[str, ...], out_dir: Path) -> str:
     return name
 
 
-@cli.command(context_settings={"ignore_unknown_options": False})
+@cli.command(cls=RecordCommand)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("traces"), show_default=True, help="Directory that receives the run directory.")
 @click.option("--name", help="Run directory name under --out (default: <script>-<date>-<time>).")
 @click.option("--wait", type=int, default=2, show_default=True, help="Steps to skip before the profiler warms up.")
@@ -92,6 +105,8 @@ def record(ctx: click.Context, out_dir: Path, name: str | None, wait: int, warmu
     """
     from dlprof.capture.launcher import RecordRequest, record as record_run
 
+    if not command and ctx.meta.get("dlprof.double_dash"):
+        raise click.UsageError("no command after '--'; give one, e.g. 'dlprof record -- python train.py', or drop '--' to run the built-in workload")
     if command:
         given = [o for o in _WORKLOAD_OPTIONS if ctx.get_parameter_source(o) != click.core.ParameterSource.DEFAULT]
         if given:

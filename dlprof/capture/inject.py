@@ -26,7 +26,9 @@ def _describe_failure(error: BaseException) -> str:
     if isinstance(error, KeyboardInterrupt):
         return "interrupted (KeyboardInterrupt)"
     if isinstance(error, SystemExit):
-        return f"the script exited with code {error.code}"
+        if isinstance(error.code, int):
+            return f"the script exited with code {error.code}"
+        return f"the script exited: {error.code}"  # sys.exit("message") prints it and exits 1
     lines = str(error).strip().splitlines()
     return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
@@ -49,7 +51,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.argv = [script, *script_args]
 
     from dlprof.capture import loader_probe
-    from dlprof.capture.recorder import Recorder, Schedule
+    from dlprof.capture.recorder import Recorder
+    from dlprof.capture.schedule import Schedule
 
     loader_probe.install(str(session_dir / "spans"), spans=config.get("loader_spans", True))
     recorder = Recorder(Schedule(**config["schedule"]), session_dir, rank=int(os.environ.get("RANK", "0")))

@@ -28,6 +28,7 @@ from dlprof import schema
 from dlprof.capture import merge
 from dlprof.capture.inject import ERROR_FILE, SESSION_ENV
 from dlprof.capture.memory import DEFAULT_INTERVAL_MS, MemorySampler
+from dlprof.capture.schedule import Schedule
 from dlprof.errors import InputError, RecordError, UsageError
 
 #: Python options that take a value as the next argument (``python -W error script.py``).
@@ -180,11 +181,8 @@ def record(request: RecordRequest) -> RecordResult:
         UsageError, InputError: the command or options cannot work; nothing was run.
         RecordError: the training ended before the profiler recorded a step; no trace was written.
     """
+    Schedule(request.wait, request.warmup, request.active).check()
     argv = child_argv(request.command)
-    if request.wait + request.warmup < 1:
-        raise UsageError("--wait/--warmup: at least one of them must be >= 1, or the first recorded step includes start-up")
-    if request.active < 1:
-        raise UsageError("--active: must be >= 1 (the number of steps to record)")
     run_dir = _prepare_run_dir(request)
     scratch = run_dir / schema.SCRATCH_DIR
     (scratch / "config.json").write_text(

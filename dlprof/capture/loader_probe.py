@@ -4,8 +4,8 @@ Nothing a worker process does appears in the main process's ``torch.profiler`` t
 ``torch.profiler`` per worker costs ~58 µs a sample and loses everything when a worker is killed
 (DESIGN.md, facts). So each process (every worker, and the main process when ``num_workers=0``)
 keeps a pure-Python log of ``time.time_ns()`` spans (the clock Kineto's ``baseTimeNanoseconds`` is
-on) and appends it to ``<spans_dir>/<pid>.tsv`` once per batch with one ``os.write``: a killed worker
-loses at most the batch it was working on.
+on) and appends it to ``<spans_dir>/<pid>.spans`` once per batch with one ``os.write``: a killed
+worker loses at most the batch it was working on.
 
 How the probe gets in, without a change to the user's code:
 
@@ -18,11 +18,7 @@ How the probe gets in, without a change to the user's code:
   worker's index queue to learn the index of the batch it is producing.
 * The dataset fetchers' ``fetch`` and the tokenizer's public entry points are timed in place.
 
-Each line of a span file is tab-separated; the first field says what it is:
-
-``W pid worker_id loader epoch num_workers start_ns``   a worker started
-``S name start_ns end_ns cpu_ns loader epoch batch worker_id``   a span
-``N start_ns end_ns loader epoch batch``   the main process's ``__next__`` that returned a batch
+The records are described in :mod:`dlprof.capture.spanfile`.
 """
 from __future__ import annotations
 
@@ -36,6 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from dlprof import schema
+from dlprof.capture import spanfile
 
 _time_ns = time.time_ns
 
@@ -54,31 +51,27 @@ class LoaderContext:
 
 
 class SpanLog:
-    """Append-only span file of one process; lines are buffered and written once per batch."""
+    """Append-only span file of one process; records are buffered and written once per batch."""
 
-    __slots__ = ("path", "cpu_ns", "_lines", "_fd")
+    __slots__ = ("path", "cpu_ns", "records", "_fd")
 
     def __init__(self, path: str, cpu_ns: Callable[[], int]):
         self.path = path
         self.cpu_ns = cpu_ns
-        self._lines: list[str] = []
+        #: Tuples in :data:`spanfile.RECORD` order; appended to directly on the hot paths.
+        self.records: list[tuple] = []
         self._fd: int | None = None
 
-    def span(self, name: str, start_ns: int, end_ns: int, cpu_ns: int, ctx: LoaderContext, batch: int, worker_id: int) -> None:
-        self._lines.append(f"S\t{name}\t{start_ns}\t{end_ns}\t{cpu_ns}\t{ctx.loader_id}\t{ctx.epoch}\t{batch}\t{worker_id}\n")
-
-    def line(self, *fields: object) -> None:
-        self._lines.append("\t".join(map(str, fields)) + "\n")
-
     def flush(self) -> None:
-        if not self._lines:
+        if not self.records:
             return
         if self._fd is None:
             # A raw descriptor, not a buffered file object: a forked child inherits no Python buffer
             # that could be written twice.
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        data = "".join(self._lines).encode()
-        self._lines.clear()
+        pack = spanfile.RECORD.pack
+        data = b"".join([pack(*record) for record in self.records])
+        self.records.clear()
         os.write(self._fd, data)
 
 
@@ -98,6 +91,8 @@ class _ProcessState:
 
 
 _STATE = _ProcessState()
+_SPAN = spanfile.KIND_SPAN
+_BATCH, _FETCH, _TOKENIZER, _COLLATE = (spanfile.SPAN_CODE[name] for name in (schema.SPAN_BATCH, schema.SPAN_FETCH, schema.SPAN_TOKENIZER, schema.SPAN_COLLATE))
 _BATCH_CALLBACKS: list[Callable[[], None]] = []
 _LOADERS: list["LoaderRecord"] = []
 _ORIGINALS: dict[str, Any] = {}
@@ -166,14 +161,17 @@ def _timed_fetch(original: Callable) -> Callable:
             cpu1 = cpu_ns()
             st.in_loader = False
             log, worker = st.log, st.worker_id
+            loader, epoch = ctx.loader_id, ctx.epoch
             start, end = st.collate_start, st.collate_end
             if start is not None and end is not None:
-                log.span(schema.SPAN_BATCH, t0, t1, cpu1 - cpu0, ctx, batch, worker)
-                log.span(schema.SPAN_FETCH, t0, start[0], start[1] - cpu0, ctx, batch, worker)
-                log.span(schema.SPAN_COLLATE, start[0], end[0], end[1] - start[1], ctx, batch, worker)
+                log.records += (
+                    (_SPAN, _BATCH, t0, t1, cpu1 - cpu0, loader, epoch, batch, worker),
+                    (_SPAN, _FETCH, t0, start[0], start[1] - cpu0, loader, epoch, batch, worker),
+                    (_SPAN, _COLLATE, start[0], end[0], end[1] - start[1], loader, epoch, batch, worker),
+                )
             elif sys.exc_info()[0] is not StopIteration:
                 # The dataset raised: keep the time it took, the exception goes on to the user.
-                log.span(schema.SPAN_FETCH, t0, t1, cpu1 - cpu0, ctx, batch, worker)
+                log.records.append((_SPAN, _FETCH, t0, t1, cpu1 - cpu0, loader, epoch, batch, worker))
             log.flush()
 
     fetch._dlprof_original = original
@@ -195,7 +193,8 @@ def _timed_tokenizer(original: Callable) -> Callable:
         finally:
             t1 = _time_ns()
             st.tokenizer_depth = 0
-            st.log.span(schema.SPAN_TOKENIZER, t0, t1, cpu_ns() - cpu0, st.ctx, st.batch, st.worker_id)
+            ctx = st.ctx
+            st.log.records.append((_SPAN, _TOKENIZER, t0, t1, cpu_ns() - cpu0, ctx.loader_id, ctx.epoch, st.batch, st.worker_id))
 
     method._dlprof_original = original
     return method
@@ -276,11 +275,12 @@ def _start_worker_log(ctx: LoaderContext, worker_id: int, num_workers: Any) -> N
     state = _ProcessState()
     # Worker processes run the loading work alone, so the process's CPU time is the loading's
     # (tokenizers may use threads of their own).
-    state.log = SpanLog(os.path.join(ctx.spans_dir, f"{os.getpid()}.tsv"), time.process_time_ns)
+    state.log = SpanLog(spanfile.path_for(ctx.spans_dir, os.getpid()), time.process_time_ns)
     state.spans_dir = ctx.spans_dir
     state.worker_id = worker_id
     state.ctx = ctx
-    state.log.line("W", os.getpid(), worker_id, ctx.loader_id, ctx.epoch, num_workers, _time_ns())
+    workers = num_workers if isinstance(num_workers, int) else -1
+    state.log.records.append((spanfile.KIND_WORKER, 0, _time_ns(), 0, 0, ctx.loader_id, ctx.epoch, workers, worker_id))
     state.log.flush()
     _STATE = state
 
@@ -401,7 +401,7 @@ def _wrap_next(original: Callable) -> Callable:
         t0 = _time_ns()
         data = original(self)
         t1 = _time_ns()
-        st.log.line("N", t0, t1, ctx.loader_id, ctx.epoch, batch)
+        st.log.records.append((spanfile.KIND_NEXT, 0, t0, t1, 0, ctx.loader_id, ctx.epoch, batch, -1))
         st.log.flush()
         _LOADERS[ctx.loader_id].batches += 1
         for callback in _BATCH_CALLBACKS:
@@ -435,7 +435,7 @@ def install(spans_dir: str, spans: bool = True) -> None:
 
     os.makedirs(spans_dir, exist_ok=True)
     _STATE.spans_dir = spans_dir
-    _STATE.log = SpanLog(os.path.join(spans_dir, f"{os.getpid()}.tsv"), time.thread_time_ns)
+    _STATE.log = SpanLog(spanfile.path_for(spans_dir, os.getpid()), time.thread_time_ns)
     loader_cls = dataloader_module.DataLoader
     _patch(loader_cls, "__init__", _wrap_init)
     _patch(loader_cls, "__iter__", _wrap_iter)

@@ -13,7 +13,7 @@ import bisect
 import gzip
 import os
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
@@ -21,6 +21,7 @@ import orjson
 
 from dlprof import schema
 from dlprof.capture.memory import MemorySample
+from dlprof.capture.spanfile import NextCall, SpanFiles, WorkerStart, read_span_files
 
 #: A main-process ``__next__`` span dlprof measured and the Kineto event inside it are matched when
 #: Kineto's event lies within ours give or take this much (Kineto's ts are µs with ns decimals; its op
@@ -29,78 +30,6 @@ MATCH_TOLERANCE_NS = 50_000
 #: gzip level of the trace: level 6 is 2-3x faster than 9 on Kineto JSON for a file ~3 % larger.
 GZIP_LEVEL = 6
 _MIB = 2**20
-
-
-@dataclass
-class WorkerStart:
-    pid: int
-    worker_id: int
-    loader_id: int
-    epoch: int
-    num_workers: int | None
-    start_ns: int
-
-
-@dataclass
-class Span:
-    pid: int
-    name: str
-    start_ns: int
-    end_ns: int
-    cpu_ns: int
-    loader_id: int
-    epoch: int
-    batch: int
-    worker_id: int
-
-
-@dataclass
-class NextCall:
-    start_ns: int
-    end_ns: int
-    loader_id: int
-    epoch: int
-    batch: int
-
-
-@dataclass
-class SpanFiles:
-    """Everything the probes wrote in a run's ``spans/`` directory."""
-
-    workers: list[WorkerStart] = field(default_factory=list)
-    spans: list[Span] = field(default_factory=list)
-    next_calls: list[NextCall] = field(default_factory=list)
-    skipped_lines: int = 0
-
-
-def _int_or_none(text: str) -> int | None:
-    return None if text == "None" else int(text)
-
-
-def read_span_files(spans_dir: Path) -> SpanFiles:
-    """Parse every ``<pid>.tsv`` file; a line cut short by a killed worker is skipped and counted."""
-    found = SpanFiles()
-    if not spans_dir.is_dir():
-        return found
-    for path in sorted(spans_dir.glob("*.tsv")):
-        pid = int(path.stem)
-        for line in path.read_text(errors="replace").splitlines():
-            fields = line.split("\t")
-            try:
-                kind = fields[0]
-                if kind == "S" and len(fields) == 9:
-                    found.spans.append(Span(pid, fields[1], *map(int, fields[2:9])))
-                elif kind == "N" and len(fields) == 6:
-                    found.next_calls.append(NextCall(*map(int, fields[1:6])))
-                elif kind == "W" and len(fields) == 7:
-                    found.workers.append(
-                        WorkerStart(int(fields[1]), int(fields[2]), int(fields[3]), int(fields[4]), _int_or_none(fields[5]), int(fields[6]))
-                    )
-                else:
-                    found.skipped_lines += 1
-            except ValueError:
-                found.skipped_lines += 1
-    return found
 
 
 def _us(ns: int, base_ns: int) -> float:
@@ -359,7 +288,7 @@ def merge_rank(kineto: dict, result: dict, inputs: MergeInputs) -> dict:
             "alignment": alignment,
         },
         "memory": memory_summary(inputs.memory_samples, main_pid, found.workers, inputs.memory_interval_ms),
-        "span_lines_skipped": found.skipped_lines,
+        "span_records_skipped": found.skipped_records,
     }
     # Metadata before the events: HTA reads a trace's rank from the text before "traceEvents", and a
     # reader can take the manifest from the first kilobytes without parsing every event.

@@ -12,7 +12,7 @@ import platform
 import socket
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -21,24 +21,12 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from dlprof import __version__
 from dlprof.capture import loader_probe
+from dlprof.capture.schedule import Schedule
 
 #: Batches returned with no optimizer step in between before the profiler steps per batch instead:
 #: a few, so that gradient accumulation over a handful of micro-batches is not mistaken for
 #: a script without an optimizer.
 BATCHES_BEFORE_BATCH_STEPPING = 16
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """``torch.profiler.schedule`` settings; one repeat."""
-
-    wait: int
-    warmup: int
-    active: int
-
-    @property
-    def total(self) -> int:
-        return self.wait + self.warmup + self.active
 
 
 def host_facts() -> dict:

@@ -19,6 +19,7 @@ import warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from dlprof.capture.schedule import Schedule
 from dlprof.errors import InputError, UsageError
 from dlprof.workloads.records import load_examples
 
@@ -134,10 +135,13 @@ def plan(workload: dict, wait: int, warmup: int, active: int | None) -> tuple[Wo
         The checked options and the number of steps to record.
     """
     steps = workload.get("steps")
+    Schedule(wait, warmup, 1 if active is None else active).check()
     if steps is not None and steps < wait + warmup + 1:
         raise UsageError(f"--steps {steps}: the profiler skips {wait} + {warmup} steps (--wait, --warmup) before it records; use --steps {wait + warmup + 1} or more")
     if active is None:
         active = steps - wait - warmup if steps is not None else DEFAULT_ACTIVE_STEPS
+    elif steps is not None and steps < wait + warmup + active:
+        raise UsageError(f"--steps {steps}: fewer than --wait + --warmup + --active = {wait + warmup + active}; raise --steps or lower --active")
     options = WorkloadOptions(**{**workload, "steps": steps if steps is not None else wait + warmup + active})
     check(options)
     return options, active

@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from dlprof import schema
-from dlprof.capture import loader_probe, merge
+from dlprof.capture import loader_probe, spanfile
 from dlprof.workloads.lora import DEFAULT_TOKENIZER
 
 
@@ -52,7 +52,7 @@ def spans_dir(tmp_path: Path):
 def spans_by_batch(directory: Path) -> dict[int, dict[str, list]]:
     loader_probe.flush()
     grouped: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-    for span in merge.read_span_files(directory).spans:
+    for span in spanfile.read_span_files(directory).spans:
         grouped[span.batch][span.name].append(span)
     return grouped
 
@@ -70,7 +70,7 @@ def test_num_workers_0_records_each_batch_in_the_main_process(spans_dir, tokeniz
         assert whole.start_ns == fetch.start_ns <= fetch.end_ns <= collate.start_ns <= collate.end_ns <= whole.end_ns
         assert all(fetch.start_ns <= t.start_ns <= t.end_ns <= fetch.end_ns for t in spans[schema.SPAN_TOKENIZER])
         assert 0 <= fetch.cpu_ns and collate.cpu_ns <= collate.end_ns - collate.start_ns + 1_000_000
-    calls = merge.read_span_files(spans_dir).next_calls
+    calls = spanfile.read_span_files(spans_dir).next_calls
     assert [c.batch for c in calls] == [0, 1, 2, 3]
     # each batch was produced inside the __next__ call that returned it
     for call in calls:
@@ -81,7 +81,7 @@ def test_num_workers_0_records_each_batch_in_the_main_process(spans_dir, tokeniz
 def test_forked_workers_record_their_batches_with_worker_ids(spans_dir, tokenizer):
     loader = DataLoader(TokenizingDataset(tokenizer), batch_size=2, num_workers=2, collate_fn=pad_collate, multiprocessing_context="fork")
     assert len(list(loader)) == 6
-    found = merge.read_span_files(spans_dir)
+    found = spanfile.read_span_files(spans_dir)
     workers = {w.worker_id: w.pid for w in found.workers}
     assert sorted(workers) == [0, 1] and len(set(workers.values())) == 2
     grouped = spans_by_batch(spans_dir)
@@ -109,7 +109,7 @@ def test_persistent_workers_count_epochs(spans_dir):
     for _ in range(2):
         assert len(list(loader)) == 2
     del loader
-    found = merge.read_span_files(spans_dir)
+    found = spanfile.read_span_files(spans_dir)
     assert len(found.workers) == 1  # one worker served both epochs
     assert sorted({(s.epoch, s.batch) for s in found.spans}) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert sorted((c.epoch, c.batch) for c in found.next_calls) == [(0, 0), (0, 1), (1, 0), (1, 1)]
@@ -134,7 +134,7 @@ def test_loader_settings_are_recorded_as_the_dataloader_got_them(spans_dir):
 
 def test_tokenizer_outside_a_loader_is_not_recorded(spans_dir, tokenizer):
     tokenizer("not loading data")
-    assert merge.read_span_files(spans_dir).spans == []
+    assert spanfile.read_span_files(spans_dir).spans == []
 
 
 def test_uninstall_restores_torch(tmp_path):

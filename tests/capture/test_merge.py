@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from dlprof import schema
-from dlprof.capture import merge
+from dlprof.capture import merge, spanfile
 from dlprof.capture.memory import MemorySample
 
 BASE_NS = 1_700_000_000_000_000_000
@@ -30,32 +30,38 @@ def kineto() -> dict:
     }
 
 
-def span_lines() -> str:
-    """Worker 0 produced batches 3 and 4; batch 1 ended long before the window; the main process timed two __next__ calls."""
-    us = lambda t: BASE_NS + int(t * 1000)  # noqa: E731  µs since BASE_NS -> absolute ns
+def us(t: float) -> int:
+    """µs since BASE_NS -> absolute ns."""
+    return BASE_NS + int(t * 1000)
+
+
+def span_records() -> bytes:
+    """Worker 0 produced batches 3 and 4; batch 1 ended long before the window; the last record is cut short."""
+    code = spanfile.SPAN_CODE
     rows = [
-        ("W", WORKER_PID, 0, 0, 0, 2, us(10)),
-        ("S", "batch", us(20), us(30), 9000, 0, 0, 1, 0),
-        ("S", "batch", us(500), us(1200), 600_000, 0, 0, 3, 0),
-        ("S", "dataset fetch", us(500), us(1100), 500_000, 0, 0, 3, 0),
-        ("S", "tokenizer", us(600), us(700), 90_000, 0, 0, 3, 0),
-        ("S", "collate_fn", us(1100), us(1200), 100_000, 0, 0, 3, 0),
-        ("S", "batch", us(1500), us(2050), 400_000, 0, 0, 4, 0),
+        (spanfile.KIND_WORKER, 0, us(10), 0, 0, 0, 0, 2, 0),
+        (spanfile.KIND_SPAN, code["batch"], us(20), us(30), 9000, 0, 0, 1, 0),
+        (spanfile.KIND_SPAN, code["batch"], us(500), us(1200), 600_000, 0, 0, 3, 0),
+        (spanfile.KIND_SPAN, code["dataset fetch"], us(500), us(1100), 500_000, 0, 0, 3, 0),
+        (spanfile.KIND_SPAN, code["tokenizer"], us(600), us(700), 90_000, 0, 0, 3, 0),
+        (spanfile.KIND_SPAN, code["collate_fn"], us(1100), us(1200), 100_000, 0, 0, 3, 0),
+        (spanfile.KIND_SPAN, code["batch"], us(1500), us(2050), 400_000, 0, 0, 4, 0),
     ]
-    return "".join("\t".join(map(str, row)) + "\n" for row in rows) + "S\tbatch\t12"  # last line cut short
+    return b"".join(spanfile.RECORD.pack(*row) for row in rows) + spanfile.RECORD.pack(*rows[-1])[:20]
 
 
-def main_lines() -> str:
-    us = lambda t: BASE_NS + int(t * 1000)  # noqa: E731
-    return f"N\t{us(1000)}\t{us(1304)}\t0\t0\t3\nN\t{us(2001)}\t{us(2110)}\t0\t0\t4\n"
+def main_records() -> bytes:
+    """The main process timed the two __next__ calls that returned batches 3 and 4."""
+    rows = [(spanfile.KIND_NEXT, 0, us(1000), us(1304), 0, 0, 0, 3, -1), (spanfile.KIND_NEXT, 0, us(2001), us(2110), 0, 0, 0, 4, -1)]
+    return b"".join(spanfile.RECORD.pack(*row) for row in rows)
 
 
 @pytest.fixture
 def session(tmp_path: Path) -> Path:
     spans = tmp_path / "spans"
     spans.mkdir()
-    (spans / f"{WORKER_PID}.tsv").write_text(span_lines())
-    (spans / f"{MAIN_PID}.tsv").write_text(main_lines())
+    (spans / f"{WORKER_PID}.spans").write_bytes(span_records())
+    (spans / f"{MAIN_PID}.spans").write_bytes(main_records())
     return tmp_path
 
 
@@ -82,12 +88,12 @@ def merged(session: Path, samples: list[MemorySample] | None = None) -> dict:
     return merge.merge_rank(kineto(), result(), inputs)
 
 
-def test_read_span_files_parses_each_kind_and_counts_broken_lines(session):
-    found = merge.read_span_files(session / "spans")
+def test_read_span_files_parses_each_kind_and_counts_broken_records(session):
+    found = spanfile.read_span_files(session / "spans")
     assert [(w.pid, w.worker_id, w.num_workers) for w in found.workers] == [(WORKER_PID, 0, 2)]
     assert len(found.spans) == 6
     assert [c.batch for c in found.next_calls] == [3, 4]
-    assert found.skipped_lines == 1
+    assert found.skipped_records == 1
 
 
 def test_next_events_get_their_batch_and_become_cpu_op(session):
@@ -107,7 +113,7 @@ def test_alignment_slack_is_measured_in_microseconds(session):
 
 
 def test_a_next_event_outside_every_span_stays_unmatched(session):
-    (session / "spans" / f"{MAIN_PID}.tsv").write_text(main_lines().splitlines()[0] + "\n")
+    (session / "spans" / f"{MAIN_PID}.spans").write_bytes(main_records()[: spanfile.RECORD.size])
     alignment = merged(session)[schema.MANIFEST_KEY]["clock"]["alignment"]
     assert alignment["next_events_matched"] == 1
     assert alignment["next_events_unmatched"] == 1
@@ -128,10 +134,12 @@ def test_worker_spans_become_a_named_process_on_kineto_clock(session):
 
 
 def test_batch_consumed_in_window_is_kept_even_if_produced_before(session):
-    lines = span_lines().replace(f"\t{BASE_NS + 500_000}\t{BASE_NS + 1_200_000}\t600000", f"\t{BASE_NS + 100_000}\t{BASE_NS + 200_000}\t600000")
-    (session / "spans" / f"{WORKER_PID}.tsv").write_text(lines)
+    early = spanfile.RECORD.pack(spanfile.KIND_SPAN, spanfile.SPAN_CODE["batch"], us(100), us(200), 1, 0, 0, 3, 0)
+    late = spanfile.RECORD.pack(spanfile.KIND_SPAN, spanfile.SPAN_CODE["batch"], us(100), us(200), 1, 0, 0, 7, 0)
+    (session / "spans" / f"{WORKER_PID}.spans").write_bytes(early + late)
     spans = [e for e in merged(session)["traceEvents"] if e.get("cat") == schema.CATEGORY and e["name"] == "batch"]
-    assert sorted(e["args"][schema.ARG_BATCH] for e in spans) == [3, 4]
+    # batch 3 was returned by a traced __next__; batch 7 was not
+    assert [(e["args"][schema.ARG_BATCH], e["ts"]) for e in spans] == [(3, 100.0)]
 
 
 def test_memory_counters_inside_window_and_summary_over_whole_run(session):
@@ -166,7 +174,7 @@ def test_manifest_and_rank_come_before_the_events(session):
     assert manifest["steps"] == {"run": 9, "recorded": 2}
     assert manifest["loader"]["num_workers"] == 2
     assert manifest["schedule"]["step_mode"] == "optimizer"
-    assert manifest["span_lines_skipped"] == 1
+    assert manifest["span_records_skipped"] == 1
 
 
 def test_atomic_write_leaves_only_the_final_file(tmp_path):

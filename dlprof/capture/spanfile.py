@@ -1,0 +1,95 @@
+"""The span files DataLoader probes write while recording: fixed-size binary records, one file per process.
+
+Binary because the cost per span matters (target < 5 µs): packing a record costs ~0.2 µs where
+formatting a text line costs ~0.6 µs. Each process appends to ``<spans_dir>/<pid>.spans``; a record
+cut short by a killed process is dropped by the reader.
+
+Every record is ``<kind, name, a_ns, b_ns, c_ns, loader, epoch, batch, worker>``:
+
+* ``KIND_SPAN``: a span ``name`` (index into :data:`SPAN_NAMES`) from ``a_ns`` to ``b_ns`` with ``c_ns``
+  of CPU time, for ``batch`` of ``loader``/``epoch``, in ``worker`` (-1: the main process).
+* ``KIND_NEXT``: the main process's ``__next__`` from ``a_ns`` to ``b_ns`` that returned ``batch``.
+* ``KIND_WORKER``: worker ``worker`` of ``loader`` started at ``a_ns`` serving ``epoch``; ``batch`` holds
+  the loader's num_workers.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dlprof import schema
+
+RECORD = struct.Struct("<BBqqqiiii")
+KIND_SPAN, KIND_NEXT, KIND_WORKER = 1, 2, 3
+SPAN_NAMES = schema.SPAN_NAMES
+SPAN_CODE = {name: code for code, name in enumerate(SPAN_NAMES)}
+SUFFIX = ".spans"
+
+
+@dataclass
+class WorkerStart:
+    pid: int
+    worker_id: int
+    loader_id: int
+    epoch: int
+    num_workers: int
+    start_ns: int
+
+
+@dataclass
+class Span:
+    pid: int
+    name: str
+    start_ns: int
+    end_ns: int
+    cpu_ns: int
+    loader_id: int
+    epoch: int
+    batch: int
+    worker_id: int
+
+
+@dataclass
+class NextCall:
+    start_ns: int
+    end_ns: int
+    loader_id: int
+    epoch: int
+    batch: int
+
+
+@dataclass
+class SpanFiles:
+    """Everything the probes wrote in a run's spans directory."""
+
+    workers: list[WorkerStart] = field(default_factory=list)
+    spans: list[Span] = field(default_factory=list)
+    next_calls: list[NextCall] = field(default_factory=list)
+    skipped_records: int = 0
+
+
+def path_for(spans_dir: str, pid: int) -> str:
+    return f"{spans_dir}/{pid}{SUFFIX}"
+
+
+def read_span_files(spans_dir: Path) -> SpanFiles:
+    """Parse every span file in ``spans_dir``; incomplete or unknown records are skipped and counted."""
+    found = SpanFiles()
+    if not spans_dir.is_dir():
+        return found
+    for path in sorted(spans_dir.glob("*" + SUFFIX)):
+        pid = int(path.stem)
+        data = path.read_bytes()
+        whole = len(data) - len(data) % RECORD.size
+        found.skipped_records += len(data) % RECORD.size and 1
+        for kind, name, a, b, c, loader, epoch, batch, worker in RECORD.iter_unpack(data[:whole]):
+            if kind == KIND_SPAN and name < len(SPAN_NAMES):
+                found.spans.append(Span(pid, SPAN_NAMES[name], a, b, c, loader, epoch, batch, worker))
+            elif kind == KIND_NEXT:
+                found.next_calls.append(NextCall(a, b, loader, epoch, batch))
+            elif kind == KIND_WORKER:
+                found.workers.append(WorkerStart(pid, worker, loader, epoch, batch, a))
+            else:
+                found.skipped_records += 1
+    return found

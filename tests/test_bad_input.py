@@ -1,0 +1,227 @@
+"""Every bad input to ``dlprof record``: one stderr line naming the problem and the fix, exit code 2,
+no traceback, and no run directory left behind."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dlprof.capture import launcher
+from dlprof.cli import cli
+from dlprof.errors import RecordError
+from conftest import run_dlprof
+
+RUN = "run"
+SCRIPT = "import sys\n"  # never run: every case fails before training starts
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli, list(args), prog_name="dlprof")
+
+
+def assert_one_line_error(stderr: str, output: str, names: str) -> str:
+    """The dlprof error line, checked: the last stderr line, naming ``names``."""
+    lines = stderr.strip().splitlines()
+    assert lines, "nothing on stderr"
+    last = lines[-1]
+    assert last.startswith("dlprof") and "error:" in last, last
+    assert names in last, f"{names!r} not named in: {last}"
+    assert "Traceback" not in output
+    return last
+
+
+def assert_no_run_left(out: Path, name: str = RUN) -> None:
+    assert not (out / name).exists(), f"{out / name} left behind: {list((out / name).rglob('*'))}"
+
+
+def assert_cli_error(result, out: Path, names: str, name: str = RUN) -> str:
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr  # the whole stderr is one line
+    last = assert_one_line_error(result.stderr, result.output, names)
+    assert_no_run_left(out, name)
+    return last
+
+
+@pytest.fixture
+def out(tmp_path) -> Path:
+    return tmp_path / "traces"
+
+
+@pytest.fixture
+def script(tmp_path) -> str:
+    path = tmp_path / "script.py"
+    path.write_text(SCRIPT)
+    return str(path)
+
+
+# --- datasets -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ('[{"instruction": "a"', "not valid JSON"),
+        ('{"instruction": "a", "output": "b"}\n{"instruction": "c", "output": \n', "line 2 is not valid JSON"),
+        ('[{"instruction": "a"}]', "record 1 has no known format"),
+        ("", "the file is empty"),
+        ("[]", "holds no records"),
+    ],
+    ids=["malformed-json", "jsonl-broken-line-2", "no-response", "empty", "empty-array"],
+)
+def test_bad_dataset(tmp_path, out, content, problem):
+    dataset = tmp_path / "data.json"
+    dataset.write_text(content)
+    last = assert_cli_error(invoke("record", "--out", str(out), "--name", RUN, "--dataset", str(dataset)), out, str(dataset))
+    assert problem in last
+
+
+def test_missing_dataset(tmp_path, out):
+    missing = str(tmp_path / "nope.json")
+    last = assert_cli_error(invoke("record", "--out", str(out), "--name", RUN, "--dataset", missing), out, missing)
+    assert "no such dataset file" in last
+
+
+# --- model and tokenizer --------------------------------------------------------------------------
+
+def test_model_dir_without_config(tmp_path, out):
+    model = tmp_path / "model"
+    model.mkdir()
+    last = assert_cli_error(invoke("record", "--out", str(out), "--name", RUN, "--model", str(model)), out, str(model))
+    assert "no config.json" in last
+
+
+@pytest.mark.parametrize("option", ["--model", "--tokenizer"])
+def test_missing_model_or_tokenizer(tmp_path, out, option):
+    missing = str(tmp_path / "absent")
+    last = assert_cli_error(invoke("record", "--out", str(out), "--name", RUN, option, missing), out, missing)
+    assert "no such" in last
+
+
+# --- workload options and schedule ----------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("args", "names", "fix"),
+    [
+        (["--device", "tpu"], "--device tpu", "auto, cpu, cuda"),
+        (["--num-workers", "-1"], "--num-workers -1", ">= 0"),
+        (["--batch-size", "0"], "--batch-size 0", ">= 1"),
+        (["--num-workers", "x"], "--num-workers", "not a valid integer"),
+        (["--prefetch-factor", "2", "--num-workers", "0"], "--prefetch-factor", "--num-workers 1 or more"),
+        (["--persistent-workers", "--num-workers", "0"], "--persistent-workers", "--num-workers 1 or more"),
+        (["--steps", "3"], "--steps 3", "use --steps 6 or more"),
+        (["--steps", "7", "--active", "20"], "--steps 7", "raise --steps or lower --active"),
+        (["--warmup", "-2"], "--warmup -2", ">= 0"),
+        (["--name", "bad/name"], "--name 'bad/name'", "letters, digits"),
+    ],
+    ids=["device", "num-workers", "batch-size", "not-int", "prefetch", "persistent", "steps", "steps-active", "warmup", "name"],
+)
+def test_bad_workload_option(out, args, names, fix):
+    last = assert_cli_error(invoke("record", "--out", str(out), "--name", RUN, *args), out, names)
+    assert fix in last
+    assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("args", "names", "fix"),
+    [
+        (["--wait", "0", "--warmup", "0"], "--wait/--warmup", ">= 1"),
+        (["--active", "0"], "--active", ">= 1"),
+        (["--batch-size", "3"], "--batch-size", "after '--'"),
+        (["--name", "bad/name"], "--name 'bad/name'", "letters, digits"),
+    ],
+    ids=["wait-warmup-0", "active-0", "workload-option", "name"],
+)
+def test_bad_option_with_user_script(out, script, args, names, fix):
+    last = assert_cli_error(invoke("record", "--out", str(out), "--name", RUN, *args, "--", "python", script), out, names)
+    assert fix in last
+
+
+# --- the command after '--' -----------------------------------------------------------------------
+
+def test_missing_script(tmp_path, out):
+    missing = str(tmp_path / "missing.py")
+    last = assert_cli_error(invoke("record", "--out", str(out), "--name", RUN, "--", "python", missing), out, missing)
+    assert "no such script" in last
+
+
+@pytest.mark.parametrize(
+    ("command", "names", "fix"),
+    [
+        (["ls", "-la"], "ls", "python SCRIPT.py"),
+        (["python", "-c", "print(1)"], "-c", "save the code to a .py file"),
+        (["python", "-m"], "-m", "add the module name"),
+        (["python", "-u"], "python -u", "add the path of your training script"),
+    ],
+    ids=["not-python", "code-string", "no-module", "no-script"],
+)
+def test_bad_command(out, command, names, fix):
+    last = assert_cli_error(invoke("record", "--out", str(out), "--name", RUN, "--", *command), out, names)
+    assert fix in last
+
+
+def test_nothing_after_double_dash(out, monkeypatch):
+    """Click drops a bare trailing '--'; ``dlprof record --`` must still be an error, not run the
+    built-in workload (intercepted here, so a regression stays fast)."""
+    real_record, built_in_runs = launcher.record, []
+
+    def guarded(request):
+        if request.command[:3] == ("python", "-m", "dlprof.workloads.lora"):
+            built_in_runs.append(request.command)
+            raise RecordError("the built-in workload was started")
+        return real_record(request)
+
+    monkeypatch.setattr(launcher, "record", guarded)
+    result = invoke("record", "--out", str(out), "--name", RUN, "--")
+    assert not built_in_runs, "'dlprof record --' with no command ran the built-in workload"
+    assert_cli_error(result, out, "--")
+
+
+def test_name_that_holds_a_trace_is_left_untouched(out, script):
+    run_dir = out / "taken"
+    run_dir.mkdir(parents=True)
+    existing = run_dir / "host_1.2.pt.trace.json.gz"
+    existing.write_bytes(b"not really gzip, but precious")
+    result = invoke("record", "--out", str(out), "--name", "taken", "--", "python", script)
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    last = assert_one_line_error(result.stderr, result.output, str(run_dir))
+    assert "--name" in last
+    assert sorted(run_dir.iterdir()) == [existing]  # no scratch directory either
+    assert existing.read_bytes() == b"not really gzip, but precious"
+
+
+def test_active_out_of_range_names_active(out):
+    """``--active -5`` names --active, not the --steps that plan() would derive from it."""
+    assert_cli_error(invoke("record", "--out", str(out), "--name", RUN, "--active", "-5"), out, "--active")
+
+
+@pytest.mark.slow
+def test_negative_wait_is_one_line(out, script):
+    """A negative --wait is refused before the training process starts (torch.profiler.schedule
+    would fail inside it with an AssertionError)."""
+    result = invoke("record", "--out", str(out), "--name", RUN, "--wait", "-1", "--warmup", "3", "--", "python", script)
+    assert_cli_error(result, out, "--wait")
+
+
+# --- a script that fails at once (a real subprocess) ----------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [
+        ('raise SystemExit("bad config")\n', "the script exited: bad config"),
+        ("import dlprof_no_such_module_xyz\n", "ModuleNotFoundError: No module named 'dlprof_no_such_module_xyz'"),
+    ],
+    ids=["system-exit", "import-error"],
+)
+def test_script_that_fails_at_once(tmp_path, out, source, reason):
+    script = tmp_path / "broken.py"
+    script.write_text(source)
+    done = run_dlprof("record", "--out", str(out), "--name", RUN, "--", "python", str(script), timeout=120)
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("dlprof: error: ") and str(script) in last
+    assert reason in last and "failed before the profiler recorded a step" in last
+    assert "Traceback" not in done.stdout
+    assert_no_run_left(out)
