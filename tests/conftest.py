@@ -69,3 +69,18 @@ def workload_run_0(traces_root) -> Path:
 def data_bound_run(traces_root) -> Path:
     """A user script whose dataset sleeps 5 ms a sample, loaded in the main process: data-bound."""
     return _record(traces_root, "data-bound", "--wait", "1", "--warmup", "1", "--active", "6", "--", "python", str(SCRIPTS_DIR / "slow_dataset.py"), "--num-workers", "0")
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` need a CUDA device; without one they are skipped, not failed."""
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if gpu_items and not _cuda_available():
+        skip = pytest.mark.skip(reason="needs a CUDA device")
+        for item in gpu_items:
+            item.add_marker(skip)

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Install dlprof and its dependencies into the current Python environment.
+# torch first, pinned: `pip install torch==2.13.0` takes the CPU wheel (any other spec may pull a
+# multi-GB CUDA build); the project's own range (torch>=2.4) is then already satisfied.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+"$PYTHON" -m pip install --quiet --disable-pip-version-check "torch==${DLPROF_TORCH_VERSION:-2.13.0}"
+"$PYTHON" -m pip install --quiet --disable-pip-version-check -e ".[test]"
