@@ -36,6 +36,8 @@ _PYTHON_OPTIONS_WITH_VALUE = {"-W", "-X", "--check-hash-based-pycs"}
 _PR_SET_CHILD_SUBREAPER = 36
 #: Seconds a leftover process gets after SIGTERM before SIGKILL.
 _TERMINATE_GRACE_S = 3.0
+#: Seconds the training process gets after Ctrl-C to save its recording and exit.
+INTERRUPT_GRACE_S = 15.0
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -132,17 +134,40 @@ def _end_leftovers() -> None:
     psutil.wait_procs(alive, timeout=_TERMINATE_GRACE_S)
 
 
+def _wait(child: subprocess.Popen, interrupted: list[float]) -> int:
+    """Wait for the training process; after Ctrl-C, give it INTERRUPT_GRACE_S to finish, then stop it.
+
+    A KeyboardInterrupt that lands while DataLoader workers shut down can leave the training process
+    hung at exit (a queue's feeder thread waiting on dead workers): the recording is already saved by
+    then, and the user must not need a second Ctrl-C.
+    """
+    while True:
+        try:
+            return child.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            pass
+        if interrupted and time.monotonic() - interrupted[0] > INTERRUPT_GRACE_S:
+            child.terminate()
+            try:
+                child.wait(timeout=_TERMINATE_GRACE_S)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+            return 128 + signal.SIGINT
+
+
 def _run_child(argv: list[str], env: dict, memory_interval_ms: int) -> tuple[int, list]:
     _become_subreaper()
     # Ctrl-C reaches the whole process group; the training process turns it into a partial trace,
     # and this process must live on to merge it. A handler, not SIG_IGN: an ignored SIGINT would be
     # inherited through exec and the training process would never see Ctrl-C.
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    interrupted: list[float] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(time.monotonic()))
     try:
         child = subprocess.Popen(argv, env=env)
         sampler = MemorySampler(child.pid, memory_interval_ms)
         sampler.start()
-        exit_code = child.wait()
+        exit_code = _wait(child, interrupted)
         samples = sampler.stop()
         if exit_code < 0:  # killed by a signal: report it as a shell does (SIGINT -> 130)
             exit_code = 128 - exit_code
