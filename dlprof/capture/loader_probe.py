@@ -53,11 +53,12 @@ class LoaderContext:
 class SpanLog:
     """Append-only span file of one process; records are buffered and written once per batch."""
 
-    __slots__ = ("path", "cpu_ns", "records", "_fd")
+    __slots__ = ("path", "cpu_ns", "runq_ns", "records", "_fd")
 
     def __init__(self, path: str, cpu_ns: Callable[[], int]):
         self.path = path
         self.cpu_ns = cpu_ns
+        self.runq_ns = spanfile.run_queue_clock()
         #: Tuples in :data:`spanfile.RECORD` order; appended to directly on the hot paths.
         self.records: list[tuple] = []
         self._fd: int | None = None
@@ -149,7 +150,8 @@ def _timed_fetch(original: Callable) -> Callable:
         batch = st.batch
         st.collate_start = st.collate_end = None
         st.in_loader = True
-        cpu_ns = st.log.cpu_ns
+        cpu_ns, runq_ns = st.log.cpu_ns, st.log.runq_ns
+        runq0 = runq_ns()
         cpu0 = cpu_ns()
         t0 = _time_ns()
         try:
@@ -159,19 +161,20 @@ def _timed_fetch(original: Callable) -> Callable:
         finally:
             t1 = _time_ns()
             cpu1 = cpu_ns()
+            runq1 = runq_ns()
             st.in_loader = False
             log, worker = st.log, st.worker_id
             loader, epoch = ctx.loader_id, ctx.epoch
             start, end = st.collate_start, st.collate_end
             if start is not None and end is not None:
                 log.records += (
-                    (_SPAN, _BATCH, t0, t1, cpu1 - cpu0, loader, epoch, batch, worker),
-                    (_SPAN, _FETCH, t0, start[0], start[1] - cpu0, loader, epoch, batch, worker),
-                    (_SPAN, _COLLATE, start[0], end[0], end[1] - start[1], loader, epoch, batch, worker),
+                    (_SPAN, _BATCH, t0, t1, cpu1 - cpu0, runq1 - runq0, loader, epoch, batch, worker),
+                    (_SPAN, _FETCH, t0, start[0], start[1] - cpu0, 0, loader, epoch, batch, worker),
+                    (_SPAN, _COLLATE, start[0], end[0], end[1] - start[1], 0, loader, epoch, batch, worker),
                 )
             elif sys.exc_info()[0] is not StopIteration:
                 # The dataset raised: keep the time it took, the exception goes on to the user.
-                log.records.append((_SPAN, _FETCH, t0, t1, cpu1 - cpu0, loader, epoch, batch, worker))
+                log.records.append((_SPAN, _FETCH, t0, t1, cpu1 - cpu0, 0, loader, epoch, batch, worker))
             log.flush()
 
     fetch._dlprof_original = original
@@ -194,7 +197,7 @@ def _timed_tokenizer(original: Callable) -> Callable:
             t1 = _time_ns()
             st.tokenizer_depth = 0
             ctx = st.ctx
-            st.log.records.append((_SPAN, _TOKENIZER, t0, t1, cpu_ns() - cpu0, ctx.loader_id, ctx.epoch, st.batch, st.worker_id))
+            st.log.records.append((_SPAN, _TOKENIZER, t0, t1, cpu_ns() - cpu0, 0, ctx.loader_id, ctx.epoch, st.batch, st.worker_id))
 
     method._dlprof_original = original
     return method
@@ -280,7 +283,7 @@ def _start_worker_log(ctx: LoaderContext, worker_id: int, num_workers: Any) -> N
     state.worker_id = worker_id
     state.ctx = ctx
     workers = num_workers if isinstance(num_workers, int) else -1
-    state.log.records.append((spanfile.KIND_WORKER, 0, _time_ns(), 0, 0, ctx.loader_id, ctx.epoch, workers, worker_id))
+    state.log.records.append((spanfile.KIND_WORKER, 0, _time_ns(), 0, 0, 0, ctx.loader_id, ctx.epoch, workers, worker_id))
     state.log.flush()
     _STATE = state
 
@@ -401,7 +404,7 @@ def _wrap_next(original: Callable) -> Callable:
         t0 = _time_ns()
         data = original(self)
         t1 = _time_ns()
-        st.log.records.append((spanfile.KIND_NEXT, 0, t0, t1, 0, ctx.loader_id, ctx.epoch, batch, -1))
+        st.log.records.append((spanfile.KIND_NEXT, 0, t0, t1, 0, 0, ctx.loader_id, ctx.epoch, batch, -1))
         st.log.flush()
         _LOADERS[ctx.loader_id].batches += 1
         for callback in _BATCH_CALLBACKS:

@@ -51,6 +51,8 @@ def host_facts() -> dict:
         "ram_total_mib": memory.total // 2**20,
         "ram_available_mib": memory.available // 2**20,
         "gpu": gpu,
+        # Intra-op threads: on a CPU device, training itself uses this many cores.
+        "torch_threads": torch.get_num_threads(),
         "platform": platform.platform(),
     }
 

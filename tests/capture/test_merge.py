@@ -39,20 +39,20 @@ def span_records() -> bytes:
     """Worker 0 produced batches 3 and 4; batch 1 ended long before the window; the last record is cut short."""
     code = spanfile.SPAN_CODE
     rows = [
-        (spanfile.KIND_WORKER, 0, us(10), 0, 0, 0, 0, 2, 0),
-        (spanfile.KIND_SPAN, code["batch"], us(20), us(30), 9000, 0, 0, 1, 0),
-        (spanfile.KIND_SPAN, code["batch"], us(500), us(1200), 600_000, 0, 0, 3, 0),
-        (spanfile.KIND_SPAN, code["dataset fetch"], us(500), us(1100), 500_000, 0, 0, 3, 0),
-        (spanfile.KIND_SPAN, code["tokenizer"], us(600), us(700), 90_000, 0, 0, 3, 0),
-        (spanfile.KIND_SPAN, code["collate_fn"], us(1100), us(1200), 100_000, 0, 0, 3, 0),
-        (spanfile.KIND_SPAN, code["batch"], us(1500), us(2050), 400_000, 0, 0, 4, 0),
+        (spanfile.KIND_WORKER, 0, us(10), 0, 0, 0, 0, 0, 2, 0),
+        (spanfile.KIND_SPAN, code["batch"], us(20), us(30), 9000, 0, 0, 0, 1, 0),
+        (spanfile.KIND_SPAN, code["batch"], us(500), us(1200), 600_000, 40_000, 0, 0, 3, 0),
+        (spanfile.KIND_SPAN, code["dataset fetch"], us(500), us(1100), 500_000, 0, 0, 0, 3, 0),
+        (spanfile.KIND_SPAN, code["tokenizer"], us(600), us(700), 90_000, 0, 0, 0, 3, 0),
+        (spanfile.KIND_SPAN, code["collate_fn"], us(1100), us(1200), 100_000, 0, 0, 0, 3, 0),
+        (spanfile.KIND_SPAN, code["batch"], us(1500), us(2050), 400_000, 0, 0, 0, 4, 0),
     ]
     return b"".join(spanfile.RECORD.pack(*row) for row in rows) + spanfile.RECORD.pack(*rows[-1])[:20]
 
 
 def main_records() -> bytes:
     """The main process timed the two __next__ calls that returned batches 3 and 4."""
-    rows = [(spanfile.KIND_NEXT, 0, us(1000), us(1304), 0, 0, 0, 3, -1), (spanfile.KIND_NEXT, 0, us(2001), us(2110), 0, 0, 0, 4, -1)]
+    rows = [(spanfile.KIND_NEXT, 0, us(1000), us(1304), 0, 0, 0, 0, 3, -1), (spanfile.KIND_NEXT, 0, us(2001), us(2110), 0, 0, 0, 0, 4, -1)]
     return b"".join(spanfile.RECORD.pack(*row) for row in rows)
 
 
@@ -131,11 +131,14 @@ def test_worker_spans_become_a_named_process_on_kineto_clock(session):
     fetch = next(e for e in spans if e["name"] == "dataset fetch")
     assert (fetch["pid"], fetch["tid"], fetch["ts"], fetch["dur"]) == (WORKER_PID, WORKER_PID, 500.0, 600.0)
     assert fetch["args"][schema.ARG_CPU_US] == 500.0
+    assert schema.ARG_RUNQ_US not in fetch["args"]
+    whole = next(e for e in spans if e["name"] == "batch" and e["args"][schema.ARG_BATCH] == 3)
+    assert whole["args"][schema.ARG_RUNQ_US] == 40.0
 
 
 def test_batch_consumed_in_window_is_kept_even_if_produced_before(session):
-    early = spanfile.RECORD.pack(spanfile.KIND_SPAN, spanfile.SPAN_CODE["batch"], us(100), us(200), 1, 0, 0, 3, 0)
-    late = spanfile.RECORD.pack(spanfile.KIND_SPAN, spanfile.SPAN_CODE["batch"], us(100), us(200), 1, 0, 0, 7, 0)
+    early = spanfile.RECORD.pack(spanfile.KIND_SPAN, spanfile.SPAN_CODE["batch"], us(100), us(200), 1, 0, 0, 0, 3, 0)
+    late = spanfile.RECORD.pack(spanfile.KIND_SPAN, spanfile.SPAN_CODE["batch"], us(100), us(200), 1, 0, 0, 0, 7, 0)
     (session / "spans" / f"{WORKER_PID}.spans").write_bytes(early + late)
     spans = [e for e in merged(session)["traceEvents"] if e.get("cat") == schema.CATEGORY and e["name"] == "batch"]
     # batch 3 was returned by a traced __next__; batch 7 was not

@@ -54,6 +54,8 @@ def test_two_workers_have_tracks_spans_and_aligned_batches(workload_run_2):
     assert {s["name"] for s in spans} == set(schema.SPAN_NAMES)
     assert {s["args"][schema.ARG_WORKER] for s in spans} == {0, 1}
     assert all(s["args"][schema.ARG_CPU_US] >= 0 for s in spans)
+    batches = [s for s in spans if s["name"] == schema.SPAN_BATCH]
+    assert all(0 <= s["args"][schema.ARG_RUNQ_US] <= s["dur"] + 1 for s in batches)
     assert assert_batches_ready_before_next_returns(doc) == 8  # one batch per recorded step
 
 

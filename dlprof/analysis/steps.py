@@ -1,0 +1,105 @@
+"""Where each step's time goes on the host: every microsecond assigned to one category, by priority.
+
+As the PyTorch TensorBoard plugin did, a microsecond that several things claim goes to the first of:
+
+1. ``data_wait``  the main thread inside ``enumerate(DataLoader)#...__next__``
+2. ``h2d``        host copy ops (``aten::to``/``copy_``) that queued a host-to-device memcpy
+3. ``optimizer``  ``Optimizer.step#...`` and ``Optimizer.zero_grad#...``
+4. ``backward``   from the first to the last autograd-engine op of the step (any thread: on CUDA
+                  the engine runs on its own thread while the main thread waits in ``backward()``)
+5. ``forward``    main-thread ops before the backward window (all ops if the step has no backward)
+6. ``other``      the rest: Python between ops, logging, ops after the backward outside the optimizer
+
+The categories never overlap and add up to the step time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dlprof.analysis.intervals import Timeline, intersect, subtract, total
+from dlprof.analysis.stats import Summary
+from dlprof.errors import NoStepsError
+from dlprof.trace.run import TraceRun
+
+CATEGORIES = ("data_wait", "h2d", "forward", "backward", "optimizer", "other")
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One ProfilerStep, split into :data:`CATEGORIES` (ms)."""
+
+    number: int
+    start_us: float
+    step_ms: float
+    data_wait_ms: float
+    h2d_ms: float
+    forward_ms: float
+    backward_ms: float
+    optimizer_ms: float
+    other_ms: float
+
+    def category_ms(self, category: str) -> float:
+        return getattr(self, f"{category}_ms")
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """The per-step breakdown and its summaries over the steps."""
+
+    steps: list[StepTime]
+    step: Summary
+    categories: dict[str, Summary]
+
+    @property
+    def data_wait_pct(self) -> float:
+        """Mean time waiting for data as a share of the mean step."""
+        return 100 * self.categories["data_wait"].mean_ms / self.step.mean_ms if self.step.mean_ms else 0.0
+
+    @property
+    def consumer_ms(self) -> float:
+        """Mean step time without data wait: what a step would take if batches were always ready."""
+        return self.step.mean_ms - self.categories["data_wait"].mean_ms
+
+
+def step_breakdown(run: TraceRun) -> StepBreakdown:
+    """Break every ProfilerStep of ``run`` down by category.
+
+    Raises:
+        NoStepsError: the trace has no ``ProfilerStep#N`` events.
+    """
+    if not run.steps:
+        raise NoStepsError(
+            f"{run.path}: no ProfilerStep#N events; profile with torch.profiler.profile(schedule=...) and call "
+            "prof.step() once per training step (or record with 'dlprof record')"
+        )
+    claims = [
+        ("data_wait", Timeline((c.start_us, c.end_us) for c in run.next_calls)),
+        ("h2d", Timeline((s.start_us, s.end_us) for s in run.h2d_host)),
+        ("optimizer", Timeline((s.start_us, s.end_us) for s in run.optimizer)),
+    ]
+    backward = Timeline((s.start_us, s.end_us) for s in run.backward)
+    host = Timeline((s.start_us, s.end_us) for s in run.host_ops)
+    steps = []
+    for step in run.steps:
+        lo, hi = step.start_us, step.end_us
+        remaining = [(lo, hi)]
+        spent: dict[str, float] = {}
+        for category, timeline in claims:
+            taken = intersect(remaining, timeline.clip(lo, hi))
+            spent[category] = total(taken)
+            remaining = subtract(remaining, taken)
+        window = backward.clip(lo, hi)
+        backward_start = window[0][0] if window else hi
+        taken = intersect(remaining, [(backward_start, window[-1][1])] if window else [])
+        spent["backward"] = total(taken)
+        remaining = subtract(remaining, taken)
+        taken = intersect(remaining, host.clip(lo, backward_start))
+        spent["forward"] = total(taken)
+        remaining = subtract(remaining, taken)
+        spent["other"] = total(remaining)
+        steps.append(StepTime(step.number, lo, (hi - lo) / 1000, **{f"{c}_ms": spent[c] / 1000 for c in CATEGORIES}))
+    return StepBreakdown(
+        steps=steps,
+        step=Summary.of([s.step_ms for s in steps]),
+        categories={c: Summary.of([s.category_ms(c) for s in steps]) for c in CATEGORIES},
+    )

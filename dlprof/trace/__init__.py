@@ -1,0 +1,1 @@
+"""Reading and validating traces (dlprof's and any PyTorch profiler's). No torch import."""
