@@ -124,23 +124,24 @@ def _batch_costs(spans: list[LoaderSpan]) -> list[BatchCost]:
 
 
 def _memory(run: TraceRun) -> dict[int, tuple[float, float | None]]:
-    """Per pid: last PSS (MiB) and its growth (MiB per minute) over the run."""
+    """Per pid: last PSS (MiB) and its growth (MiB per minute) inside the traced window.
+
+    The window, not the whole run: the main process's start-up (imports, model load) would swamp
+    the growth that matters, a worker's copy-on-read while it serves batches. The manifest's whole-run
+    summary is the fallback for traces whose counters were cut.
+    """
     found: dict[int, tuple[float, float | None]] = {}
-    summary = (run.manifest or {}).get("memory", {}).get("processes")
-    if summary:
-        for p in summary:
-            minutes = p["duration_s"] / 60
-            growth = (p["pss_mib_last"] - p["pss_mib_first"]) / minutes if minutes > 0 else None
-            found[p["pid"]] = (p["pss_mib_last"], growth)
-        return found
     series: dict[int, list] = defaultdict(list)
     for sample in run.memory:
         series[sample.pid].append(sample)
     for pid, samples in series.items():
         samples.sort(key=lambda s: s.ts_us)
         minutes = (samples[-1].ts_us - samples[0].ts_us) / 60e6
-        growth = (samples[-1].pss_mib - samples[0].pss_mib) / minutes if minutes > 0 else None
+        growth = (samples[-1].pss_mib - samples[0].pss_mib) / minutes if minutes > 0 and len(samples) > 1 else None
         found[pid] = (samples[-1].pss_mib, growth)
+    for p in (run.manifest or {}).get("memory", {}).get("processes", []):
+        if p["pid"] not in found:
+            found[p["pid"]] = (p["pss_mib_last"], None)
     return found
 
 

@@ -15,6 +15,8 @@ HOST_OP_CATEGORIES = frozenset({"cpu_op", "operator", "user_annotation"})
 GPU_CATEGORIES = KERNEL_CATEGORIES | MEMCPY_CATEGORIES | MEMSET_CATEGORIES
 
 PROFILER_STEP_PREFIX = "ProfilerStep#"
+#: In the ``__next__`` event's name when the DataLoader had no workers (else ``_MultiProcessingDataLoaderIter``).
+SINGLE_PROCESS_ITERATOR = "_SingleProcessDataLoaderIter"
 OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")
 BACKWARD_PREFIX = "autograd::engine::evaluate_function:"
 #: Host ops that copy a tensor; one that launches a host-to-device memcpy is counted as H2D time.

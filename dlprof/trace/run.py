@@ -112,6 +112,13 @@ class TraceRun:
     def has_loader_spans(self) -> bool:
         return bool(self.loader_spans)
 
+    @property
+    def loads_in_main_process(self) -> bool | None:
+        """Whether batches were loaded in the main process (num_workers=0), from the iterator's name; None if no DataLoader was seen."""
+        if not self.next_calls:
+            return None
+        return all(ev.SINGLE_PROCESS_ITERATOR in c.name for c in self.next_calls)
+
 
 def _span(event: dict) -> tuple[float, float]:
     start = float(event["ts"])
@@ -154,7 +161,7 @@ def build_run(document: dict, path: Path, name: str) -> TraceRun:
         if ph != "X" or "ts" not in event:
             continue
         cat = ev.category(event)
-        name = str(event.get("name", ""))
+        event_name = str(event.get("name", ""))
         if cat == schema.CATEGORY:
             raw_loader.append(event)
         elif cat in ev.GPU_CATEGORIES:
@@ -162,17 +169,17 @@ def build_run(document: dict, path: Path, name: str) -> TraceRun:
         elif cat in ev.RUNTIME_CATEGORIES:
             raw_runtime.append(event)
         elif cat in ev.HOST_OP_CATEGORIES:
-            if ev.is_profiler_step(name):
+            if ev.is_profiler_step(event_name):
                 raw_steps.append(event)
-            elif ev.is_dataloader_next(name):
+            elif ev.is_dataloader_next(event_name):
                 raw_next.append(event)
             else:
                 raw_host.append(event)
-                if ev.is_backward(name):
+                if ev.is_backward(event_name):
                     raw_backward.append(event)
-                elif ev.is_optimizer(name):
+                elif ev.is_optimizer(event_name):
                     raw_optimizer.append(event)
-                elif name in ev.COPY_OPS:
+                elif event_name in ev.COPY_OPS:
                     copy_ops.append(event)
 
     main_pid, main_tid = _main_thread(raw_steps, raw_next, raw_host)

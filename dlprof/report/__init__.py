@@ -1,0 +1,35 @@
+"""Renderers: one module per format, each ``render(report) -> str``. They format; they never compute."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from dlprof.errors import UsageError
+
+FORMATS = ("text", "markdown", "json", "html")
+_EXTENSIONS = {".txt": "text", ".md": "markdown", ".markdown": "markdown", ".json": "json", ".html": "html", ".htm": "html"}
+
+
+def pick_format(requested: str | None, output: Path | None) -> str:
+    """``--format`` if given, else the output file's extension, else text."""
+    if requested:
+        return requested
+    if output is None:
+        return "text"
+    found = _EXTENSIONS.get(output.suffix.lower())
+    if found is None:
+        raise UsageError(f"-o {output}: cannot tell the format from '{output.suffix}'; add --format ({', '.join(FORMATS)}) or use .txt, .md, .json or .html")
+    return found
+
+
+def renderer(fmt: str) -> Callable:
+    """The ``render`` function of a format."""
+    if fmt == "text":
+        from dlprof.report.text import render
+    elif fmt == "markdown":
+        from dlprof.report.markdown import render
+    elif fmt == "json":
+        from dlprof.report.json_report import render
+    else:
+        from dlprof.report.html import render
+    return render

@@ -1,0 +1,74 @@
+"""Markdown renderer, for a GitHub issue: summary table, recommendation with evidence, predictions, details collapsed."""
+from __future__ import annotations
+
+from dlprof.analysis.steps import CATEGORIES
+from dlprof.report.common import CATEGORY_LABELS, known, ms, pct, recommendation_line, setting, verdict_line
+from dlprof.report.report import Report, RunReport
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|", *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def _run(run: RunReport) -> list[str]:
+    info, steps, loader, gpu, advice = run.info, run.steps, run.loader, run.gpu, run.advice
+    lines = [f"### dlprof: `{info.name}`", "", f"**{verdict_line(run)}**", ""]
+    lines += _table(
+        ["", "value"],
+        [["device", info.device + (f" ({info.gpu_name})" if info.gpu_name else "")],
+         ["DataLoader", f"num_workers={known(info.num_workers)}, batch_size={known(info.batch_size)}, pin_memory={known(info.pin_memory)}, "
+                        f"prefetch_factor={known(info.prefetch_factor)}, persistent_workers={known(info.persistent_workers)}"],
+         ["usable cores", known(info.usable_cores)],
+         ["steps", f"{len(steps.steps)} recorded, {steps.step.mean_ms:.2f} ms mean (p90 {steps.step.p90_ms:.2f}), {1000 / steps.step.mean_ms:.2f} steps/s"]],
+    )  # fmt: skip
+    lines += ["", "**Recommendation:** `" + recommendation_line(advice) + "`", ""]
+    lines += [f"- {e}" for e in advice.evidence]
+    if advice.predicted:
+        lines += ["", "Predicted throughput:", ""]
+        lines += _table(["num_workers", "step ms", "steps/s", "bound"],
+                        [[str(p.num_workers) + (" ←" if p.num_workers == advice.num_workers else ""), ms(p.step_ms), f"{p.steps_per_s:.2f}", p.bound]
+                         for p in advice.predicted])  # fmt: skip
+    lines += ["", "<details><summary>Step breakdown, loader and GPU details</summary>", ""]
+    lines += _table(["ms per step", "mean", "p50", "p90", "%"],
+                    [[CATEGORY_LABELS[c], ms(steps.categories[c].mean_ms), ms(steps.categories[c].p50_ms), ms(steps.categories[c].p90_ms),
+                      pct(steps.categories[c].mean_ms, steps.step.mean_ms)] for c in CATEGORIES]
+                    + [["**step**", ms(steps.step.mean_ms), ms(steps.step.p50_ms), ms(steps.step.p90_ms), "100.0"]])  # fmt: skip
+    lines.append("")
+    if loader is None:
+        lines.append("Loader: unknown (no worker spans; record with `dlprof record`).")
+    else:
+        lines += _table(["per batch", "wall ms", "CPU ms"],
+                        [["dataset fetch", ms(loader.fetch.mean_ms), ms(loader.fetch_cpu_ms_mean)],
+                         ["tokenizer", ms(loader.tokenize.mean_ms), ms(loader.tokenize_cpu_ms_mean)],
+                         ["collate_fn", ms(loader.collate.mean_ms), ms(loader.collate_cpu_ms_mean)],
+                         ["batch", ms(loader.batch.mean_ms), ms(loader.batch_cpu_ms_mean)]])  # fmt: skip
+        lines += ["", f"CPU/wall {loader.cpu_fraction:.2f} ({loader.bound}-bound), {len(loader.batches)} batches, "
+                      f"{'main process' if loader.in_main_process else f'{loader.workers_observed} workers'}."]  # fmt: skip
+        workers = [w for w in loader.workers]
+        lines += [""] + _table(["process", "batches", "ms/batch", "batches/s", "PSS MiB", "PSS growth MiB/min"],
+                               [["main" if w.worker < 0 else f"worker {w.worker}", str(w.batches), ms(w.batch_ms_mean), f"{w.capacity_per_s:.1f}",
+                                 ms(w.pss_mib_last), ms(w.pss_growth_mib_per_min)] for w in workers])  # fmt: skip
+    if gpu is not None:
+        lines += ["", *_table(["GPU, ms per step", "mean", "p90"],
+                              [["busy", ms(gpu.busy.mean_ms), ms(gpu.busy.p90_ms)], ["idle", ms(gpu.idle.mean_ms), ms(gpu.idle.p90_ms)],
+                               ["idle: waiting for data", ms(gpu.idle_data.mean_ms), ms(gpu.idle_data.p90_ms)],
+                               ["idle: waiting for the host to launch", ms(gpu.idle_launch.mean_ms), ms(gpu.idle_launch.p90_ms)],
+                               ["idle: other", ms(gpu.idle_other.mean_ms), ms(gpu.idle_other.p90_ms)],
+                               ["host-to-device copies", ms(gpu.h2d.mean_ms), ms(gpu.h2d.p90_ms)]])]  # fmt: skip
+    if advice.basis:
+        lines += ["", "What this rests on:", ""] + [f"- {b}" for b in advice.basis]
+    lines += ["", "</details>"]
+    return lines
+
+
+def render(report: Report) -> str:
+    lines: list[str] = []
+    if len(report.runs) > 1:
+        lines += ["### dlprof: runs compared", ""]
+        lines += _table(["run", "num_workers", "step ms", "steps/s", "data wait %", "input-bound", "recommended num_workers"],
+                        [[f"`{r.info.name}`", setting(r.info.num_workers), ms(r.steps.step.mean_ms), f"{1000 / r.steps.step.mean_ms:.2f}",
+                          f"{r.steps.data_wait_pct:.1f}", r.advice.verdict, setting(r.advice.num_workers)] for r in report.runs])  # fmt: skip
+        lines.append("")
+    for run in report.runs:
+        lines += _run(run) + [""]
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,96 @@
+"""The Report: everything a renderer needs, computed once. Renderers only format it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlprof.advice.rules import Advice, advise
+from dlprof.analysis.gpu import GpuStats, gpu_stats
+from dlprof.analysis.loader import LoaderStats, loader_stats
+from dlprof.analysis.steps import StepBreakdown, step_breakdown
+from dlprof.trace.run import TraceRun, find_traces, load_run
+
+SCHEMA = "dlprof.report/1"
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What the run was; ``None`` where the trace cannot tell (a trace without dlprof's manifest)."""
+
+    name: str
+    trace_file: str
+    status: str | None
+    device: str
+    num_workers: int | None
+    batch_size: int | None
+    pin_memory: bool | None
+    prefetch_factor: int | None
+    persistent_workers: bool | None
+    usable_cores: int | None
+    ram_total_mib: int | None
+    gpu_name: str | None
+    torch_version: str | None
+    steps_recorded: int
+    batches_per_step: float
+    has_worker_spans: bool
+
+
+@dataclass(frozen=True)
+class RunReport:
+    info: RunInfo
+    steps: StepBreakdown
+    loader: LoaderStats | None
+    gpu: GpuStats | None
+    advice: Advice
+    trace: TraceRun  # for pictures of a few steps (HTML)
+
+
+@dataclass(frozen=True)
+class Report:
+    runs: list[RunReport]
+    schema: str = SCHEMA
+
+
+def _batches_per_step(run: TraceRun) -> float:
+    if not run.steps:
+        return 1.0
+    lo, hi = run.steps[0].start_us, run.steps[-1].end_us
+    inside = sum(1 for c in run.next_calls if lo <= c.start_us < hi)
+    return max(1.0, round(inside / len(run.steps), 2))
+
+
+def _info(run: TraceRun, batches_per_step: float) -> RunInfo:
+    manifest = run.manifest or {}
+    loader = manifest.get("loader") or {}
+    host = manifest.get("host") or {}
+    gpu = host.get("gpu") or {}
+    return RunInfo(
+        name=run.name, trace_file=str(run.path), status=manifest.get("status"),
+        device="cuda" if run.has_gpu else "cpu",
+        num_workers=loader.get("num_workers", 0 if run.loads_in_main_process else None), batch_size=loader.get("batch_size"),
+        pin_memory=loader.get("pin_memory"), prefetch_factor=loader.get("prefetch_factor"),
+        persistent_workers=loader.get("persistent_workers"), usable_cores=host.get("usable_cores"),
+        ram_total_mib=host.get("ram_total_mib"), gpu_name=gpu.get("name"),
+        torch_version=(manifest.get("versions") or {}).get("torch"), steps_recorded=len(run.steps),
+        batches_per_step=batches_per_step, has_worker_spans=run.has_loader_spans,
+    )  # fmt: skip
+
+
+def analyze_run(run: TraceRun) -> RunReport:
+    """All analyses of one trace."""
+    steps = step_breakdown(run)
+    loader = loader_stats(run)
+    gpu = gpu_stats(run)
+    batches_per_step = _batches_per_step(run)
+    advice = advise(steps, loader, gpu, run.manifest, batches_per_step, run.loads_in_main_process)
+    return RunReport(_info(run, batches_per_step), steps, loader, gpu, advice, run)
+
+
+def build_report(path: Path) -> Report:
+    """Analyse a run directory, a trace file, or a directory of runs (each run's first rank)."""
+    reports = []
+    for files in find_traces(path):
+        trace = files[0]
+        name = trace.name if path.is_file() else trace.parent.name
+        reports.append(analyze_run(load_run(trace, name)))
+    return Report(reports)

@@ -1,0 +1,87 @@
+"""Plain-text renderer, for the terminal."""
+from __future__ import annotations
+
+from dlprof.analysis.steps import CATEGORIES
+from dlprof.report.common import CATEGORY_LABELS, ms, pct, recommendation_line, run_line, setting, verdict_line
+from dlprof.report.report import Report, RunReport
+
+
+def _table(rows: list[list[str]], header: list[str]) -> list[str]:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    fmt = lambda row: "  " + "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths)))  # noqa: E731
+    return [fmt(header), *map(fmt, rows)]
+
+
+def _run(run: RunReport) -> list[str]:
+    info, steps, loader, gpu, advice = run.info, run.steps, run.loader, run.gpu, run.advice
+    lines = [f"dlprof analyze: {info.name}  ({info.trace_file})", f"run: {run_line(info)}"]
+    if info.status and info.status != "complete":
+        lines.append(f"note: the recording is {info.status}")
+    lines += [
+        f"steps: {len(steps.steps)}, {steps.step.mean_ms:.2f} ms mean (p50 {steps.step.p50_ms:.2f}, p90 {steps.step.p90_ms:.2f}), "
+        f"{1000 / steps.step.mean_ms:.2f} steps/s",
+        "",
+        f"Verdict: {verdict_line(run)}",
+        "",
+        "Where a step's time goes (ms per step)",
+    ]
+    rows = [[CATEGORY_LABELS[c], ms(steps.categories[c].mean_ms), ms(steps.categories[c].p50_ms), ms(steps.categories[c].p90_ms),
+             pct(steps.categories[c].mean_ms, steps.step.mean_ms)] for c in CATEGORIES]  # fmt: skip
+    rows.append(["step", ms(steps.step.mean_ms), ms(steps.step.p50_ms), ms(steps.step.p90_ms), "100.0"])
+    lines += _table(rows, ["", "mean", "p50", "p90", "%"])
+    if loader is None:
+        lines += ["", "Loader: unknown (no worker spans in this trace; record with 'dlprof record' to see inside the workers)"]
+    else:
+        where = "main process" if loader.in_main_process else f"{loader.workers_observed} workers"
+        lines += ["", f"Loader, per batch ({len(loader.batches)} batches, {where})"]
+        lines += _table(
+            [["dataset fetch", ms(loader.fetch.mean_ms), ms(loader.fetch_cpu_ms_mean)],
+             ["tokenizer", ms(loader.tokenize.mean_ms), ms(loader.tokenize_cpu_ms_mean)],
+             ["collate_fn", ms(loader.collate.mean_ms), ms(loader.collate_cpu_ms_mean)],
+             ["batch", ms(loader.batch.mean_ms), ms(loader.batch_cpu_ms_mean)]],
+            ["", "wall ms", "CPU ms"],
+        )  # fmt: skip
+        lines.append(f"  CPU/wall {loader.cpu_fraction:.2f}: {loader.bound}-bound; waiting for a core {loader.batch_runq_ms_mean:.2f} ms per batch")
+        if loader.wait:
+            lines.append(
+                f"  the main process waited {loader.wait.not_ready_ms_mean:.2f} ms/step for batches still being produced, "
+                f"{loader.wait.ready_ms_mean:.2f} ms/step for batches already produced"
+            )
+        for w in loader.workers:
+            who = "main process" if w.worker < 0 else f"worker {w.worker}"
+            memory = "" if w.pss_mib_last is None else f", PSS {w.pss_mib_last:.1f} MiB" + (
+                "" if w.pss_growth_mib_per_min is None else f" ({w.pss_growth_mib_per_min:+.1f} MiB/min)")
+            lines.append(f"  {who} (pid {w.pid}): {w.batches} batches, {w.batch_ms_mean:.2f} ms each, up to {w.capacity_per_s:.1f} batches/s{memory}")
+    if gpu is not None:
+        lines += [
+            "",
+            "GPU (ms per step)",
+            f"  busy {gpu.busy.mean_ms:.2f} ({gpu.busy_pct:.1f} %), idle {gpu.idle.mean_ms:.2f}: waiting for data {gpu.idle_data.mean_ms:.2f}, "
+            f"for the host to launch {gpu.idle_launch.mean_ms:.2f}, other {gpu.idle_other.mean_ms:.2f}",
+            f"  host-to-device copies {gpu.h2d.mean_ms:.2f} ms, {gpu.h2d_mib_per_step:.1f} MiB per step; "
+            f"{gpu.h2d_copies} copies, {gpu.h2d_pageable_copies} from pageable memory",
+        ]
+    lines += ["", "Recommendation", "  " + recommendation_line(advice), "  Evidence:"]
+    lines += [f"   - {e}" for e in advice.evidence]
+    if advice.predicted:
+        lines += ["", "Predicted"]
+        lines += _table([[str(p.num_workers), ms(p.step_ms), f"{p.steps_per_s:.2f}", p.bound] for p in advice.predicted],
+                        ["num_workers", "step ms", "steps/s", "bound"])  # fmt: skip
+    if advice.basis:
+        lines += ["", "What this rests on"] + [f"  - {b}" for b in advice.basis]
+    return lines
+
+
+def _comparison(report: Report) -> list[str]:
+    rows = [[r.info.name, setting(r.info.num_workers), ms(r.steps.step.mean_ms), f"{1000 / r.steps.step.mean_ms:.2f}",
+             f"{r.steps.data_wait_pct:.1f}", r.advice.verdict, setting(r.advice.num_workers)] for r in report.runs]  # fmt: skip
+    return ["Runs compared"] + _table(rows, ["run", "num_workers", "step ms", "steps/s", "wait %", "input-bound", "recommended"]) + [""]
+
+
+def render(report: Report) -> str:
+    lines = _comparison(report) if len(report.runs) > 1 else []
+    for i, run in enumerate(report.runs):
+        if i:
+            lines += ["", "-" * 80, ""]
+        lines += _run(run)
+    return "\n".join(lines) + "\n"
