@@ -127,6 +127,29 @@ def record(ctx: click.Context, out_dir: Path, name: str | None, wait: int, warmu
         ctx.exit(result.exit_code or 2)
 
 
+@cli.command()
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json", "html"]), help="Report format [default: from -o's extension, else text].")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report to this file instead of the terminal.")
+def analyze(path: Path, fmt: str | None, output: Path | None) -> None:
+    """Where each step's time goes, and the DataLoader settings to use.
+
+    PATH is a run directory (traces/<run>), a trace file (.json or .json.gz), or a directory of
+    runs (each analysed, then compared). Works on any PyTorch profiler trace; dlprof's own runs add
+    what happens inside the DataLoader workers.
+    """
+    from dlprof.report import pick_format, renderer, write_report
+    from dlprof.report.report import build_report
+
+    fmt = pick_format(fmt, output)
+    rendered = renderer(fmt)(build_report(path))
+    if output is None:
+        click.echo(rendered, nl=False)
+    else:
+        write_report(output, rendered)
+        click.echo(f"dlprof: wrote {output}", err=True)
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="dlprof")

@@ -61,6 +61,50 @@ class StepBreakdown:
         return self.step.mean_ms - self.categories["data_wait"].mean_ms
 
 
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of one step's time assigned to one category (for timelines)."""
+
+    category: str
+    start_us: float
+    end_us: float
+
+
+def _assign(lo: float, hi: float, claims: list[tuple[str, Timeline]], backward: Timeline, host: Timeline) -> dict[str, list[tuple[float, float]]]:
+    """The intervals of ``[lo, hi)`` each category gets, by priority."""
+    remaining = [(lo, hi)]
+    taken: dict[str, list[tuple[float, float]]] = {}
+    for category, timeline in claims:
+        taken[category] = intersect(remaining, timeline.clip(lo, hi))
+        remaining = subtract(remaining, taken[category])
+    window = backward.clip(lo, hi)
+    backward_start = window[0][0] if window else hi
+    taken["backward"] = intersect(remaining, [(backward_start, window[-1][1])] if window else [])
+    remaining = subtract(remaining, taken["backward"])
+    taken["forward"] = intersect(remaining, host.clip(lo, backward_start))
+    taken["other"] = subtract(remaining, taken["forward"])
+    return taken
+
+
+def _timelines(run: TraceRun) -> tuple[list[tuple[str, Timeline]], Timeline, Timeline]:
+    claims = [
+        ("data_wait", Timeline((c.start_us, c.end_us) for c in run.next_calls)),
+        ("h2d", Timeline((s.start_us, s.end_us) for s in run.h2d_host)),
+        ("optimizer", Timeline((s.start_us, s.end_us) for s in run.optimizer)),
+    ]
+    return claims, Timeline((s.start_us, s.end_us) for s in run.backward), Timeline((s.start_us, s.end_us) for s in run.host_ops)
+
+
+def step_segments(run: TraceRun, first: int, count: int) -> list[Segment]:
+    """Category segments of ``count`` consecutive steps from step index ``first``, in time order."""
+    claims, backward, host = _timelines(run)
+    segments = []
+    for step in run.steps[first : first + count]:
+        for category, intervals in _assign(step.start_us, step.end_us, claims, backward, host).items():
+            segments += [Segment(category, s, e) for s, e in intervals]
+    return sorted(segments, key=lambda g: g.start_us)
+
+
 def step_breakdown(run: TraceRun) -> StepBreakdown:
     """Break every ProfilerStep of ``run`` down by category.
 
@@ -72,32 +116,12 @@ def step_breakdown(run: TraceRun) -> StepBreakdown:
             f"{run.path}: no ProfilerStep#N events; profile with torch.profiler.profile(schedule=...) and call "
             "prof.step() once per training step (or record with 'dlprof record')"
         )
-    claims = [
-        ("data_wait", Timeline((c.start_us, c.end_us) for c in run.next_calls)),
-        ("h2d", Timeline((s.start_us, s.end_us) for s in run.h2d_host)),
-        ("optimizer", Timeline((s.start_us, s.end_us) for s in run.optimizer)),
-    ]
-    backward = Timeline((s.start_us, s.end_us) for s in run.backward)
-    host = Timeline((s.start_us, s.end_us) for s in run.host_ops)
+    claims, backward, host = _timelines(run)
     steps = []
     for step in run.steps:
-        lo, hi = step.start_us, step.end_us
-        remaining = [(lo, hi)]
-        spent: dict[str, float] = {}
-        for category, timeline in claims:
-            taken = intersect(remaining, timeline.clip(lo, hi))
-            spent[category] = total(taken)
-            remaining = subtract(remaining, taken)
-        window = backward.clip(lo, hi)
-        backward_start = window[0][0] if window else hi
-        taken = intersect(remaining, [(backward_start, window[-1][1])] if window else [])
-        spent["backward"] = total(taken)
-        remaining = subtract(remaining, taken)
-        taken = intersect(remaining, host.clip(lo, backward_start))
-        spent["forward"] = total(taken)
-        remaining = subtract(remaining, taken)
-        spent["other"] = total(remaining)
-        steps.append(StepTime(step.number, lo, (hi - lo) / 1000, **{f"{c}_ms": spent[c] / 1000 for c in CATEGORIES}))
+        taken = _assign(step.start_us, step.end_us, claims, backward, host)
+        spent = {c: total(taken[c]) / 1000 for c in CATEGORIES}
+        steps.append(StepTime(step.number, step.start_us, (step.end_us - step.start_us) / 1000, **{f"{c}_ms": spent[c] for c in CATEGORIES}))
     return StepBreakdown(
         steps=steps,
         step=Summary.of([s.step_ms for s in steps]),

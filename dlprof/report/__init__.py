@@ -33,3 +33,23 @@ def renderer(fmt: str) -> Callable:
     else:
         from dlprof.report.html import render
     return render
+
+
+def write_report(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically: a reader never sees half a report, a failure leaves none."""
+    import os
+    import tempfile
+
+    from dlprof.errors import InputError
+
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise InputError(f"{path}: the directory {directory} does not exist; create it or choose another -o")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

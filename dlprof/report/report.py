@@ -7,7 +7,9 @@ from pathlib import Path
 from dlprof.advice.rules import Advice, advise
 from dlprof.analysis.gpu import GpuStats, gpu_stats
 from dlprof.analysis.loader import LoaderStats, loader_stats
-from dlprof.analysis.steps import StepBreakdown, step_breakdown
+from dlprof import schema
+from dlprof.analysis.intervals import Timeline
+from dlprof.analysis.steps import StepBreakdown, step_breakdown, step_segments
 from dlprof.trace.run import TraceRun, find_traces, load_run
 
 SCHEMA = "dlprof.report/1"
@@ -36,13 +38,35 @@ class RunInfo:
 
 
 @dataclass(frozen=True)
+class Lane:
+    """One row of the timeline picture: ``(kind, start_ms, end_ms)`` segments from the picture's start.
+
+    Kinds: the step categories (``data_wait``, ``h2d``, ``forward``, ``backward``, ``optimizer``,
+    ``other``) on the main thread; ``dataset fetch``, ``tokenizer``, ``collate_fn`` on loader lanes;
+    ``gpu`` on the GPU lane.
+    """
+
+    label: str
+    segments: list[tuple[str, float, float]]
+
+
+@dataclass(frozen=True)
+class TimelinePicture:
+    """A few consecutive steps: the main thread, each loader process, and the GPU."""
+
+    duration_ms: float
+    step_starts_ms: list[float]
+    lanes: list[Lane]
+
+
+@dataclass(frozen=True)
 class RunReport:
     info: RunInfo
     steps: StepBreakdown
     loader: LoaderStats | None
     gpu: GpuStats | None
     advice: Advice
-    trace: TraceRun  # for pictures of a few steps (HTML)
+    timeline: TimelinePicture
 
 
 @dataclass(frozen=True)
@@ -76,6 +100,30 @@ def _info(run: TraceRun, batches_per_step: float) -> RunInfo:
     )  # fmt: skip
 
 
+#: Steps shown in the timeline picture: enough to see the rhythm of waits, few enough to read.
+TIMELINE_STEPS = 3
+
+
+def _timeline(run: TraceRun) -> TimelinePicture:
+    first = 1 if len(run.steps) > TIMELINE_STEPS else 0  # the first recorded step often carries warm-up
+    shown = run.steps[first : first + TIMELINE_STEPS]
+    lo, hi = shown[0].start_us, shown[-1].end_us
+    rel = lambda us: round((us - lo) / 1000, 4)  # noqa: E731
+    lanes = [Lane("main thread", [(g.category, rel(g.start_us), rel(g.end_us)) for g in step_segments(run, first, TIMELINE_STEPS)])]
+    by_pid: dict[int, list] = {}
+    for span in run.loader_spans:
+        if span.name != schema.SPAN_BATCH and span.end_us > lo and span.start_us < hi:
+            by_pid.setdefault(span.pid, []).append(span)
+    for pid, spans in sorted(by_pid.items(), key=lambda kv: (kv[1][0].worker, kv[0])):
+        worker = spans[0].worker
+        label = "loader (main process)" if worker < 0 else f"worker {worker}"
+        lanes.append(Lane(label, [(s.name, rel(max(s.start_us, lo)), rel(min(s.end_us, hi))) for s in spans]))
+    if run.gpu:
+        busy = Timeline((g.start_us, g.end_us) for g in run.gpu).clip(lo, hi)
+        lanes.append(Lane("GPU", [("gpu", rel(s), rel(e)) for s, e in busy]))
+    return TimelinePicture(rel(hi), [rel(s.start_us) for s in shown], lanes)
+
+
 def analyze_run(run: TraceRun) -> RunReport:
     """All analyses of one trace."""
     steps = step_breakdown(run)
@@ -83,7 +131,7 @@ def analyze_run(run: TraceRun) -> RunReport:
     gpu = gpu_stats(run)
     batches_per_step = _batches_per_step(run)
     advice = advise(steps, loader, gpu, run.manifest, batches_per_step, run.loads_in_main_process)
-    return RunReport(_info(run, batches_per_step), steps, loader, gpu, advice, run)
+    return RunReport(_info(run, batches_per_step), steps, loader, gpu, advice, _timeline(run))
 
 
 def build_report(path: Path) -> Report:
