@@ -22,6 +22,8 @@ BURSTY_P90_OVER_MEAN = 2.0
 BURSTY_P90_PCT = 5.0
 #: prefetch_factor to suggest for bursty supply (PyTorch's default is 2).
 BURSTY_PREFETCH_FACTOR = 4
+#: Fewer recorded steps than this make percentiles (and the bursty-wait rule) unreliable.
+MIN_STEPS_FOR_PERCENTILES = 5
 #: The tokenizer "dominates" loading above this share of a batch's wall time.
 TOKENIZER_DOMINANT_PCT = 50.0
 
@@ -115,6 +117,8 @@ def advise(
     manifest = manifest or {}
     basis: list[str] = [] if manifest else ["no dlprof manifest: loader settings, cores and memory are unknown"]
     evidence: list[str] = []
+    if len(steps.steps) < MIN_STEPS_FOR_PERCENTILES:
+        basis.append(f"only {len(steps.steps)} step(s) recorded: p50/p90 say little; record more (dlprof record --active 20)")
     loader_config = manifest.get("loader") or {}
     step_ms, wait = steps.step.mean_ms, steps.categories["data_wait"]
     verdict = verdict_of(steps.data_wait_pct)

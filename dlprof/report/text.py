@@ -32,7 +32,7 @@ def _run(run: RunReport) -> list[str]:
     if loader is None:
         lines += ["", "Loader: unknown (no worker spans in this trace; record with 'dlprof record' to see inside the workers)"]
     else:
-        where = "main process" if loader.in_main_process else f"{loader.workers_observed} workers"
+        where = "main process" if loader.in_main_process else f"{loader.workers_observed} worker{'s' if loader.workers_observed != 1 else ''}"
         lines += ["", f"Loader, per batch ({len(loader.batches)} batches, {where})"]
         lines += _table(
             [["dataset fetch", ms(loader.fetch.mean_ms), ms(loader.fetch_cpu_ms_mean)],
