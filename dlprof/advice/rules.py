@@ -73,14 +73,23 @@ def _model_inputs(
     else:
         basis.append("no worker spans: what a batch costs to produce is unknown, so no num_workers can be predicted (record with dlprof record)")
         return None
-    threads = 1 if gpu is not None else min(host.get("torch_threads") or cores or 1, cores or 1)
     consumer = steps.consumer_ms
+    measured = manifest.get("main_process_cpu")
+    if measured:
+        # Measured over the recorded steps; loading done in the main process is the producer's share.
+        in_main = loader.batch_cpu_ms_mean * batches_per_step if (loader and loader.in_main_process) else 0.0
+        main_cpu_ms = max(0.0, measured["cpu_ms_per_step"] - in_main)
+        basis.append("main process CPU time measured per step")
+    else:
+        threads = 1 if gpu is not None else min(host.get("torch_threads") or cores or 1, cores or 1)
+        main_cpu_ms = consumer * threads
+        basis.append(f"main process CPU time not measured: assumed {threads} busy core(s) for the whole step")
     pss = [w.pss_mib_last for w in (loader.workers if loader else []) if w.worker >= 0 and w.pss_mib_last]
     if not pss:
         basis.append("worker memory unknown (no workers recorded): the memory bound is left out")
     return ModelInputs(
         consumer_ms=consumer, batches_per_step=batches_per_step, batch_ms=batch_ms, batch_cpu_ms=batch_cpu_ms,
-        handoff_ms=handoff, usable_cores=cores, main_cpu_ms=consumer * threads,
+        handoff_ms=handoff, usable_cores=cores, main_cpu_ms=main_cpu_ms,
         worker_pss_mib=sum(pss) / len(pss) if pss else None, available_ram_mib=host.get("ram_available_mib"),
     )  # fmt: skip
 

@@ -201,6 +201,19 @@ def memory_summary(samples: list[MemorySample], main_pid: int, workers: list[Wor
     return {"interval_ms": interval_ms, "processes": processes}
 
 
+def _main_cpu(step_clock: list, window: tuple[int, int]) -> dict | None:
+    """CPU time the main process used per recorded step (all threads), from step-boundary readings in the window."""
+    inside = [(wall, cpu) for wall, cpu in step_clock if window[0] <= wall <= window[1]]
+    if len(inside) < 2:
+        return None
+    steps = len(inside) - 1
+    return {
+        "steps": steps,
+        "cpu_ms_per_step": round((inside[-1][1] - inside[0][1]) / 1e6 / steps, 3),
+        "wall_ms_per_step": round((inside[-1][0] - inside[0][0]) / 1e6 / steps, 3),
+    }
+
+
 def primary_loader(loaders: list[dict], next_events: list[dict]) -> dict | None:
     """The loader that returned the most batches inside the traced window (the training loader)."""
     if not loaders:
@@ -272,6 +285,7 @@ def merge_rank(kineto: dict, result: dict, inputs: MergeInputs) -> dict:
         "world_size": result["world_size"],
         "schedule": {**result["schedule"], "step_mode": result["step_mode"]},
         "steps": {"run": result["steps_run"], "recorded": steps_recorded},
+        "main_process_cpu": _main_cpu(result.get("step_clock") or [], window),
         "loader": primary_loader(result["loaders"], next_events),
         "loaders": result["loaders"],
         "workers": [

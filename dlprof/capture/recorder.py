@@ -78,6 +78,7 @@ class Recorder:
         self.steps = 0
         self.step_mode: str | None = None
         self.window_start_ns: int | None = None
+        self.step_clock: list[tuple[int, int]] = []
         self.exported = False
         self._optimizer_id: int | None = None
         self._batches_since_step = 0
@@ -119,11 +120,18 @@ class Recorder:
     def _step(self) -> None:
         self._batches_since_step = 0
         self.steps += 1
+        # The main process's CPU time (all its threads) at each step boundary inside the profiled
+        # window: what training itself demands of the cores, which no trace event tells.
+        reading = (time.time_ns(), time.process_time_ns())
+        window_was_open = self.window_start_ns is not None and not self.exported
         profiler = self._profiler
         profiler.step()
         if self.window_start_ns is None and profiler.current_action != torch.profiler.ProfilerAction.NONE:
             # Batches for the first recorded steps are produced from here on (prefetching).
-            self.window_start_ns = time.time_ns()
+            self.window_start_ns = reading[0]
+            window_was_open = True
+        if window_was_open:
+            self.step_clock.append(reading)
 
     def _export(self, profiler: torch.profiler.profile) -> None:
         tmp = self.trace_path.with_suffix(".tmp")
@@ -149,6 +157,7 @@ class Recorder:
             "step_mode": self.step_mode,
             "schedule": asdict(self.schedule),
             "window_start_ns": self.window_start_ns,
+            "step_clock": self.step_clock,
             "finished_ns": time.time_ns(),
             "loaders": [
                 {"id": r.loader_id, "iterations": r.iterations, "batches": r.batches, **r.config}
