@@ -13,7 +13,7 @@ from html import escape
 
 from dlprof.analysis.steps import CATEGORIES
 from dlprof.report.common import CATEGORY_LABELS, known, ms, pct, recommendation_line, setting, verdict_line
-from dlprof.report.report import Lane, Report, RunReport, TimelinePicture
+from dlprof.report.report import Report, RunReport, TimelinePicture
 
 #: Colours per segment kind: step categories, loader spans, the GPU. Data wait is the loud one.
 COLOURS = {
@@ -24,7 +24,7 @@ COLOURS = {
     "optimizer": "#2ca02c",
     "other": "#b8b8b8",
     "dataset fetch": "#17becf",
-    "tokenizer": "#bcbd22",
+    "tokenizer": "#a6a200",
     "collate_fn": "#8c564b",
     "gpu": "#3a7d44",
 }
@@ -46,6 +46,7 @@ body { margin: 0; background: #f6f7f9; color: #1d2228;
 main { max-width: 1040px; margin: 0 auto; padding: 24px 28px 48px; background: #fff; }
 h1 { font-size: 1.6em; margin: 0 0 4px; }
 h2 { font-size: 1.35em; margin: 40px 0 4px; padding-top: 16px; border-top: 2px solid #e3e6ea; }
+h1 + section h2, h1 + h2 { border-top: none; margin-top: 12px; padding-top: 0; }
 h3 { font-size: 1.1em; margin: 24px 0 8px; }
 .sub { color: #5b6570; font-size: 0.9em; margin: 0 0 12px; word-break: break-all; }
 code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 0.92em; }
@@ -65,9 +66,10 @@ tr.chosen td { background: #eaf2fb; font-weight: 600; }
 .rec { border: 1px solid #cfd8e3; background: #f7faff; border-radius: 6px; padding: 10px 16px; margin: 16px 0; }
 .rec .settings { font-size: 1.05em; margin: 4px 0 8px; }
 .rec ul { margin: 4px 0 8px; padding-left: 22px; }
+.rec h3 { margin-top: 4px; }
 figure { margin: 20px 0; }
 figcaption { color: #5b6570; font-size: 0.9em; margin-top: 4px; }
-svg { max-width: 100%; height: auto; display: block; }
+svg { width: 100%; height: auto; display: block; }
 svg text { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif; fill: #1d2228; }
 details { margin: 16px 0; }
 summary { cursor: pointer; font-weight: 600; }
@@ -144,16 +146,36 @@ def _svg(picture: str, height: float, label: str, title_id: str, body: list[str]
 
 # --- (a) timeline ----------------------------------------------------------------------------------
 
-TL_LEFT = 140  # room for lane labels
+TL_LEFT = 164  # room for lane labels
 TL_RIGHT = 16
 TL_LANE_H = 22
 TL_LANE_GAP = 8
 #: Coverage of a one-unit column is drawn in quarters of opacity: a sparse lane looks sparse.
 TL_COVERAGE_LEVELS = 4
+#: A nested span is drawn inset by this much per level inside its parent, up to TL_MAX_DEPTH levels.
+TL_INSET = 5
+TL_MAX_DEPTH = 2
+#: Longer lane labels are cut (the full label stays in the lane's tooltip).
+TL_LABEL_CHARS = 22
+
+
+def _by_depth(segments: list[tuple[str, float, float]]) -> list[list[tuple[str, float, float]]]:
+    """Segments grouped by nesting depth (loader spans nest: tokenizer calls inside a dataset fetch)."""
+    levels: list[list[tuple[str, float, float]]] = []
+    open_ends: list[float] = []
+    for segment in sorted(segments, key=lambda s: (s[1], -s[2])):
+        while open_ends and open_ends[-1] <= segment[1]:
+            open_ends.pop()
+        depth = min(len(open_ends), TL_MAX_DEPTH)
+        while len(levels) <= depth:
+            levels.append([])
+        levels[depth].append(segment)
+        open_ends.append(segment[2])
+    return levels
 
 
 def _lane_rects(segments: list[tuple[str, float, float]], scale: float, columns: int) -> list[list]:
-    """Bin a lane's segments into one-unit columns, then run-length encode them into rectangles.
+    """Bin one depth of a lane into one-unit columns, then run-length encode them into rectangles.
 
     Each column takes the kind covering most of it and an opacity from how much of it is covered, so
     thousands of sub-pixel segments become at most ``columns`` rectangles (usually far fewer).
@@ -196,10 +218,15 @@ def _timeline_svg(picture: TimelinePicture, title_id: str) -> str:
         y = top + i * (TL_LANE_H + TL_LANE_GAP)
         body.append(f'<g class="lane" data-lane="{_e(lane.label)}">')
         body.append(f'<rect x="{TL_LEFT}" y="{y}" width="{plot_w}" height="{TL_LANE_H}" fill="#f3f4f6"/>')
-        body.append(f'<text class="lane-label" x="{TL_LEFT - 8}" y="{_n(y + TL_LANE_H / 2 + 4)}" text-anchor="end">{_e(lane.label)}</text>')
-        for kind, c0, c1, opacity in _lane_rects(lane.segments, scale, plot_w):
-            fade = "" if opacity == 1 else f' fill-opacity="{opacity:g}"'
-            body.append(f'<rect x="{TL_LEFT + c0}" y="{y}" width="{c1 - c0}" height="{TL_LANE_H}" fill="{_colour(kind, spare)}"{fade}/>')
+        short = lane.label if len(lane.label) <= TL_LABEL_CHARS else lane.label[: TL_LABEL_CHARS - 1] + "\u2026"
+        body.append(f'<text class="lane-label" x="{TL_LEFT - 8}" y="{_n(y + TL_LANE_H / 2 + 4)}" text-anchor="end">'
+                    f"<title>{_e(lane.label)}</title>{_e(short)}</text>")  # fmt: skip
+        for depth, level in enumerate(_by_depth(lane.segments)):
+            inset = depth * TL_INSET
+            for kind, c0, c1, opacity in _lane_rects(level, scale, plot_w):
+                fade = "" if opacity == 1 else f' fill-opacity="{opacity:g}"'
+                body.append(f'<rect x="{TL_LEFT + c0}" y="{y + inset}" width="{c1 - c0}" height="{TL_LANE_H - 2 * inset}" '
+                            f'fill="{_colour(kind, spare)}"{fade}/>')  # fmt: skip
         body.append("</g>")
         for kind, _, _ in lane.segments:
             if kind not in kinds_seen:
@@ -208,7 +235,8 @@ def _timeline_svg(picture: TimelinePicture, title_id: str) -> str:
     bottom = top + lanes_h
     for start in [*picture.step_starts_ms, picture.duration_ms]:
         x = TL_LEFT + start * scale
-        body.append(f'<line class="step-boundary" x1="{_n(x)}" y1="{top - 4}" x2="{_n(x)}" y2="{bottom + 4}" stroke="#222" stroke-width="1.2" stroke-dasharray="4 3"/>')
+        body.append(f'<line class="step-boundary" x1="{_n(x)}" y1="{top - 4}" x2="{_n(x)}" y2="{bottom + 4}" '
+                    'stroke="#222" stroke-width="1.2" stroke-dasharray="4 3"/>')
     # Time axis.
     axis_y = bottom + 10
     body.append(f'<g class="axis"><line x1="{TL_LEFT}" y1="{axis_y}" x2="{TL_LEFT + plot_w}" y2="{axis_y}" stroke="#444"/>')
@@ -446,7 +474,7 @@ def _run(run: RunReport, index: int) -> str:
     rid = f"run-{index}"
     parts = [
         f'<section class="run" id="{rid}">',
-        f"<h2>dlprof: {_e(info.name)}</h2>",
+        f"<h2>Run: {_e(info.name)}</h2>",
         f'<p class="sub">{_e(info.trace_file)}</p>',
     ]
     if info.status and info.status != "complete":
@@ -505,10 +533,8 @@ def _comparison(report: Report) -> str:
 
 
 def render(report: Report) -> str:
-    if len(report.runs) == 1:
-        title = f"dlprof report: {report.runs[0].info.name}"
-    else:
-        title = f"dlprof report: {len(report.runs)} runs"
+    names = [run.info.name for run in report.runs]
+    title = f"dlprof report: {names[0]}" if len(names) == 1 else f"dlprof report: {len(names)} runs"
     body = [_comparison(report)] if len(report.runs) > 1 else []
     body += [_run(run, i) for i, run in enumerate(report.runs, 1)]
     return (
@@ -517,5 +543,5 @@ def render(report: Report) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f'<meta name="generator" content="dlprof ({_e(report.schema)})">\n'
         f"<title>{_e(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n<main>\n"
-        f"<h1>{_e(title)}</h1>\n" + "\n".join(body) + "\n</main>\n</body>\n</html>\n"
+        "<h1>dlprof report</h1>\n" + "\n".join(body) + "\n</main>\n</body>\n</html>\n"
     )

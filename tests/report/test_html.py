@@ -1,0 +1,277 @@
+"""The HTML report: one self-contained page whose three pictures a real browser draws.
+
+Structure checks run on a real recorded run (``workload_run_2``) and on a small hand-built Report
+(escaping, several runs, a run without predictions, a timeline of thousands of segments). Headless
+Chromium then loads the real page from disk: its DOM must hold the pictures and its screenshot must
+show them (the category colours drawn), not a blank page.
+"""
+from __future__ import annotations
+
+import re
+import struct
+import subprocess
+import xml.etree.ElementTree as ET
+import zlib
+from collections import Counter
+from dataclasses import replace
+from html import escape
+from pathlib import Path
+
+import pytest
+
+from conftest import run_dlprof
+from dlprof.advice.model import Prediction
+from dlprof.advice.rules import Advice
+from dlprof.analysis.stats import Summary
+from dlprof.analysis.steps import CATEGORIES, StepBreakdown, StepTime
+from dlprof.report.html import COLOURS, render
+from dlprof.report.report import Lane, Report, RunInfo, RunReport, TimelinePicture, build_report
+
+PICTURES = ("timeline", "breakdown", "predicted")
+CHROMIUM = Path("/usr/bin/chromium")
+#: Seconds Chromium may take to load and dump or screenshot the page (about 2 s here).
+CHROMIUM_TIMEOUT_S = 60
+CHROMIUM_FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--no-first-run",
+)  # fmt: skip
+WINDOW = (1200, 2400)
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def pictures(page: str) -> dict[str, ET.Element]:
+    """Each ``<svg data-picture=...>`` of the page, parsed as XML (so it must be well-formed)."""
+    found = {}
+    for match in re.finditer(r'<svg\b[^>]*\bdata-picture="([a-z]+)".*?</svg>', page, re.S):
+        assert match.group(1) not in found, f"two {match.group(1)} pictures"
+        found[match.group(1)] = ET.fromstring(match.group(0))
+    return found
+
+
+def with_class(svg: ET.Element, tag: str, cls: str) -> list[ET.Element]:
+    return [e for e in svg.iter(tag) if cls in (e.get("class") or "").split()]
+
+
+def png_pixels(path: Path) -> tuple[int, int, bytes]:
+    """Width, height and RGB(A) bytes of an 8-bit RGB/RGBA PNG: zlib, then undo each row's filter."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    pos, idat = 8, []
+    while pos < len(data):
+        size, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        if kind == b"IHDR":
+            width, height, depth, colour = struct.unpack(">IIBB", data[pos + 8 : pos + 18])
+        elif kind == b"IDAT":
+            idat.append(data[pos + 8 : pos + 8 + size])
+        pos += 12 + size
+    assert depth == 8 and colour in (2, 6), f"unexpected PNG format (depth {depth}, colour type {colour})"
+    bpp = 3 if colour == 2 else 4
+    raw, stride = zlib.decompress(b"".join(idat)), width * bpp
+    prev, out = bytearray(stride), bytearray()
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
+        for i in range(stride) if kind else ():
+            a = line[i - bpp] if i >= bpp else 0
+            b, c = prev[i], (prev[i - bpp] if i >= bpp else 0)
+            if kind == 1:
+                line[i] = (line[i] + a) & 255
+            elif kind == 2:
+                line[i] = (line[i] + b) & 255
+            elif kind == 3:
+                line[i] = (line[i] + ((a + b) >> 1)) & 255
+            else:  # Paeth
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        out += line
+        prev = line
+    return width, height, bytes(out) if bpp == 3 else bytes(b for i, b in enumerate(out) if i % 4 != 3)
+
+
+def chromium(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium): cannot check the page in a real browser")
+    profile = tmp_path / "chromium-profile"
+    profile.mkdir(exist_ok=True)
+    done = subprocess.run([str(CHROMIUM), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+                          capture_output=True, text=True, timeout=CHROMIUM_TIMEOUT_S)  # fmt: skip
+    assert done.returncode == 0, f"chromium failed ({done.returncode}):\n{done.stderr[-3000:]}"
+    return done
+
+
+def hand_built_run(name: str = "tiny", predicted: bool = True, main_segments: int = 12) -> RunReport:
+    """A run with exact numbers: four 10 ms steps, one worker lane, a GPU lane."""
+    steps = [StepTime(n, n * 10_000.0, 10.0, 3.0, 0.5, 2.5, 2.0, 1.0, 1.0) for n in range(4, 8)]
+    ten = Summary(10.0, 10.0, 10.0)
+    categories = {c: Summary.of([s.category_ms(c) for s in steps]) for c in CATEGORIES}
+    kinds = ["data_wait", "forward", "other", "backward", "optimizer"]
+    width = 30.0 / main_segments
+    main = [(kinds[i % len(kinds)], i * width, (i + 1) * width) for i in range(main_segments)]
+    timeline = TimelinePicture(
+        30.0, [0.0, 10.0, 20.0],
+        [Lane("main thread", main), Lane("worker 0", [("dataset fetch", 1.0, 6.0), ("tokenizer", 2.0, 3.0), ("collate_fn", 6.0, 7.0)]),
+         Lane("GPU", [("gpu", 4.0, 9.0), ("gpu", 14.0, 19.0)])],
+    )  # fmt: skip
+    info = RunInfo(name, f"/runs/{name}/trace.json", "complete", "cuda", 1, 8, False, 2, False, 4, 16000, "Tiny GPU", "2.4.0", 4, 1.0, True)
+    points = [Prediction(0, 13.0, 1000 / 13, "main process"), Prediction(1, 7.0, 1000 / 7, "consumer"), Prediction(2, 7.0, 1000 / 7, "consumer")]
+    advice = Advice("HIGHLY", 1 if predicted else None, True, None, None, "consumer" if predicted else None, points if predicted else [],
+                    ["data wait 3.00 ms of a 10.00 ms step (30.0 %)"], ["producer cost measured in the loader processes"])  # fmt: skip
+    return RunReport(info, StepBreakdown(steps, ten, categories), None, None, advice, timeline)
+
+
+# --- fixtures ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def report(workload_run_2) -> Report:
+    return build_report(workload_run_2)
+
+
+@pytest.fixture(scope="module")
+def page(report) -> str:
+    return render(report)
+
+
+# --- the page, on a real run ---------------------------------------------------------------------
+
+
+def test_page_is_self_contained(page):
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert "<style>" in page  # the CSS is inline
+    for forbidden in ("<link", "<script", "<img", "<iframe", "@import", "url(", "@font-face"):
+        assert forbidden not in page.lower(), f"{forbidden} in the page"
+    # No attribute points outside the page (in-page anchors like href="#run-1" are fine).
+    assert not re.search(r'\b(src|href|xlink:href|action)\s*=\s*["\']?\s*(https?:|//|file:|data:)', page, re.I)
+
+
+def test_page_has_three_accessible_pictures_in_figures(page):
+    found = pictures(page)
+    assert sorted(found) == sorted(PICTURES)
+    for name, svg in found.items():
+        assert svg.get("role") == "img" and svg.get("aria-label"), name
+        assert svg[0].tag == "title" and svg[0].text, f"{name}: the first child should be a <title>"
+        assert re.search(rf'<figure><svg\b[^>]*data-picture="{name}".*?</svg><figcaption>[^<]+', page, re.S), f"{name} is not in a captioned <figure>"
+
+
+def test_timeline_has_a_label_per_lane_step_marks_and_merged_segments(page, report):
+    picture = report.runs[0].timeline
+    svg = pictures(page)["timeline"]
+    labels = [e.findtext("title") for e in with_class(svg, "text", "lane-label")]
+    assert labels == [lane.label for lane in picture.lanes]
+    assert [lane.label for lane in picture.lanes][:1] == ["main thread"] and len(picture.lanes) >= 2  # workers recorded
+    assert len(with_class(svg, "line", "step-boundary")) == len(picture.step_starts_ms) + 1
+    segments = sum(len(lane.segments) for lane in picture.lanes)
+    rects = len(list(svg.iter("rect")))
+    assert segments > 500 and rects < segments / 2, f"{rects} rectangles for {segments} segments: sub-pixel segments not merged"
+    axis = [t.text for t in svg.iter("text") if t.text and re.fullmatch(r"\d+(\.\d+)?", t.text)]
+    assert axis[0] in ("0", "0.0") and len(axis) >= 3 and "time (ms)" in ET.tostring(svg, encoding="unicode")
+
+
+def test_breakdown_has_one_bar_per_step_stacked_in_category_order(page, report):
+    steps = report.runs[0].steps.steps
+    bars = with_class(pictures(page)["breakdown"], "g", "bar")
+    assert [int(b.get("data-step")) for b in bars] == [s.number for s in steps]
+    for bar, step in zip(bars, steps):
+        drawn = [r.get("data-category") for r in bar.iter("rect")]
+        assert drawn == [c for c in CATEGORIES if step.category_ms(c) > 0]  # bottom to top, zeros left out
+        heights = sum(float(r.get("height")) for r in bar.iter("rect"))
+        assert heights > 0
+    legend = ET.tostring(pictures(page)["breakdown"], encoding="unicode")
+    assert all(label in legend for label in ("data wait", "forward", "backward", "optimizer", "other"))
+
+
+def test_predicted_has_one_point_per_prediction_and_marks_the_recommendation(page, report):
+    advice = report.runs[0].advice
+    assert advice.predicted, "the recorded run should have predictions"
+    points = with_class(pictures(page)["predicted"], "circle", "point")
+    assert [int(p.get("data-num-workers")) for p in points] == [p.num_workers for p in advice.predicted]
+    chosen = [p for p in points if "recommended" in p.get("class").split()]
+    assert [int(p.get("data-num-workers")) for p in chosen] == [advice.num_workers]
+
+
+def test_page_carries_the_recommendation_evidence_and_tables(page, report):
+    run = report.runs[0]
+    assert f"num_workers={run.advice.num_workers}" in page
+    for line in run.advice.evidence + run.advice.basis:
+        assert f"<li>{escape(line)}</li>" in page
+    for heading in ("Step breakdown", "Loader, per batch", "ms per step", "worker 0"):
+        assert heading in page
+
+
+def test_analyze_cli_writes_the_html_page(workload_run_2, tmp_path):
+    out = tmp_path / "report.html"
+    done = run_dlprof("analyze", str(workload_run_2), "--format", "html", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert sorted(pictures(out.read_text(encoding="utf-8"))) == sorted(PICTURES)
+
+
+# --- the page in a real browser -------------------------------------------------------------------
+
+
+def test_chromium_renders_the_pictures(page, report, tmp_path):
+    path = tmp_path / "report.html"
+    path.write_text(page, encoding="utf-8")
+    dom = chromium("--dump-dom", path.as_uri(), tmp_path=tmp_path).stdout
+    for name in PICTURES:
+        assert re.search(rf'<svg\b[^>]*data-picture="{name}"', dom), f"{name} picture missing from the rendered DOM"
+    assert dom.count('class="lane-label"') == len(report.runs[0].timeline.lanes)
+
+    shot = tmp_path / "page.png"
+    chromium(f"--screenshot={shot}", f"--window-size={WINDOW[0]},{WINDOW[1]}", path.as_uri(), tmp_path=tmp_path)
+    width, height, rgb = png_pixels(shot)
+    assert (width, height) == WINDOW
+    pixels = Counter(rgb[i : i + 3] for i in range(0, len(rgb), 3))
+    background = sum(n for _, n in pixels.most_common(2)) / (width * height)  # the page and its margin
+    assert len(pixels) > 200 and background < 0.95, f"{len(pixels)} colours, {background:.0%} background: the page looks blank"
+    # The pictures were drawn: their category colours fill whole rectangles of pixels.
+    for kind in ("data_wait", "forward", "backward", "optimizer"):
+        assert pixels[bytes.fromhex(COLOURS[kind][1:])] >= 200, f"no {kind} colour in the screenshot"
+
+
+# --- a hand-built report: exact structure ---------------------------------------------------------
+
+
+def test_hand_built_report_has_exact_pictures():
+    run = hand_built_run()
+    found = pictures(render(Report([run])))
+    assert [e.findtext("title") for e in with_class(found["timeline"], "text", "lane-label")] == ["main thread", "worker 0", "GPU"]
+    assert [b.get("data-step") for b in with_class(found["breakdown"], "g", "bar")] == ["4", "5", "6", "7"]
+    assert [p.get("data-num-workers") for p in with_class(found["predicted"], "circle", "point")] == ["0", "1", "2"]
+    # The tokenizer call nests in the dataset fetch: drawn inset, inside the fetch's rectangle.
+    worker = next(g for g in with_class(found["timeline"], "g", "lane") if g.get("data-lane") == "worker 0")
+    rects = {r.get("fill"): r for r in worker.iter("rect")}
+    fetch, tokenizer = rects[COLOURS["dataset fetch"]], rects[COLOURS["tokenizer"]]
+    assert float(fetch.get("y")) < float(tokenizer.get("y")) and float(tokenizer.get("height")) < float(fetch.get("height"))
+    assert float(fetch.get("x")) <= float(tokenizer.get("x"))
+
+
+def test_many_sub_pixel_segments_stay_small():
+    run = hand_built_run(main_segments=20_000)  # 1.5 µs each: hundreds per pixel
+    svg = pictures(render(Report([run])))["timeline"]
+    main = next(g for g in with_class(svg, "g", "lane") if g.get("data-lane") == "main thread")
+    drawn = [r for r in main.iter("rect")][1:]  # after the lane's background
+    assert 0 < len(drawn) <= int(svg.get("width")), f"{len(drawn)} rectangles for the main thread"
+
+
+def test_several_runs_are_compared_first_and_text_is_escaped():
+    nasty = '<script>alert("x")</script> & co'
+    runs = [hand_built_run("a"), hand_built_run(nasty)]
+    runs[1] = replace(runs[1], timeline=replace(runs[1].timeline, lanes=[Lane("<b>lane</b>", [("other", 0.0, 30.0)])]))
+    page = render(Report(runs))
+    assert "<script" not in page and "<b>lane" not in page
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; co" in page
+    compared = page.index("Runs compared")
+    assert compared < page.index('id="run-1"') < page.index('id="run-2"')
+    assert 'href="#run-1"' in page and 'href="#run-2"' in page
+    assert page.count('data-picture="timeline"') == 2  # each run has its pictures; both svgs still parse
+    for match in re.finditer(r'<svg\b.*?</svg>', page, re.S):
+        ET.fromstring(match.group(0))
+
+
+def test_run_without_predictions_gets_a_note_instead_of_the_picture():
+    page = render(Report([hand_built_run(predicted=False)]))
+    assert sorted(pictures(page)) == ["breakdown", "timeline"]
+    assert 'class="note no-predictions"' in page
+    assert "num_workers=keep" in page
