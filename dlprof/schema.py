@@ -36,6 +36,7 @@ ARG_EPOCH = "dlprof_epoch"  # iteration over that loader (0, 1, ...)
 ARG_BATCH = "dlprof_batch"  # batch index within the epoch, as the sampler produced it
 ARG_WORKER = "dlprof_worker"  # worker id, or -1 for the main process
 ARG_CPU_US = "cpu_us"  # CPU time of the span (process CPU in workers, thread CPU in the main process)
+ARG_TENSORS = "tensors"  # collate_fn spans: tensors in the collated batch (each is handed over separately)
 ARG_RUNQ_US = "runq_us"  # batch spans: time runnable but waiting for a core (Linux schedstat; 0 elsewhere)
 
 #: The DataLoader's ``__next__`` annotation as PyTorch names it.

@@ -62,8 +62,8 @@ def _model_inputs(
     if loader is not None:
         batch_ms = max(0.0, loader.batch.mean_ms - loader.batch_runq_ms_mean)
         batch_cpu_ms = loader.batch_cpu_ms_mean
-        handoff = loader.wait.ready_ms_mean if (loader.wait and not loader.in_main_process) else 0.0
         basis.append("producer cost measured in the loader processes (dlprof spans)")
+        handoff = _handoff_ms(loader, host, batches_per_step, basis)
     elif loads_in_main:
         # Without spans, a num_workers=0 run's data wait is the loading itself.
         batch_ms = steps.categories["data_wait"].mean_ms / batches_per_step
@@ -92,6 +92,20 @@ def _model_inputs(
         handoff_ms=handoff, usable_cores=cores, main_cpu_ms=main_cpu_ms,
         worker_pss_mib=sum(pss) / len(pss) if pss else None, available_ram_mib=host.get("ram_available_mib"),
     )  # fmt: skip
+
+
+def _handoff_ms(loader: LoaderStats, host: dict, batches_per_step: float, basis: list[str]) -> float:
+    """What receiving a ready batch from a worker costs the main process per step."""
+    if not loader.in_main_process and loader.wait:
+        basis.append("hand-off to the main process measured in the run")
+        return loader.wait.ready_ms_mean
+    calibration = host.get("handoff")
+    if calibration and loader.tensors_per_batch:
+        per_batch = calibration["per_batch_ms"] + calibration["per_tensor_ms"] * loader.tensors_per_batch
+        basis.append(f"hand-off estimated from this machine's calibration: {per_batch:.2f} ms per batch of {loader.tensors_per_batch:g} tensors")
+        return per_batch * batches_per_step
+    basis.append("hand-off to the main process unknown: predictions with workers leave it out")
+    return 0.0
 
 
 def _choose(inputs: ModelInputs, predicted: list[Prediction], cpu_bound_loading: bool) -> tuple[int, str]:

@@ -36,6 +36,7 @@ class BatchCost:
     tokenize_cpu_ms: float
     collate_ms: float
     collate_cpu_ms: float
+    tensors: int
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class LoaderStats:
     tokenize_cpu_ms_mean: float
     collate: Summary
     collate_cpu_ms_mean: float
+    tensors_per_batch: float
     cpu_fraction: float
     bound: str  # "cpu" | "io" | "mixed"
     in_main_process: bool
@@ -118,6 +120,7 @@ def _batch_costs(spans: list[LoaderSpan]) -> list[BatchCost]:
                 tokenize_ms=wall(tokens), tokenize_cpu_ms=cpu(tokens),
                 collate_ms=(collate.dur_us / 1000 - wall(tok_in_collate)) if collate else 0.0,
                 collate_cpu_ms=(collate.cpu_us / 1000 - cpu(tok_in_collate)) if collate else 0.0,
+                tensors=collate.tensors if collate else 0,
             )
         )  # fmt: skip
     return sorted(costs, key=lambda c: c.end_us)
@@ -197,6 +200,7 @@ def loader_stats(run: TraceRun) -> LoaderStats | None:
         tokenize_cpu_ms_mean=mean("tokenize_cpu_ms"),
         collate=Summary.of([c.collate_ms for c in costs]),
         collate_cpu_ms_mean=mean("collate_cpu_ms"),
+        tensors_per_batch=mean("tensors"),
         cpu_fraction=cpu_fraction,
         bound=bound,
         in_main_process=all(c.worker < 0 for c in costs),

@@ -89,6 +89,7 @@ class _ProcessState:
         self.tokenizer_depth = 0
         self.collate_start: tuple[int, int] | None = None
         self.collate_end: tuple[int, int] | None = None
+        self.batch_tensors = 0
 
 
 _STATE = _ProcessState()
@@ -109,6 +110,17 @@ class LoaderRecord:
     batches: int = 0
 
 
+def count_tensors(obj: Any, depth: int = 0) -> int:
+    """Tensors in a collated batch (each is handed to the main process separately: its cost scales with them)."""
+    if depth > 4:
+        return 0
+    if isinstance(obj, dict):
+        return sum(count_tensors(v, depth + 1) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(count_tensors(v, depth + 1) for v in obj)
+    return 1 if type(obj).__module__.startswith("torch") and hasattr(obj, "untyped_storage") else 0
+
+
 class TimedCollate:
     """The user's ``collate_fn``, timed; carries the :class:`LoaderContext` into worker processes."""
 
@@ -123,10 +135,13 @@ class TimedCollate:
         if st.log is None:
             return self.collate_fn(data)
         st.collate_start = (_time_ns(), st.log.cpu_ns())
+        batch = None
         try:
-            return self.collate_fn(data)
+            batch = self.collate_fn(data)
+            return batch
         finally:
             st.collate_end = (_time_ns(), st.log.cpu_ns())
+            st.batch_tensors = count_tensors(batch)
 
     def __getstate__(self):
         return (self.collate_fn, self.ctx)
@@ -170,7 +185,7 @@ def _timed_fetch(original: Callable) -> Callable:
                 log.records += (
                     (_SPAN, _BATCH, t0, t1, cpu1 - cpu0, runq1 - runq0, loader, epoch, batch, worker),
                     (_SPAN, _FETCH, t0, start[0], start[1] - cpu0, 0, loader, epoch, batch, worker),
-                    (_SPAN, _COLLATE, start[0], end[0], end[1] - start[1], 0, loader, epoch, batch, worker),
+                    (_SPAN, _COLLATE, start[0], end[0], end[1] - start[1], st.batch_tensors, loader, epoch, batch, worker),
                 )
             elif sys.exc_info()[0] is not StopIteration:
                 # The dataset raised: keep the time it took, the exception goes on to the user.

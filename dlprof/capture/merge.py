@@ -141,7 +141,8 @@ def span_events(found: SpanFiles, main_pid: int, base_ns: int, window: tuple[int
                 "dur": round((s.end_ns - s.start_ns) / 1000, 3),
                 "args": {
                     schema.ARG_CPU_US: round(s.cpu_ns / 1000, 3),
-                    **({schema.ARG_RUNQ_US: round(s.runq_ns / 1000, 3)} if s.name == schema.SPAN_BATCH else {}),
+                    **({schema.ARG_RUNQ_US: round(s.extra / 1000, 3)} if s.name == schema.SPAN_BATCH else {}),
+                    **({schema.ARG_TENSORS: s.extra} if s.name == schema.SPAN_COLLATE else {}),
                     schema.ARG_LOADER: s.loader_id,
                     schema.ARG_EPOCH: s.epoch,
                     schema.ARG_BATCH: s.batch,

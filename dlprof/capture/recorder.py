@@ -21,6 +21,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from dlprof import __version__
 from dlprof.capture import loader_probe
+from dlprof.capture.calibrate import measure_handoff
 from dlprof.capture.schedule import Schedule
 
 #: Batches returned with no optimizer step in between before the profiler steps per batch instead:
@@ -146,6 +147,8 @@ class Recorder:
         if self._profiler is not None:
             self._profiler.stop()  # mid-window (a failure, a short script): exports the steps so far
         loader_probe.flush()
+        loaders = loader_probe.loader_records()
+        loader_probe.uninstall()  # the calibration's own DataLoader must not be recorded
         result = {
             "status": status,
             "error": error,
@@ -159,11 +162,8 @@ class Recorder:
             "window_start_ns": self.window_start_ns,
             "step_clock": self.step_clock,
             "finished_ns": time.time_ns(),
-            "loaders": [
-                {"id": r.loader_id, "iterations": r.iterations, "batches": r.batches, **r.config}
-                for r in loader_probe.loader_records()
-            ],
-            "host": host_facts(),
+            "loaders": [{"id": r.loader_id, "iterations": r.iterations, "batches": r.batches, **r.config} for r in loaders],
+            "host": {**host_facts(), "handoff": measure_handoff() if self.exported and loaders else None},
             "versions": versions(),
         }
         path = self.session_dir / f"result-rank{self.rank}.json"

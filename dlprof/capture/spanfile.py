@@ -7,8 +7,9 @@ cut short by a killed process is dropped by the reader.
 Every record is ``<kind, name, a_ns, b_ns, c_ns, d_ns, loader, epoch, batch, worker>``:
 
 * ``KIND_SPAN``: a span ``name`` (index into :data:`SPAN_NAMES`) from ``a_ns`` to ``b_ns`` with ``c_ns``
-  of CPU time and, for ``batch`` spans, ``d_ns`` of run-queue wait (runnable but not running: the
-  cores were busy), for ``batch`` of ``loader``/``epoch``, in ``worker`` (-1: the main process).
+  of CPU time, for ``batch`` of ``loader``/``epoch``, in ``worker`` (-1: the main process). ``d`` is
+  kind-specific: for ``batch`` spans the run-queue wait in ns (runnable but not running: the cores
+  were busy), for ``collate_fn`` spans the number of tensors in the collated batch.
 * ``KIND_NEXT``: the main process's ``__next__`` from ``a_ns`` to ``b_ns`` that returned ``batch``.
 * ``KIND_WORKER``: worker ``worker`` of ``loader`` started at ``a_ns`` serving ``epoch``; ``batch`` holds
   the loader's num_workers.
@@ -47,7 +48,7 @@ class Span:
     start_ns: int
     end_ns: int
     cpu_ns: int
-    runq_ns: int
+    extra: int  # batch: run-queue wait in ns; collate_fn: tensors in the batch
     loader_id: int
     epoch: int
     batch: int

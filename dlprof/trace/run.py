@@ -51,6 +51,7 @@ class LoaderSpan(Span):
     pid: int
     cpu_us: float
     runq_us: float  # batch spans: runnable but waiting for a core (0 when unknown)
+    tensors: int  # collate_fn spans: tensors in the batch (0 when unknown)
     worker: int
     batch: tuple[int, int, int]
 
@@ -242,7 +243,7 @@ def build_run(document: dict, path: Path, name: str) -> TraceRun:
         if key is None:
             continue
         loader_spans.append(
-            LoaderSpan(str(e.get("name", "")), *_span(e), pid=int(e.get("pid", 0)), cpu_us=float(args.get(schema.ARG_CPU_US, 0.0)), runq_us=float(args.get(schema.ARG_RUNQ_US, 0.0)),
+            LoaderSpan(str(e.get("name", "")), *_span(e), pid=int(e.get("pid", 0)), cpu_us=float(args.get(schema.ARG_CPU_US, 0.0)), runq_us=float(args.get(schema.ARG_RUNQ_US, 0.0)), tensors=int(args.get(schema.ARG_TENSORS, 0)),
                        worker=int(args.get(schema.ARG_WORKER, -1)), batch=key)
         )  # fmt: skip
     loader_spans.sort(key=lambda s: s.start_us)

@@ -1,0 +1,59 @@
+"""Measure this machine's DataLoader hand-off: what the main process pays to receive a ready batch.
+
+A batch a worker produced reaches the main process through a queue; each tensor in it is passed as
+a shared-memory file descriptor, fetched over a socket from the worker. That costs ~1 ms per batch
+and more per tensor on a small VM, and a run recorded with ``num_workers=0`` cannot show it. So
+``dlprof record`` measures it once, after training: one worker fills its prefetch queue, then the
+main process times ``__next__`` on batches that are already waiting, for batches of 1 and of
+:data:`MANY_TENSORS` tensors.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import statistics
+import time
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+MANY_TENSORS = 4
+#: Batches timed per size (the worker prefetches them all before timing starts).
+TIMED_BATCHES = 12
+#: Time the worker gets to fill its queue.
+FILL_S = 0.4
+
+
+class _Tensors(Dataset):
+    def __init__(self, count: int):
+        self.count = count
+
+    def __len__(self) -> int:
+        return TIMED_BATCHES + 2
+
+    def __getitem__(self, index: int):
+        return tuple(torch.zeros(16) for _ in range(self.count))
+
+
+def _ready_next_ms(tensors: int) -> float:
+    context = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+    loader = DataLoader(_Tensors(tensors), batch_size=None, num_workers=1, prefetch_factor=TIMED_BATCHES + 2, multiprocessing_context=context)
+    iterator = iter(loader)
+    next(iterator)  # the worker is up
+    time.sleep(FILL_S)
+    timings = []
+    for _ in range(TIMED_BATCHES):
+        start = time.perf_counter_ns()
+        next(iterator)
+        timings.append((time.perf_counter_ns() - start) / 1e6)
+    del iterator
+    return statistics.median(timings)
+
+
+def measure_handoff() -> dict | None:
+    """``{"per_batch_ms", "per_tensor_ms"}``: a ready batch of ``t`` tensors costs ``per_batch + t * per_tensor``."""
+    try:
+        one, many = _ready_next_ms(1), _ready_next_ms(MANY_TENSORS)
+    except Exception:  # no worker processes possible here (sandboxes, no /dev/shm): leave it unknown
+        return None
+    per_tensor = max(0.0, (many - one) / (MANY_TENSORS - 1))
+    return {"per_batch_ms": round(max(0.0, one - per_tensor), 4), "per_tensor_ms": round(per_tensor, 4)}
