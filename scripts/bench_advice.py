@@ -76,7 +76,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write every number here")
     args = parser.parse_args()
     cases = dict(list(CASES.items())[:2]) if args.quick else CASES
-    steps = 50 if args.quick else 80
+    steps = 50 if args.quick else 100
     errors: list[float] = []
     results = {}
     recommendation_ok = []
