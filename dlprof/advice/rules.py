@@ -73,8 +73,13 @@ def _model_inputs(
     else:
         basis.append("no worker spans: what a batch costs to produce is unknown, so no num_workers can be predicted (record with dlprof record)")
         return None
-    consumer = steps.consumer_ms
     measured = manifest.get("main_process_cpu")
+    # The step without data wait, less the time the training thread waited for a core: how long the
+    # consumer takes on its own; contention for cores is the CPU bound's to model.
+    runq = (measured or {}).get("runq_ms_per_step") or 0.0
+    consumer = max(0.0, steps.consumer_ms - runq)
+    if runq:
+        basis.append(f"the training thread waited {runq:.2f} ms per step for a core: left out of the consumer's time")
     if measured:
         # Measured over the recorded steps; loading done in the main process is the producer's share.
         in_main = loader.batch_cpu_ms_mean * batches_per_step if (loader and loader.in_main_process) else 0.0
@@ -158,7 +163,7 @@ def advise(
         num_workers, bound = _choose(inputs, predicted, cpu_bound)
         evidence.append(
             f"a batch costs {inputs.batch_ms:.2f} ms to produce ({inputs.batch_cpu_ms:.2f} ms CPU), "
-            f"{inputs.batches_per_step:g} per step; the step without data wait is {inputs.consumer_ms:.2f} ms"
+            f"{inputs.batches_per_step:g} per step; the step itself (without data wait or waiting for a core) is {inputs.consumer_ms:.2f} ms"
         )
         chosen = predicted[num_workers]
         evidence.append(

@@ -203,16 +203,13 @@ def memory_summary(samples: list[MemorySample], main_pid: int, workers: list[Wor
 
 
 def _main_cpu(step_clock: list, window: tuple[int, int]) -> dict | None:
-    """CPU time the main process used per recorded step (all threads), from step-boundary readings in the window."""
-    inside = [(wall, cpu) for wall, cpu in step_clock if window[0] <= wall <= window[1]]
+    """The main process's CPU time (all threads) and its training thread's run-queue wait per recorded step."""
+    inside = [reading for reading in step_clock if window[0] <= reading[0] <= window[1]]
     if len(inside) < 2:
         return None
     steps = len(inside) - 1
-    return {
-        "steps": steps,
-        "cpu_ms_per_step": round((inside[-1][1] - inside[0][1]) / 1e6 / steps, 3),
-        "wall_ms_per_step": round((inside[-1][0] - inside[0][0]) / 1e6 / steps, 3),
-    }
+    per_step = lambda i: round((inside[-1][i] - inside[0][i]) / 1e6 / steps, 3)  # noqa: E731
+    return {"steps": steps, "wall_ms_per_step": per_step(0), "cpu_ms_per_step": per_step(1), "runq_ms_per_step": per_step(2)}
 
 
 def primary_loader(loaders: list[dict], next_events: list[dict]) -> dict | None:

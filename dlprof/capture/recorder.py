@@ -20,7 +20,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from dlprof import __version__
-from dlprof.capture import loader_probe
+from dlprof.capture import loader_probe, spanfile
 from dlprof.capture.calibrate import measure_handoff
 from dlprof.capture.schedule import Schedule
 
@@ -79,7 +79,10 @@ class Recorder:
         self.steps = 0
         self.step_mode: str | None = None
         self.window_start_ns: int | None = None
-        self.step_clock: list[tuple[int, int]] = []
+        self.step_clock: list[tuple[int, int, int]] = []
+        # Run-queue wait of the training thread: time it was ready to run but the cores were busy
+        # (with DataLoader workers, say), which stretches the step without being the step's own work.
+        self._main_runq_ns = spanfile.run_queue_clock()
         self.exported = False
         self._optimizer_id: int | None = None
         self._batches_since_step = 0
@@ -123,7 +126,7 @@ class Recorder:
         self.steps += 1
         # The main process's CPU time (all its threads) at each step boundary inside the profiled
         # window: what training itself demands of the cores, which no trace event tells.
-        reading = (time.time_ns(), time.process_time_ns())
+        reading = (time.time_ns(), time.process_time_ns(), self._main_runq_ns())
         window_was_open = self.window_start_ns is not None and not self.exported
         profiler = self._profiler
         profiler.step()
