@@ -63,7 +63,8 @@ def _model_inputs(
         batch_ms = max(0.0, loader.batch.mean_ms - loader.batch_runq_ms_mean)
         batch_cpu_ms = loader.batch_cpu_ms_mean
         basis.append("producer cost measured in the loader processes (dlprof spans)")
-        handoff = _handoff_ms(loader, host, batches_per_step, basis)
+        handoff, sending_ms = _handoff(loader, host, batches_per_step, basis)
+        batch_ms += sending_ms
     elif loads_in_main:
         # Without spans, a num_workers=0 run's data wait is the loading itself.
         batch_ms = steps.categories["data_wait"].mean_ms / batches_per_step
@@ -99,18 +100,34 @@ def _model_inputs(
     )  # fmt: skip
 
 
-def _handoff_ms(loader: LoaderStats, host: dict, batches_per_step: float, basis: list[str]) -> float:
-    """What receiving a ready batch from a worker costs the main process per step."""
-    if not loader.in_main_process and loader.wait:
-        basis.append("hand-off to the main process measured in the run")
-        return loader.wait.ready_ms_mean
+def _handoff(loader: LoaderStats, host: dict, batches_per_step: float, basis: list[str]) -> tuple[float, float]:
+    """What handing a batch over costs: (ms per step in the main process, ms per batch in the producer).
+
+    A batch counts as ready when its ``collate_fn`` returns, but the worker still has to move it into
+    shared memory and send it, and the main process has to receive and unpickle it. The calibration
+    measures the main process's part on an idle machine; what the run's waits for "ready" batches
+    add beyond it is the worker's part, a cost of producing the batch that more workers can hide.
+    """
     calibration = host.get("handoff")
+    calibrated = None
     if calibration and loader.tensors_per_batch:
-        per_batch = calibration["per_batch_ms"] + calibration["per_tensor_ms"] * loader.tensors_per_batch
-        basis.append(f"hand-off estimated from this machine's calibration: {per_batch:.2f} ms per batch of {loader.tensors_per_batch:g} tensors")
-        return per_batch * batches_per_step
+        calibrated = calibration["per_batch_ms"] + calibration["per_tensor_ms"] * loader.tensors_per_batch
+    if not loader.in_main_process and loader.wait:
+        measured = loader.wait.ready_ms_mean / batches_per_step
+        if calibrated is None:
+            basis.append(f"hand-off measured in the run: {measured:.2f} ms per batch")
+            return loader.wait.ready_ms_mean, 0.0
+        main_part = min(measured, calibrated)
+        basis.append(
+            f"hand-off measured in the run: {measured:.2f} ms per batch, of which {main_part:.2f} ms in the main process "
+            f"(this machine's calibration) and the rest in the worker"
+        )
+        return main_part * batches_per_step, measured - main_part
+    if calibrated is not None:
+        basis.append(f"hand-off estimated from this machine's calibration: {calibrated:.2f} ms per batch of {loader.tensors_per_batch:g} tensors")
+        return calibrated * batches_per_step, 0.0
     basis.append("hand-off to the main process unknown: predictions with workers leave it out")
-    return 0.0
+    return 0.0, 0.0
 
 
 def _choose(inputs: ModelInputs, predicted: list[Prediction], cpu_bound_loading: bool) -> tuple[int, str]:

@@ -14,7 +14,7 @@ from dlprof.report import renderer
 from dlprof.report.report import build_report
 
 GOLDEN_DIR = DATA_DIR / "golden"
-CASES = {"text": "tiny_dlprof.txt", "markdown": "tiny_dlprof.md", "json": "tiny_dlprof.json"}
+CASES = {"text": "tiny_dlprof.txt", "markdown": "tiny_dlprof.md", "json": "tiny_dlprof.json", "html": "tiny_dlprof.html"}
 
 
 @pytest.fixture(scope="module")
