@@ -267,6 +267,19 @@ BD_PLOT_H = 240
 BD_MAX_BAR_W = 48
 
 
+def _y_axis(left: float, plot_w: float, top: float, plot_h: float, ticks: list[float], y_of, label: str) -> list[str]:
+    """An open ``<g class="axis">``: grid lines with tick labels, the rotated axis label and the baseline."""
+    body = ['<g class="axis">']
+    for t in ticks:
+        y = y_of(t)
+        body.append(f'<line x1="{left}" y1="{_n(y)}" x2="{left + plot_w}" y2="{_n(y)}" stroke="#e3e6ea"/>')
+        body.append(f'<text x="{left - 6}" y="{_n(y + 4)}" text-anchor="end">{_tick_label(t, ticks)}</text>')
+    mid = top + plot_h / 2
+    body.append(f'<text x="14" y="{_n(mid)}" text-anchor="middle" transform="rotate(-90 14 {_n(mid)})">{label}</text>')
+    body.append(f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#444"/>')
+    return body
+
+
 def _breakdown_svg(run: RunReport, title_id: str) -> str:
     steps = run.steps.steps
     plot_w = WIDTH - BD_LEFT - BD_RIGHT
@@ -274,14 +287,8 @@ def _breakdown_svg(run: RunReport, title_id: str) -> str:
     y_max = ticks[-1]
     y_of = lambda v: BD_TOP + BD_PLOT_H - v / y_max * BD_PLOT_H  # noqa: E731
     base = BD_TOP + BD_PLOT_H
-    body = ['<g class="axis">']
-    for t in ticks:
-        y = y_of(t)
-        body.append(f'<line x1="{BD_LEFT}" y1="{_n(y)}" x2="{BD_LEFT + plot_w}" y2="{_n(y)}" stroke="#e3e6ea"/>')
-        body.append(f'<text x="{BD_LEFT - 6}" y="{_n(y + 4)}" text-anchor="end">{_tick_label(t, ticks)}</text>')
-    mid = BD_TOP + BD_PLOT_H / 2
-    body.append(f'<text x="14" y="{_n(mid)}" text-anchor="middle" transform="rotate(-90 14 {_n(mid)})">ms per step</text>')
-    body.append(f'<line x1="{BD_LEFT}" y1="{base}" x2="{BD_LEFT + plot_w}" y2="{base}" stroke="#444"/></g>')
+    body = _y_axis(BD_LEFT, plot_w, BD_TOP, BD_PLOT_H, ticks, y_of, "ms per step")
+    body[-1] += "</g>"
     slot = plot_w / max(1, len(steps))
     bar_w = min(BD_MAX_BAR_W, slot * 0.7)
     label_every = max(1, math.ceil(len(steps) * 28 / plot_w))  # keep step numbers from overlapping
@@ -328,14 +335,7 @@ def _predicted_svg(run: RunReport, title_id: str) -> str:
     y_max = ticks[-1]
     y_of = lambda v: PR_TOP + PR_PLOT_H - v / y_max * PR_PLOT_H  # noqa: E731
     base = PR_TOP + PR_PLOT_H
-    body = ['<g class="axis">']
-    for t in ticks:
-        y = y_of(t)
-        body.append(f'<line x1="{PR_LEFT}" y1="{_n(y)}" x2="{PR_LEFT + plot_w}" y2="{_n(y)}" stroke="#e3e6ea"/>')
-        body.append(f'<text x="{PR_LEFT - 6}" y="{_n(y + 4)}" text-anchor="end">{_tick_label(t, ticks)}</text>')
-    mid = PR_TOP + PR_PLOT_H / 2
-    body.append(f'<text x="14" y="{_n(mid)}" text-anchor="middle" transform="rotate(-90 14 {_n(mid)})">predicted steps/s</text>')
-    body.append(f'<line x1="{PR_LEFT}" y1="{base}" x2="{PR_LEFT + plot_w}" y2="{base}" stroke="#444"/>')
+    body = _y_axis(PR_LEFT, plot_w, PR_TOP, PR_PLOT_H, ticks, y_of, "predicted steps/s")
     label_every = max(1, math.ceil((hi_n - lo_n + 1) * 24 / plot_w))
     for n in range(lo_n, hi_n + 1):
         if (n - lo_n) % label_every == 0:
