@@ -1,13 +1,13 @@
 """How good is dlprof's advice? Predicted against measured steps/s for user-style scripts with known costs.
 
-    python scripts/bench_advice.py            # ~6 minutes on 2 cores
-    python scripts/bench_advice.py --quick    # 2 cases, fewer steps
+    python scripts/bench_advice.py            # ~12 minutes on 2 cores
+    python scripts/bench_advice.py --quick    # 2 cases, one measurement per count
 
 For each case (scripts/bench_workload.py with known per-sample CPU cost, per-sample blocking I/O,
 collate cost, host work and a sleep standing in for the GPU):
 
 1. record it with ``dlprof record`` at num_workers 0 and at 2, and ``dlprof analyze`` each run;
-2. measure steps/s at every num_workers 0-6 without dlprof;
+2. measure steps/s at every num_workers 0-6 without dlprof (median of 3 runs);
 3. compare each prediction with the measurement, and check that the recommendation (from either
    starting count) is within 5 % of the best measured throughput, with no more workers than needed.
 
@@ -50,11 +50,15 @@ def workload_args(options: dict, workers: int, steps: int) -> list[str]:
     return args
 
 
-def measure(options: dict, workers: int, steps: int, tmp: Path) -> float:
+def measure(options: dict, workers: int, steps: int, tmp: Path, repeats: int) -> float:
+    """Median steps/s of ``repeats`` runs without dlprof (one run varies by a few per cent on 2 cores)."""
     report = tmp / f"measured-{workers}.json"
-    subprocess.run([sys.executable, *workload_args(options, workers, steps), "--warmup-steps", "10", "--report", str(report)],
-                   check=True, capture_output=True)  # fmt: skip
-    return json.loads(report.read_text())["steps_per_s"]
+    rates = []
+    for _ in range(repeats):
+        subprocess.run([sys.executable, *workload_args(options, workers, steps), "--warmup-steps", "10", "--report", str(report)],
+                       check=True, capture_output=True)  # fmt: skip
+        rates.append(json.loads(report.read_text())["steps_per_s"])
+    return statistics.median(rates)
 
 
 def predict_from(options: dict, workers: int, tmp: Path, name: str) -> tuple[dict[int, float], int]:
@@ -76,14 +80,15 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write every number here")
     args = parser.parse_args()
     cases = dict(list(CASES.items())[:2]) if args.quick else CASES
-    steps = 50 if args.quick else 100
+    steps = 50 if args.quick else 70
+    repeats = 1 if args.quick else 3
     errors: list[float] = []
     results = {}
     recommendation_ok = []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         for name, options in cases.items():
-            measured = {n: measure(options, n, steps, tmp) for n in COUNTS}
+            measured = {n: measure(options, n, steps, tmp, repeats) for n in COUNTS}
             predictions = {start: predict_from(options, start, tmp, f"{name}-w{start}") for start in (0, 2)}
             best = max(measured.values())
             enough = min(n for n in COUNTS if measured[n] >= WITHIN_BEST * best)

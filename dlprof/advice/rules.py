@@ -63,13 +63,12 @@ def _model_inputs(
         batch_ms = max(0.0, loader.batch.mean_ms - loader.batch_runq_ms_mean)
         batch_cpu_ms = loader.batch_cpu_ms_mean
         basis.append("producer cost measured in the loader processes (dlprof spans)")
-        handoff, sending_ms = _handoff(loader, host, batches_per_step, basis)
-        batch_ms += sending_ms
+        handoff, send_ms = _handoff(loader, host, batches_per_step, basis)
     elif loads_in_main:
         # Without spans, a num_workers=0 run's data wait is the loading itself.
         batch_ms = steps.categories["data_wait"].mean_ms / batches_per_step
         batch_cpu_ms = batch_ms
-        handoff = 0.0
+        handoff = send_ms = 0.0
         basis.append("no worker spans: producer cost taken from the data wait, assumed to be all CPU (record with dlprof record to measure it)")
     else:
         basis.append("no worker spans: what a batch costs to produce is unknown, so no num_workers can be predicted (record with dlprof record)")
@@ -94,7 +93,7 @@ def _model_inputs(
     if not pss:
         basis.append("worker memory unknown (no workers recorded): the memory bound is left out")
     return ModelInputs(
-        consumer_ms=consumer, batches_per_step=batches_per_step, batch_ms=batch_ms, batch_cpu_ms=batch_cpu_ms,
+        consumer_ms=consumer, batches_per_step=batches_per_step, batch_ms=batch_ms, batch_cpu_ms=batch_cpu_ms, send_ms=send_ms,
         handoff_ms=handoff, usable_cores=cores, main_cpu_ms=main_cpu_ms,
         worker_pss_mib=sum(pss) / len(pss) if pss else None, available_ram_mib=host.get("ram_available_mib"),
     )  # fmt: skip
@@ -232,7 +231,7 @@ def _prefetch_factor(steps: StepBreakdown, inputs: ModelInputs | None, num_worke
     wait = steps.categories["data_wait"]
     if not num_workers or inputs is None or wait.mean_ms <= 0:
         return None
-    supply_ok = inputs.batches_per_step * inputs.batch_ms / num_workers <= inputs.consumer_ms
+    supply_ok = inputs.batches_per_step * (inputs.batch_ms + inputs.send_ms) / num_workers <= inputs.consumer_ms
     bursty = wait.p90_ms >= BURSTY_P90_OVER_MEAN * wait.mean_ms and 100 * wait.p90_ms / steps.step.mean_ms >= BURSTY_P90_PCT
     if supply_ok and bursty:
         evidence.append(
