@@ -4,8 +4,7 @@ A step cannot be faster than any of three bounds (DESIGN.md):
 
 * the consumer: the step without data wait, ``consumer_ms`` (forward, backward, optimizer, ...);
 * the producers: ``n`` workers each take ``batch_ms`` (its CPU time plus the time it blocks, without
-  the time it waited for a core) and ``send_ms`` (moving it to the main process) per batch, so they
-  supply one every ``(batch_ms + send_ms) / n``;
+  the time it waited for a core) per batch, so they supply one every ``batch_ms / n``;
 * the CPU: the main process's demand per step plus the workers' CPU time per step, spread over the
   usable cores.
 
@@ -32,7 +31,6 @@ class ModelInputs:
     batches_per_step: float
     batch_ms: float  # uncontended wall time per batch in one producer: CPU + blocking
     batch_cpu_ms: float
-    send_ms: float  # per batch, what a worker spends handing it over (shared memory, queue): workers only
     handoff_ms: float  # per step, with workers
     usable_cores: int | None
     main_cpu_ms: float  # CPU time (core-ms) the main process needs per step, loading excluded
@@ -56,8 +54,7 @@ def predict(inputs: ModelInputs, num_workers: int) -> Prediction:
     if num_workers == 0:
         step_ms, bound = inputs.consumer_ms + per_step_loading, "main process"
     else:
-        per_step_producing = inputs.batches_per_step * (inputs.batch_ms + inputs.send_ms)
-        bounds = {"consumer": inputs.consumer_ms, "loader": per_step_producing / num_workers}
+        bounds = {"consumer": inputs.consumer_ms, "loader": per_step_loading / num_workers}
         if inputs.usable_cores:
             bounds["cpu"] = (inputs.main_cpu_ms + inputs.batches_per_step * inputs.batch_cpu_ms) / inputs.usable_cores
         bound = max(bounds, key=bounds.get)
@@ -69,7 +66,7 @@ def candidate_counts(inputs: ModelInputs) -> list[int]:
     """0 up to where one more worker can no longer help (I/O-bound loaders may need many)."""
     upper = max(MIN_CANDIDATES, 2 * (inputs.usable_cores or 0))
     if inputs.consumer_ms > 0:
-        upper = max(upper, math.ceil(inputs.batches_per_step * (inputs.batch_ms + inputs.send_ms) / inputs.consumer_ms) + 1)
+        upper = max(upper, math.ceil(inputs.batches_per_step * inputs.batch_ms / inputs.consumer_ms) + 1)
     return list(range(0, min(upper, MAX_CANDIDATES) + 1))
 
 

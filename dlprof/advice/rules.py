@@ -63,12 +63,12 @@ def _model_inputs(
         batch_ms = max(0.0, loader.batch.mean_ms - loader.batch_runq_ms_mean)
         batch_cpu_ms = loader.batch_cpu_ms_mean
         basis.append("producer cost measured in the loader processes (dlprof spans)")
-        handoff, send_ms = _handoff(loader, host, batches_per_step, basis)
+        handoff = _handoff_ms(loader, host, batches_per_step, basis)
     elif loads_in_main:
         # Without spans, a num_workers=0 run's data wait is the loading itself.
         batch_ms = steps.categories["data_wait"].mean_ms / batches_per_step
         batch_cpu_ms = batch_ms
-        handoff = send_ms = 0.0
+        handoff = 0.0
         basis.append("no worker spans: producer cost taken from the data wait, assumed to be all CPU (record with dlprof record to measure it)")
     else:
         basis.append("no worker spans: what a batch costs to produce is unknown, so no num_workers can be predicted (record with dlprof record)")
@@ -93,40 +93,29 @@ def _model_inputs(
     if not pss:
         basis.append("worker memory unknown (no workers recorded): the memory bound is left out")
     return ModelInputs(
-        consumer_ms=consumer, batches_per_step=batches_per_step, batch_ms=batch_ms, batch_cpu_ms=batch_cpu_ms, send_ms=send_ms,
+        consumer_ms=consumer, batches_per_step=batches_per_step, batch_ms=batch_ms, batch_cpu_ms=batch_cpu_ms,
         handoff_ms=handoff, usable_cores=cores, main_cpu_ms=main_cpu_ms,
         worker_pss_mib=sum(pss) / len(pss) if pss else None, available_ram_mib=host.get("ram_available_mib"),
     )  # fmt: skip
 
 
-def _handoff(loader: LoaderStats, host: dict, batches_per_step: float, basis: list[str]) -> tuple[float, float]:
-    """What handing a batch over costs: (ms per step in the main process, ms per batch in the producer).
+def _handoff_ms(loader: LoaderStats, host: dict, batches_per_step: float, basis: list[str]) -> float:
+    """What receiving ready batches from workers costs the main process per step.
 
-    A batch counts as ready when its ``collate_fn`` returns, but the worker still has to move it into
-    shared memory and send it, and the main process has to receive and unpickle it. The calibration
-    measures the main process's part on an idle machine; what the run's waits for "ready" batches
-    add beyond it is the worker's part, a cost of producing the batch that more workers can hide.
+    Measured in a run with workers: the main process's waits for batches a worker had already
+    collated (unpickling, fetching shared memory from the worker, whose GIL a busy worker holds). From
+    a ``num_workers=0`` run, this machine's calibration (measured idle, so a lower bound under load).
     """
-    calibration = host.get("handoff")
-    calibrated = None
-    if calibration and loader.tensors_per_batch:
-        calibrated = calibration["per_batch_ms"] + calibration["per_tensor_ms"] * loader.tensors_per_batch
     if not loader.in_main_process and loader.wait:
-        measured = loader.wait.ready_ms_mean / batches_per_step
-        if calibrated is None:
-            basis.append(f"hand-off measured in the run: {measured:.2f} ms per batch")
-            return loader.wait.ready_ms_mean, 0.0
-        main_part = min(measured, calibrated)
-        basis.append(
-            f"hand-off measured in the run: {measured:.2f} ms per batch, of which {main_part:.2f} ms in the main process "
-            f"(this machine's calibration) and the rest in the worker"
-        )
-        return main_part * batches_per_step, measured - main_part
-    if calibrated is not None:
-        basis.append(f"hand-off estimated from this machine's calibration: {calibrated:.2f} ms per batch of {loader.tensors_per_batch:g} tensors")
-        return calibrated * batches_per_step, 0.0
+        basis.append(f"hand-off to the main process measured in the run: {loader.wait.ready_ms_mean:.2f} ms per step")
+        return loader.wait.ready_ms_mean
+    calibration = host.get("handoff")
+    if calibration and loader.tensors_per_batch:
+        per_batch = calibration["per_batch_ms"] + calibration["per_tensor_ms"] * loader.tensors_per_batch
+        basis.append(f"hand-off estimated from this machine's calibration: {per_batch:.2f} ms per batch of {loader.tensors_per_batch:g} tensors")
+        return per_batch * batches_per_step
     basis.append("hand-off to the main process unknown: predictions with workers leave it out")
-    return 0.0, 0.0
+    return 0.0
 
 
 def _choose(inputs: ModelInputs, predicted: list[Prediction], cpu_bound_loading: bool) -> tuple[int, str]:
@@ -231,7 +220,7 @@ def _prefetch_factor(steps: StepBreakdown, inputs: ModelInputs | None, num_worke
     wait = steps.categories["data_wait"]
     if not num_workers or inputs is None or wait.mean_ms <= 0:
         return None
-    supply_ok = inputs.batches_per_step * (inputs.batch_ms + inputs.send_ms) / num_workers <= inputs.consumer_ms
+    supply_ok = inputs.batches_per_step * inputs.batch_ms / num_workers <= inputs.consumer_ms
     bursty = wait.p90_ms >= BURSTY_P90_OVER_MEAN * wait.mean_ms and 100 * wait.p90_ms / steps.step.mean_ms >= BURSTY_P90_PCT
     if supply_ok and bursty:
         evidence.append(

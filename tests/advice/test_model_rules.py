@@ -11,7 +11,7 @@ from dlprof.trace.run import load_run
 
 
 def inputs(**overrides) -> ModelInputs:
-    base = dict(consumer_ms=10.0, batches_per_step=1.0, batch_ms=30.0, batch_cpu_ms=30.0, send_ms=0.0, handoff_ms=0.0, usable_cores=4,
+    base = dict(consumer_ms=10.0, batches_per_step=1.0, batch_ms=30.0, batch_cpu_ms=30.0, handoff_ms=0.0, usable_cores=4,
                 main_cpu_ms=10.0, worker_pss_mib=None, available_ram_mib=None)  # fmt: skip
     return ModelInputs(**{**base, **overrides})
 
@@ -29,13 +29,6 @@ def test_cpu_bound_and_handoff():
     # cores: (20 + 30) / 2 = 25 ms per step, plus the 1 ms hand-off, whatever the worker count.
     assert predict(model, 2).step_ms == pytest.approx(26.0) and predict(model, 2).bound == "cpu"
     assert predict(model, 8).step_ms == pytest.approx(26.0)
-
-
-def test_sending_cost_slows_workers_only():
-    model = inputs(batch_ms=28.0, send_ms=2.0)
-    # in the main process a batch costs 28 ms; a worker also has to hand it over: 30 ms
-    assert predict(model, 0).step_ms == pytest.approx(38.0)
-    assert predict(model, 1).step_ms == pytest.approx(30.0)
 
 
 def test_candidates_reach_where_io_bound_loading_stops_helping():
