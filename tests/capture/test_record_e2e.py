@@ -71,6 +71,11 @@ def test_manifest_describes_the_run(workload_run_2):
     assert "record" in manifest["command"]
     alignment = manifest["clock"]["alignment"]
     assert alignment["next_events_matched"] == 8 and alignment["max_offset_us"] == 0.0
+    # measured for the throughput model: a ready batch's hand-off costs something, and so does a step
+    handoff = manifest["host"]["handoff"]
+    assert handoff["per_batch_ms"] + handoff["per_tensor_ms"] > 0
+    main_cpu = manifest["main_process_cpu"]
+    assert main_cpu["cpu_ms_per_step"] > 0 and 0 <= main_cpu["runq_ms_per_step"] <= main_cpu["wall_ms_per_step"]
     roles = [p["role"] for p in manifest["memory"]["processes"]]
     assert roles.count("main") == 1 and roles.count("worker") == 2
 
