@@ -1,4 +1,4 @@
-"""How fast is `dlprof analyze`? The default workload's run, and a trace of ~100 MB.
+"""How fast is `dlprof analyze`? The default workload's run, and a trace of over 100 MB.
 
     python scripts/bench_analyze.py      # ~1-2 minutes
 
@@ -10,6 +10,7 @@ times the analysis of that too. Targets: under 5 s and under 30 s.
 from __future__ import annotations
 
 import copy
+import math
 import gzip
 import json
 import statistics
@@ -44,7 +45,7 @@ def enlarge(trace: Path, out: Path, target_mb: int) -> tuple[int, int]:
     span_us = max(float(e["ts"]) + float(e.get("dur", 0)) for e in timed) - min(float(e["ts"]) for e in timed)
     steps = [e for e in timed if str(e.get("name", "")).startswith("ProfilerStep#")]
     one_copy_mb = len(json.dumps(timed)) / 1e6
-    copies = max(1, int(target_mb / one_copy_mb))
+    copies = max(1, math.ceil(target_mb / one_copy_mb))
     for k in range(1, copies):
         for event in timed:
             clone = copy.deepcopy(event)
