@@ -1,6 +1,7 @@
 """Arithmetic on sets of time intervals ``[(start, end), ...]`` in µs."""
 from __future__ import annotations
 
+import bisect
 from typing import Iterable
 
 Intervals = list[tuple[float, float]]
@@ -70,8 +71,6 @@ class Timeline:
         self._ends = [e for _, e in self.intervals]
 
     def clip(self, lo: float, hi: float) -> Intervals:
-        import bisect
-
         i = bisect.bisect_right(self._ends, lo)
         out: Intervals = []
         for start, end in self.intervals[i:]:
@@ -79,6 +78,3 @@ class Timeline:
                 break
             out.append((max(start, lo), min(end, hi)))
         return out
-
-    def __bool__(self) -> bool:
-        return bool(self.intervals)

@@ -14,10 +14,6 @@ class Schedule:
     warmup: int
     active: int
 
-    @property
-    def total(self) -> int:
-        return self.wait + self.warmup + self.active
-
     def check(self) -> None:
         """Raise UsageError unless the schedule can record a step that excludes start-up."""
         for name in ("wait", "warmup"):
