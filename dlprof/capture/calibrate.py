@@ -21,6 +21,9 @@ MANY_TENSORS = 4
 TIMED_BATCHES = 12
 #: Time the worker gets to fill its queue.
 FILL_S = 0.4
+#: A worker that cannot deliver a batch in this long (a starved or broken machine) ends the
+#: calibration: the hand-off is then reported as unknown rather than holding up the record.
+WORKER_TIMEOUT_S = 10
 
 
 class _Tensors(Dataset):
@@ -36,7 +39,10 @@ class _Tensors(Dataset):
 
 def _ready_next_ms(tensors: int) -> float:
     context = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
-    loader = DataLoader(_Tensors(tensors), batch_size=None, num_workers=1, prefetch_factor=TIMED_BATCHES + 2, multiprocessing_context=context)
+    loader = DataLoader(
+        _Tensors(tensors), batch_size=None, num_workers=1, prefetch_factor=TIMED_BATCHES + 2, multiprocessing_context=context,
+        timeout=WORKER_TIMEOUT_S,
+    )
     iterator = iter(loader)
     next(iterator)  # the worker is up
     time.sleep(FILL_S)

@@ -166,7 +166,8 @@ class Recorder:
             "step_clock": self.step_clock,
             "finished_ns": time.time_ns(),
             "loaders": [{"id": r.loader_id, "iterations": r.iterations, "batches": r.batches, **r.config} for r in loaders],
-            "host": {**host_facts(), "handoff": measure_handoff() if self.exported and loaders else None},
+            # Calibrate only after a run that completed: a failing process should exit promptly.
+            "host": {**host_facts(), "handoff": measure_handoff() if self.exported and loaders and status == "complete" else None},
             "versions": versions(),
         }
         path = self.session_dir / f"result-rank{self.rank}.json"
