@@ -171,8 +171,6 @@ def _timed_fetch(original: Callable) -> Callable:
         t0 = _time_ns()
         try:
             return original(self, possibly_batched_index)
-        except StopIteration:
-            raise  # an exhausted IterableDataset produced no batch
         finally:
             t1 = _time_ns()
             cpu1 = cpu_ns()
@@ -187,7 +185,7 @@ def _timed_fetch(original: Callable) -> Callable:
                     (_SPAN, _FETCH, t0, start[0], start[1] - cpu0, 0, loader, epoch, batch, worker),
                     (_SPAN, _COLLATE, start[0], end[0], end[1] - start[1], st.batch_tensors, loader, epoch, batch, worker),
                 )
-            elif sys.exc_info()[0] is not StopIteration:
+            elif sys.exc_info()[0] is not StopIteration:  # StopIteration: an exhausted IterableDataset, no batch
                 # The dataset raised: keep the time it took, the exception goes on to the user.
                 log.records.append((_SPAN, _FETCH, t0, t1, cpu1 - cpu0, 0, loader, epoch, batch, worker))
             log.flush()

@@ -255,6 +255,8 @@ def merge_rank(kineto: dict, result: dict, inputs: MergeInputs) -> dict:
     main_pid = int(result["pid"])
     found = read_span_files(inputs.session_dir / "spans")
     alignment = link_next_events(events, base_ns, found.next_calls)
+    next_events = [e for e in events if e.get("ph") == "X" and schema.is_dataloader_next(e.get("name", ""))]
+    steps_recorded = sum(1 for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
 
     ends = [base_ns + round((float(e["ts"]) + float(e.get("dur", 0))) * 1000) for e in events if e.get("ph") == "X" and "ts" in e]
     window_end = max(ends) if ends else result["finished_ns"]
@@ -262,15 +264,13 @@ def merge_rank(kineto: dict, result: dict, inputs: MergeInputs) -> dict:
     window = (window_start, window_end)
     consumed = {
         (a[schema.ARG_LOADER], a[schema.ARG_EPOCH], a[schema.ARG_BATCH])
-        for a in (e.get("args", {}) for e in events if e.get("ph") == "X" and schema.is_dataloader_next(e.get("name", "")))
+        for a in (e.get("args", {}) for e in next_events)
         if schema.ARG_BATCH in a
     }
     events.extend(span_events(found, main_pid, base_ns, window, consumed))
     events.extend(memory_events(inputs.memory_samples, {main_pid, *(w.pid for w in found.workers)}, base_ns, window))
 
     kineto.setdefault("distributedInfo", {"backend": None, "rank": result["rank"], "world_size": result["world_size"]})
-    next_events = [e for e in events if e.get("ph") == "X" and schema.is_dataloader_next(e.get("name", ""))]
-    steps_recorded = sum(1 for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
     kineto[schema.MANIFEST_KEY] = {
         "manifest_version": schema.MANIFEST_VERSION,
         "dlprof_version": result["versions"].get("dlprof"),

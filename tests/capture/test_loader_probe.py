@@ -145,3 +145,16 @@ def test_uninstall_restores_torch(tmp_path):
     assert DataLoader.__init__ is not before[0]
     loader_probe.uninstall()
     assert (DataLoader.__init__, fetch._MapDatasetFetcher.fetch, worker._worker_loop) == before
+
+
+class Counting(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(5))
+
+
+def test_iterable_dataset_end_leaves_no_span(spans_dir):
+    # 5 samples in batches of 2: 3 batches, then the exhausted iterator raises StopIteration in a fetch
+    assert len(list(DataLoader(Counting(), batch_size=2))) == 3
+    grouped = spans_by_batch(spans_dir)
+    assert sorted(grouped) == [0, 1, 2]
+    assert all(len(spans[schema.SPAN_FETCH]) == 1 for spans in grouped.values())
