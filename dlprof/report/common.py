@@ -1,6 +1,8 @@
 """Labels and number formatting shared by the renderers (formatting only, no computation)."""
 from __future__ import annotations
 
+from dlprof.analysis.steps import CATEGORIES
+
 CATEGORY_LABELS = {
     "data_wait": "data wait",
     "h2d": "host-to-device copies",
@@ -54,3 +56,20 @@ def recommendation_line(advice) -> str:
         f"prefetch_factor={setting(advice.prefetch_factor)}  persistent_workers={setting(advice.persistent_workers)}"
         + (f"  (bound by {advice.bound})" if advice.bound else "")
     )
+
+
+def breakdown_rows(steps, total_label: str = "step") -> list[list[str]]:
+    """Mean, p50, p90 and share of each category, then the step itself."""
+    rows = [[CATEGORY_LABELS[c], ms(steps.categories[c].mean_ms), ms(steps.categories[c].p50_ms), ms(steps.categories[c].p90_ms),
+             pct(steps.categories[c].mean_ms, steps.step.mean_ms)] for c in CATEGORIES]  # fmt: skip
+    return rows + [[total_label, ms(steps.step.mean_ms), ms(steps.step.p50_ms), ms(steps.step.p90_ms), "100.0"]]
+
+
+def loader_rows(loader) -> list[list[str]]:
+    """Wall and CPU ms per batch of each loader stage, then the whole batch."""
+    return [
+        ["dataset fetch", ms(loader.fetch.mean_ms), ms(loader.fetch_cpu_ms_mean)],
+        ["tokenizer", ms(loader.tokenize.mean_ms), ms(loader.tokenize_cpu_ms_mean)],
+        ["collate_fn", ms(loader.collate.mean_ms), ms(loader.collate_cpu_ms_mean)],
+        ["batch", ms(loader.batch.mean_ms), ms(loader.batch_cpu_ms_mean)],
+    ]

@@ -12,7 +12,7 @@ import math
 from html import escape
 
 from dlprof.analysis.steps import CATEGORIES
-from dlprof.report.common import CATEGORY_LABELS, known, ms, pct, recommendation_line, setting, verdict_line
+from dlprof.report.common import CATEGORY_LABELS, breakdown_rows, known, loader_rows, ms, recommendation_line, setting, verdict_line
 from dlprof.report.report import Report, RunReport, TimelinePicture
 
 #: Colours per segment kind: step categories, loader spans, the GPU. Data wait is the loud one.
@@ -405,10 +405,7 @@ def _facts(run: RunReport) -> str:
 
 def _breakdown_table(run: RunReport) -> str:
     steps = run.steps
-    rows = [[CATEGORY_LABELS[c], ms(steps.categories[c].mean_ms), ms(steps.categories[c].p50_ms), ms(steps.categories[c].p90_ms),
-             pct(steps.categories[c].mean_ms, steps.step.mean_ms)] for c in CATEGORIES]  # fmt: skip
-    rows.append(["step", ms(steps.step.mean_ms), ms(steps.step.p50_ms), ms(steps.step.p90_ms), "100.0"])
-    return _table(["ms per step", "mean", "p50", "p90", "%"], rows, [""] * len(CATEGORIES) + ["total"])
+    return _table(["ms per step", "mean", "p50", "p90", "%"], breakdown_rows(steps), [""] * len(CATEGORIES) + ["total"])
 
 
 def _loader_tables(run: RunReport) -> str:
@@ -418,11 +415,7 @@ def _loader_tables(run: RunReport) -> str:
     where = "main process" if loader.in_main_process else f"{loader.workers_observed} workers"
     parts = [
         f"<h3>Loader, per batch ({len(loader.batches)} batches, {_e(where)})</h3>",
-        _table(["per batch", "wall ms", "CPU ms"],
-               [["dataset fetch", ms(loader.fetch.mean_ms), ms(loader.fetch_cpu_ms_mean)],
-                ["tokenizer", ms(loader.tokenize.mean_ms), ms(loader.tokenize_cpu_ms_mean)],
-                ["collate_fn", ms(loader.collate.mean_ms), ms(loader.collate_cpu_ms_mean)],
-                ["batch", ms(loader.batch.mean_ms), ms(loader.batch_cpu_ms_mean)]], ["", "", "", "total"]),  # fmt: skip
+        _table(["per batch", "wall ms", "CPU ms"], loader_rows(loader), ["", "", "", "total"]),
         f"<p>CPU/wall {loader.cpu_fraction:.2f}: {_e(loader.bound)}-bound; waiting for a core {loader.batch_runq_ms_mean:.2f} ms per batch.",
     ]
     if loader.wait:

@@ -1,8 +1,7 @@
 """Markdown renderer, for a GitHub issue: summary table, recommendation with evidence, predictions, details collapsed."""
 from __future__ import annotations
 
-from dlprof.analysis.steps import CATEGORIES
-from dlprof.report.common import CATEGORY_LABELS, known, ms, pct, recommendation_line, setting, verdict_line
+from dlprof.report.common import breakdown_rows, known, loader_rows, ms, recommendation_line, setting, verdict_line
 from dlprof.report.report import Report, RunReport
 
 
@@ -29,19 +28,12 @@ def _run(run: RunReport) -> list[str]:
                         [[str(p.num_workers) + (" ←" if p.num_workers == advice.num_workers else ""), ms(p.step_ms), f"{p.steps_per_s:.2f}", p.bound]
                          for p in advice.predicted])  # fmt: skip
     lines += ["", "<details><summary>Step breakdown, loader and GPU details</summary>", ""]
-    lines += _table(["ms per step", "mean", "p50", "p90", "%"],
-                    [[CATEGORY_LABELS[c], ms(steps.categories[c].mean_ms), ms(steps.categories[c].p50_ms), ms(steps.categories[c].p90_ms),
-                      pct(steps.categories[c].mean_ms, steps.step.mean_ms)] for c in CATEGORIES]
-                    + [["**step**", ms(steps.step.mean_ms), ms(steps.step.p50_ms), ms(steps.step.p90_ms), "100.0"]])  # fmt: skip
+    lines += _table(["ms per step", "mean", "p50", "p90", "%"], breakdown_rows(steps, "**step**"))
     lines.append("")
     if loader is None:
         lines.append("Loader: unknown (no worker spans; record with `dlprof record`).")
     else:
-        lines += _table(["per batch", "wall ms", "CPU ms"],
-                        [["dataset fetch", ms(loader.fetch.mean_ms), ms(loader.fetch_cpu_ms_mean)],
-                         ["tokenizer", ms(loader.tokenize.mean_ms), ms(loader.tokenize_cpu_ms_mean)],
-                         ["collate_fn", ms(loader.collate.mean_ms), ms(loader.collate_cpu_ms_mean)],
-                         ["batch", ms(loader.batch.mean_ms), ms(loader.batch_cpu_ms_mean)]])  # fmt: skip
+        lines += _table(["per batch", "wall ms", "CPU ms"], loader_rows(loader))
         lines += ["", f"CPU/wall {loader.cpu_fraction:.2f} ({loader.bound}-bound), {len(loader.batches)} batches, "
                       f"{'main process' if loader.in_main_process else f'{loader.workers_observed} workers'}."]  # fmt: skip
         workers = [w for w in loader.workers]

@@ -1,8 +1,7 @@
 """Plain-text renderer, for the terminal."""
 from __future__ import annotations
 
-from dlprof.analysis.steps import CATEGORIES
-from dlprof.report.common import CATEGORY_LABELS, ms, pct, recommendation_line, run_line, setting, verdict_line
+from dlprof.report.common import breakdown_rows, loader_rows, ms, recommendation_line, run_line, setting, verdict_line
 from dlprof.report.report import Report, RunReport
 
 
@@ -25,22 +24,13 @@ def _run(run: RunReport) -> list[str]:
         "",
         "Where a step's time goes (ms per step)",
     ]
-    rows = [[CATEGORY_LABELS[c], ms(steps.categories[c].mean_ms), ms(steps.categories[c].p50_ms), ms(steps.categories[c].p90_ms),
-             pct(steps.categories[c].mean_ms, steps.step.mean_ms)] for c in CATEGORIES]  # fmt: skip
-    rows.append(["step", ms(steps.step.mean_ms), ms(steps.step.p50_ms), ms(steps.step.p90_ms), "100.0"])
-    lines += _table(rows, ["", "mean", "p50", "p90", "%"])
+    lines += _table(breakdown_rows(steps), ["", "mean", "p50", "p90", "%"])
     if loader is None:
         lines += ["", "Loader: unknown (no worker spans in this trace; record with 'dlprof record' to see inside the workers)"]
     else:
         where = "main process" if loader.in_main_process else f"{loader.workers_observed} worker{'s' if loader.workers_observed != 1 else ''}"
         lines += ["", f"Loader, per batch ({len(loader.batches)} batches, {where})"]
-        lines += _table(
-            [["dataset fetch", ms(loader.fetch.mean_ms), ms(loader.fetch_cpu_ms_mean)],
-             ["tokenizer", ms(loader.tokenize.mean_ms), ms(loader.tokenize_cpu_ms_mean)],
-             ["collate_fn", ms(loader.collate.mean_ms), ms(loader.collate_cpu_ms_mean)],
-             ["batch", ms(loader.batch.mean_ms), ms(loader.batch_cpu_ms_mean)]],
-            ["", "wall ms", "CPU ms"],
-        )  # fmt: skip
+        lines += _table(loader_rows(loader), ["", "wall ms", "CPU ms"])
         lines.append(f"  CPU/wall {loader.cpu_fraction:.2f}: {loader.bound}-bound; waiting for a core {loader.batch_runq_ms_mean:.2f} ms per batch")
         if loader.wait:
             lines.append(
