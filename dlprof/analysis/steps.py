@@ -86,20 +86,19 @@ def _assign(lo: float, hi: float, claims: list[tuple[str, Timeline]], backward: 
     return taken
 
 
-def _timelines(run: TraceRun) -> tuple[list[tuple[str, Timeline]], Timeline, Timeline]:
-    claims = [
-        ("data_wait", Timeline((c.start_us, c.end_us) for c in run.next_calls)),
-        ("h2d", Timeline((s.start_us, s.end_us) for s in run.h2d_host)),
-        ("optimizer", Timeline((s.start_us, s.end_us) for s in run.optimizer)),
-    ]
-    return claims, Timeline((s.start_us, s.end_us) for s in run.backward), Timeline((s.start_us, s.end_us) for s in run.host_ops)
+def _timelines(run: TraceRun, lo: float = float("-inf"), hi: float = float("inf")) -> tuple[list[tuple[str, Timeline]], Timeline, Timeline]:
+    """The claiming timelines, built from the events that overlap ``[lo, hi]`` only."""
+    near = lambda spans: [(s.start_us, s.end_us) for s in spans if s.end_us > lo and s.start_us < hi]  # noqa: E731
+    claims = [("data_wait", Timeline(near(run.next_calls))), ("h2d", Timeline(near(run.h2d_host))), ("optimizer", Timeline(near(run.optimizer)))]
+    return claims, Timeline(near(run.backward)), Timeline(near(run.host_ops))
 
 
 def step_segments(run: TraceRun, first: int, count: int) -> list[Segment]:
     """Category segments of ``count`` consecutive steps from step index ``first``, in time order."""
-    claims, backward, host = _timelines(run)
+    shown = run.steps[first : first + count]
+    claims, backward, host = _timelines(run, shown[0].start_us, shown[-1].end_us)  # a few steps need only their own events
     segments = []
-    for step in run.steps[first : first + count]:
+    for step in shown:
         for category, intervals in _assign(step.start_us, step.end_us, claims, backward, host).items():
             segments += [Segment(category, s, e) for s, e in intervals]
     return sorted(segments, key=lambda g: g.start_us)
