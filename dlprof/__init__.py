@@ -2,9 +2,30 @@
 
 `dlprof record` runs training steps under ``torch.profiler`` and also records what happens inside the
 DataLoader worker processes (dataset fetch, tokenizer calls, ``collate_fn``) on the same clock.
+``dlprof.analyze(path)`` is the library entry point of `dlprof analyze`.
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+import typing
 
-__all__ = ["__version__"]
+__version__ = "0.2.0"
+
+__all__ = ["__version__", "analyze"]
+
+if typing.TYPE_CHECKING:
+    from pathlib import Path
+
+    from dlprof.workflows.analyze import Report
+
+
+def analyze(path: "str | Path") -> "Report":
+    """Analyse a run directory, a trace file, or a directory of runs; the Report every renderer takes.
+
+    Raises:
+        dlprof.errors.DlprofError: the path holds no readable trace (the message says why and what to do).
+    """
+    from pathlib import Path
+
+    from dlprof.workflows.analyze import build_report
+
+    return build_report(Path(path))

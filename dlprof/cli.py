@@ -14,6 +14,12 @@ import click
 from dlprof import __version__
 from dlprof.errors import DlprofError
 
+#: Default schedule: skip start-up (the first steps are slow: allocation, caches, lazy imports), let the
+#: profiler warm up, record; then time unprofiled reference steps (the speed predictions are calibrated to).
+DEFAULT_WAIT = 5
+DEFAULT_ACTIVE = 20
+DEFAULT_REFERENCE_STEPS = 20
+
 _WORKLOAD_OPTIONS = (
     "model", "dataset", "tokenizer", "batch_size", "max_length", "steps", "num_workers",
     "pin_memory", "prefetch_factor", "persistent_workers", "device", "seed",
@@ -58,7 +64,7 @@ class RecordCommand(click.Command):
         return super().parse_args(ctx, args)
 
 
-def _default_run_name(command: tuple[str, ...], out_dir: Path) -> str:
+def _default_run_name(command: tuple[str, ...], out_dir: Path, prefix: str = "") -> str:
     script = None
     for i, word in enumerate(command):  # the first script or module the interpreter runs
         if word == "-m" and i + 1 < len(command):
@@ -67,7 +73,7 @@ def _default_run_name(command: tuple[str, ...], out_dir: Path) -> str:
         if word.endswith(".py"):
             script = Path(word).stem
             break
-    base = f"{script or 'lora'}-{time.strftime('%Y%m%d-%H%M%S')}"
+    base = f"{prefix}{script or 'lora'}-{time.strftime('%Y%m%d-%H%M%S')}"
     name, n = base, 1
     while (out_dir / name).exists():
         n += 1
@@ -75,53 +81,89 @@ def _default_run_name(command: tuple[str, ...], out_dir: Path) -> str:
     return name
 
 
+def _record_options(name_help: str, num_workers: bool = True):
+    """The options ``record`` and ``sweep`` share (output, schedule, the built-in workload) and the COMMAND argument.
+
+    Args:
+        name_help: help of ``--name`` (a run directory for ``record``, a sweep directory for ``sweep``).
+        num_workers: offer ``--num-workers`` (``sweep`` sets num_workers itself, from ``--workers``).
+    """
+    options = [
+        click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("traces"), show_default=True, help="Directory that receives the run directory."),
+        click.option("--name", help=name_help),
+        click.option("--wait", type=int, default=DEFAULT_WAIT, show_default=True, help="Steps to skip before the profiler warms up (start-up is not steady state)."),
+        click.option("--warmup", type=int, default=3, show_default=True, help="Steps the profiler runs without keeping them."),
+        click.option("--active", type=int, default=None, help="Steps to record [default: 20; with --steps, the steps left after --wait and --warmup]."),
+        click.option("--reference-steps", type=click.IntRange(min=0), default=DEFAULT_REFERENCE_STEPS, show_default=True, help="Unprofiled steps timed after the window: your training's real speed, which predictions are calibrated to."),
+        click.option("--run-to-end", is_flag=True, default=False, help="Let your script train to its end [default: stop it cleanly once the window and the reference steps are done]."),
+        click.option("--loader-spans/--no-loader-spans", default=True, show_default=True, help="Record dataset fetch, tokenizer and collate_fn spans in the loader processes."),
+        click.option("--model", type=click.Path(), help="Built-in workload: a local Hugging Face causal LM directory (default: a tiny Qwen2 with random weights)."),
+        click.option("--dataset", type=click.Path(), help="Built-in workload: a JSON or JSON-lines file of instruction/response records (default: the bundled self-cognition set)."),
+        click.option("--tokenizer", type=click.Path(), help="Built-in workload: a tokenizer.json or tokenizer directory (default: the model's, else the shipped byte-level BPE)."),
+        click.option("--batch-size", type=int, default=4, show_default=True, help="Built-in workload: examples per batch."),
+        click.option("--max-length", type=int, default=512, show_default=True, help="Built-in workload: tokens per example, longer ones are cut."),
+        click.option("--steps", type=int, default=None, help="Built-in workload: optimizer steps to run [default: --wait + --warmup + --active]."),
+        *([click.option("--num-workers", type=int, default=2, show_default=True, help="Built-in workload: DataLoader worker processes.")] if num_workers else []),
+        click.option("--pin-memory/--no-pin-memory", default=None, help="Built-in workload: DataLoader pin_memory [default: on with CUDA]."),
+        click.option("--prefetch-factor", type=int, default=None, help="Built-in workload: batches each worker prepares ahead [PyTorch's default: 2]."),
+        click.option("--persistent-workers", is_flag=True, default=False, help="Built-in workload: keep workers alive between epochs."),
+        click.option("--device", default="auto", show_default=True, help="Built-in workload: auto, cpu or cuda."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Built-in workload: random seed."),
+        click.argument("command", nargs=-1, type=click.UNPROCESSED),
+    ]  # fmt: skip
+
+    def apply(command):
+        for option in reversed(options):  # listed in --help order; decorators apply bottom-up
+            command = option(command)
+        return command
+
+    return apply
+
+
+def _record_request(ctx: click.Context, *, out_dir: Path, name: str | None, wait: int, warmup: int, active: int | None, reference_steps: int,
+                    run_to_end: bool, loader_spans: bool, command: tuple[str, ...], name_prefix: str = "", **workload):  # fmt: skip
+    """The RecordRequest for ``record``'s and ``sweep``'s options: the user's command, else the built-in workload's."""
+    from dlprof.capture.launcher import RecordRequest
+
+    if not command and ctx.meta.get("dlprof.double_dash"):
+        raise click.UsageError(f"no command after '--'; give one, e.g. '{ctx.command_path} -- python train.py', or drop '--' to run the built-in workload")
+    if command:
+        given = [o for o in _WORKLOAD_OPTIONS if o in ctx.params and ctx.get_parameter_source(o) != click.core.ParameterSource.DEFAULT]
+        if given:
+            raise click.UsageError(f"--{given[0].replace('_', '-')} configures the built-in workload; pass your script's own options after '--' instead")
+    else:
+        from dlprof.workloads.lora import plan
+
+        options, active = plan(workload, wait, warmup, active, reference_steps)
+        command = ("python", "-m", "dlprof.workloads.lora", *options.to_argv())
+        # Without --steps the built-in workload trains until dlprof has what it needs.
+        run_to_end = workload.get("steps") is not None
+    name = name or _default_run_name(command, out_dir, name_prefix)
+    return RecordRequest(command, out_dir, name, wait, warmup, DEFAULT_ACTIVE if active is None else active, tuple(sys.argv),
+                         loader_spans=loader_spans, reference_steps=reference_steps, run_to_end=run_to_end)  # fmt: skip
+
+
 @cli.command(cls=RecordCommand)
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("traces"), show_default=True, help="Directory that receives the run directory.")
-@click.option("--name", help="Run directory name under --out (default: <script>-<date>-<time>).")
-@click.option("--wait", type=int, default=2, show_default=True, help="Steps to skip before the profiler warms up.")
-@click.option("--warmup", type=int, default=3, show_default=True, help="Steps the profiler runs without keeping them.")
-@click.option("--active", type=int, default=None, help="Steps to record [default: 20; with --steps, the steps left after --wait and --warmup].")
-@click.option("--loader-spans/--no-loader-spans", default=True, show_default=True, help="Record dataset fetch, tokenizer and collate_fn spans in the loader processes.")
-@click.option("--model", type=click.Path(), help="Built-in workload: a local Hugging Face causal LM directory (default: a tiny Qwen2 with random weights).")
-@click.option("--dataset", type=click.Path(), help="Built-in workload: a JSON or JSON-lines file of instruction/response records (default: the bundled self-cognition set).")
-@click.option("--tokenizer", type=click.Path(), help="Built-in workload: a tokenizer.json or tokenizer directory (default: the model's, else the shipped byte-level BPE).")
-@click.option("--batch-size", type=int, default=4, show_default=True, help="Built-in workload: examples per batch.")
-@click.option("--max-length", type=int, default=512, show_default=True, help="Built-in workload: tokens per example, longer ones are cut.")
-@click.option("--steps", type=int, default=None, help="Built-in workload: optimizer steps to run [default: --wait + --warmup + --active].")
-@click.option("--num-workers", type=int, default=2, show_default=True, help="Built-in workload: DataLoader worker processes.")
-@click.option("--pin-memory/--no-pin-memory", default=None, help="Built-in workload: DataLoader pin_memory [default: on with CUDA].")
-@click.option("--prefetch-factor", type=int, default=None, help="Built-in workload: batches each worker prepares ahead [PyTorch's default: 2].")
-@click.option("--persistent-workers", is_flag=True, default=False, help="Built-in workload: keep workers alive between epochs.")
-@click.option("--device", default="auto", show_default=True, help="Built-in workload: auto, cpu or cuda.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Built-in workload: random seed.")
-@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@_record_options("Run directory name under --out (default: <script>-<date>-<time>).")
 @click.pass_context
-def record(ctx: click.Context, out_dir: Path, name: str | None, wait: int, warmup: int, active: int | None, loader_spans: bool, command: tuple[str, ...], **workload) -> None:
+def record(ctx: click.Context, out_dir: Path, name: str | None, wait: int, warmup: int, active: int | None, reference_steps: int, run_to_end: bool,
+           loader_spans: bool, command: tuple[str, ...], **workload) -> None:  # fmt: skip
     """Record training steps with torch.profiler, inside DataLoader workers too.
 
     With no COMMAND, runs the built-in LoRA fine-tune (offline). With '-- python train.py ARGS', runs
     your script unchanged: one profiler step per optimizer step. Writes traces/<run>/*.pt.trace.json.gz
     for TensorBoard (tensorboard --logdir traces) and Perfetto.
     """
-    from dlprof.capture.launcher import RecordRequest, record as record_run
+    from dlprof.capture.launcher import record as record_run
 
-    if not command and ctx.meta.get("dlprof.double_dash"):
-        raise click.UsageError("no command after '--'; give one, e.g. 'dlprof record -- python train.py', or drop '--' to run the built-in workload")
-    if command:
-        given = [o for o in _WORKLOAD_OPTIONS if ctx.get_parameter_source(o) != click.core.ParameterSource.DEFAULT]
-        if given:
-            raise click.UsageError(f"--{given[0].replace('_', '-')} configures the built-in workload; pass your script's own options after '--' instead")
-    else:
-        from dlprof.workloads.lora import plan
-
-        options, active = plan(workload, wait, warmup, active)
-        command = ("python", "-m", "dlprof.workloads.lora", *options.to_argv())
-    name = name or _default_run_name(command, out_dir)
-    request = RecordRequest(command, out_dir, name, wait, warmup, 20 if active is None else active, tuple(sys.argv), loader_spans=loader_spans)
+    request = _record_request(ctx, out_dir=out_dir, name=name, wait=wait, warmup=warmup, active=active, reference_steps=reference_steps,
+                              run_to_end=run_to_end, loader_spans=loader_spans, command=command, **workload)  # fmt: skip
     result = record_run(request)
     click.echo(f"dlprof: recorded {result.steps_recorded} steps ({result.status}), {result.workers_seen} DataLoader worker(s) seen")
     click.echo(f"  trace: {result.trace_path}")
     click.echo(f"  view:  tensorboard --logdir {out_dir}   or open the file in https://ui.perfetto.dev")
+    if result.stopped_early and ctx.params["command"]:
+        click.echo(f"dlprof: stopped training after the window and {reference_steps} unprofiled reference steps; add --run-to-end to let it train to its end")
     if result.status != "complete":
         click.echo(f"dlprof: the run ended with an error ({result.error}); the trace is marked partial", err=True)
         ctx.exit(result.exit_code or 2)
@@ -139,10 +181,83 @@ def analyze(path: Path, fmt: str | None, output: Path | None) -> None:
     what happens inside the DataLoader workers.
     """
     from dlprof.report import pick_format, renderer, write_report
-    from dlprof.report.report import build_report
+    from dlprof import analyze as build_report
 
     fmt = pick_format(fmt, output)
     rendered = renderer(fmt)(build_report(path))
+    if output is None:
+        click.echo(rendered, nl=False)
+    else:
+        write_report(output, rendered)
+        click.echo(f"dlprof: wrote {output}", err=True)
+
+
+# --- sweep command (dlprof/workflows/sweep.py) ---
+
+
+def _parse_counts(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
+    """``--workers 0,1,2,4``: comma-separated, non-negative, distinct, at least two."""
+    from dlprof.workflows.sweep import check_counts
+
+    try:
+        counts = [int(word) for word in value.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: give comma-separated whole numbers, e.g. --workers 0,1,2,4") from None
+    try:
+        return check_counts(counts)
+    except DlprofError as error:
+        raise click.BadParameter(str(error).removeprefix("--workers: ")) from None
+
+
+@cli.command(cls=RecordCommand)
+@click.option("--workers", "counts", required=True, callback=_parse_counts, help="num_workers to measure, comma-separated (e.g. 0,1,2,4); the first count's run makes the advice the others check.")
+@_record_options("Sweep directory name under --out; each run goes to <name>/<num_workers>/ (default: sweep-<script>-<date>-<time>).", num_workers=False)
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json", "html"]), help="Report format [default: from -o's extension, else text].")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report to this file instead of the terminal.")
+@click.pass_context
+def sweep(ctx: click.Context, counts: tuple[int, ...], fmt: str | None, output: Path | None, **options) -> None:
+    """Measure num_workers candidates for real, and check dlprof's advice against them.
+
+    Records COMMAND (default: the built-in workload) once per --workers count, with that num_workers
+    imposed on every DataLoader, into <out>/<name>/<count>/; the first count's run makes the advice
+    and the predictions the others check. TensorBoard scalars go to <out>/<name>/scalars/.
+    """
+    from dlprof.report import pick_format, write_report
+    from dlprof.report.sweep import render
+    from dlprof.workflows.sweep import sweep as run_sweep
+
+    fmt = pick_format(fmt, output)
+    if output is not None and not output.parent.is_dir():  # fail now, not after minutes of recording
+        raise click.UsageError(f"-o {output}: the directory {output.parent} does not exist; create it or choose another -o")
+    result = run_sweep(counts, _record_request(ctx, name_prefix="sweep-", **options), progress=lambda line: click.echo(line, err=True))
+    rendered = render(result, fmt)
+    if output is None:
+        click.echo(rendered, nl=False)
+    else:
+        write_report(output, rendered)
+        click.echo(f"dlprof: wrote {output}", err=True)
+
+
+# --- diff command (dlprof/workflows/diff.py) ---
+
+
+@cli.command()
+@click.argument("run_a", type=click.Path(exists=True, path_type=Path))
+@click.argument("run_b", type=click.Path(exists=True, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), help="Report format [default: from -o's extension, else text].")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the comparison to this file instead of the terminal.")
+def diff(run_a: Path, run_b: Path, fmt: str | None, output: Path | None) -> None:
+    """Before and after: what changed between two runs, and what it did.
+
+    RUN_A (before) and RUN_B (after) are each one run directory (traces/<run>) or one trace file.
+    """
+    from dlprof.report import pick_format, write_report
+    from dlprof.report.diff import renderer
+    from dlprof.workflows.diff import check_output, diff as diff_runs
+
+    check_output(output, run_a, run_b)
+    render = renderer(pick_format(fmt, output))
+    rendered = render(diff_runs(run_a, run_b))
     if output is None:
         click.echo(rendered, nl=False)
     else:

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 #: Top-level key of the manifest inside a trace file.
 MANIFEST_KEY = "dlprof"
-#: Bumped when the manifest or the worker-span encoding changes incompatibly.
-MANIFEST_VERSION = 1
+# The manifest itself, and its version, are dlprof.manifest.
 
 #: ``cat`` of every event dlprof adds (worker spans, memory counters).
 CATEGORY = "dlprof"

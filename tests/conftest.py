@@ -15,7 +15,7 @@ SCRIPTS_DIR = TESTS_DIR / "scripts"
 DATA_DIR = TESTS_DIR / "data"
 #: Small enough that one built-in workload record takes ~10 s here, large enough for several batches
 #: per worker inside the window.
-SMALL_WORKLOAD = ("--wait", "1", "--warmup", "2", "--active", "8", "--batch-size", "2", "--max-length", "128")
+SMALL_WORKLOAD = ("--wait", "1", "--warmup", "2", "--active", "8", "--reference-steps", "6", "--batch-size", "2", "--max-length", "128")
 
 
 def run_dlprof(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -8,9 +8,13 @@ A step cannot be faster than any of three bounds (DESIGN.md):
 * the CPU: the main process's demand per step plus the workers' CPU time per step, spread over the
   usable cores.
 
-With workers, each step also pays the hand-off measured in the run (the main process waiting in
-``__next__`` for a batch that was already produced: unpickling, the worker's GIL). With
-``num_workers=0`` the main process loads each batch itself: ``consumer_ms + batch_ms``.
+With workers, the main process also pays the hand-off of each batch (unpickling, fetching its shared
+memory: this machine's calibration), which lengthens the consumer. With ``num_workers=0`` the main
+process loads each batch itself: ``consumer_ms + batch_ms``.
+
+The consumer and the main process's CPU time are the unprofiled ones (reference steps) when the run
+has them, and the run's own unprofiled step anchors the predictions of its regime. Over whole epochs,
+workers that are not persistent restart at every epoch boundary: measured there, else estimated.
 """
 from __future__ import annotations
 
@@ -24,18 +28,35 @@ MAX_CANDIDATES = 64
 
 
 @dataclass(frozen=True)
+class EpochModel:
+    """What an epoch boundary costs with workers that restart (``persistent_workers=False``)."""
+
+    steps_per_epoch: float
+    persistent_workers: bool
+    restart_measured_ms: float | None  # measured at the recorded count (after start-up)
+    startup_fixed_ms: float | None  # this machine's calibration: fixed + n * per_worker
+    startup_per_worker_ms: float | None
+
+
+@dataclass(frozen=True)
 class ModelInputs:
-    """What the model needs from a run (ms per step or per batch)."""
+    """What the model needs from a run (ms per step or per batch); consumer and CPU times are unprofiled when known."""
 
     consumer_ms: float
     batches_per_step: float
     batch_ms: float  # uncontended wall time per batch in one producer: CPU + blocking
     batch_cpu_ms: float
-    handoff_ms: float  # per step, with workers
+    handoff_ms: float  # per step, with workers: the main process receiving ready batches
     usable_cores: int | None
     main_cpu_ms: float  # CPU time (core-ms) the main process needs per step, loading excluded
     worker_pss_mib: float | None
     available_ram_mib: float | None
+    recorded_workers: int | None = None
+    #: The unprofiled step measured at ``recorded_workers`` (reference steps): predictions of that regime are anchored to it.
+    measured_step_ms: float | None = None
+    #: The main process's measured CPU already includes the hand-off (recorded with workers).
+    cpu_includes_handoff: bool = True
+    epoch: EpochModel | None = None
 
 
 @dataclass(frozen=True)
@@ -43,23 +64,63 @@ class Prediction:
     """Predicted speed at one ``num_workers``, and the bound that sets it."""
 
     num_workers: int
-    step_ms: float
+    step_ms: float  # a step inside an epoch (steady state)
     steps_per_s: float
     bound: str  # "consumer" | "loader" | "cpu" | "main process"
+    #: Steps/s over whole epochs, worker restarts included (None when the epoch length is unknown).
+    epoch_steps_per_s: float | None = None
+    restart_ms: float = 0.0  # per epoch
+
+    @property
+    def effective_steps_per_s(self) -> float:
+        """What training gets: over whole epochs when known, else steady state."""
+        return self.epoch_steps_per_s if self.epoch_steps_per_s is not None else self.steps_per_s
+
+
+def _raw(inputs: ModelInputs, num_workers: int) -> tuple[float, str]:
+    per_step_loading = inputs.batches_per_step * inputs.batch_ms
+    if num_workers == 0:
+        return inputs.consumer_ms + per_step_loading, "main process"
+    # The hand-off is the main process's own work: it lengthens the consumer's chain, and only that.
+    bounds = {"consumer": inputs.consumer_ms + inputs.handoff_ms, "loader": per_step_loading / num_workers}
+    if inputs.usable_cores:
+        handoff_cpu = 0.0 if inputs.cpu_includes_handoff else inputs.handoff_ms
+        bounds["cpu"] = (inputs.main_cpu_ms + handoff_cpu + inputs.batches_per_step * inputs.batch_cpu_ms) / inputs.usable_cores
+    bound = max(bounds, key=bounds.get)
+    return bounds[bound], bound
+
+
+def restart_ms(inputs: ModelInputs, num_workers: int) -> float:
+    """What restarting ``num_workers`` workers costs per epoch (0 without workers or with persistent ones)."""
+    epoch = inputs.epoch
+    if epoch is None or num_workers == 0 or epoch.persistent_workers:
+        return 0.0
+    per_worker = epoch.startup_per_worker_ms or 0.0
+    if epoch.restart_measured_ms is not None and inputs.recorded_workers:
+        return max(0.0, epoch.restart_measured_ms + per_worker * (num_workers - inputs.recorded_workers))
+    # Not seen: start-up and shut-down calibrated on this machine, then the first batch made from scratch.
+    return (epoch.startup_fixed_ms or 0.0) + per_worker * num_workers + inputs.batches_per_step * inputs.batch_ms
 
 
 def predict(inputs: ModelInputs, num_workers: int) -> Prediction:
-    """Predicted step time with ``num_workers`` DataLoader workers."""
-    per_step_loading = inputs.batches_per_step * inputs.batch_ms
-    if num_workers == 0:
-        step_ms, bound = inputs.consumer_ms + per_step_loading, "main process"
-    else:
-        bounds = {"consumer": inputs.consumer_ms, "loader": per_step_loading / num_workers}
-        if inputs.usable_cores:
-            bounds["cpu"] = (inputs.main_cpu_ms + inputs.batches_per_step * inputs.batch_cpu_ms) / inputs.usable_cores
-        bound = max(bounds, key=bounds.get)
-        step_ms = bounds[bound] + inputs.handoff_ms
-    return Prediction(num_workers, step_ms, 1000 / step_ms if step_ms > 0 else math.inf, bound)
+    """Predicted step time with ``num_workers`` DataLoader workers.
+
+    The run's own measured unprofiled step anchors the predictions of its regime (with or without
+    workers): whatever the bounds miss there (contention, the hand-off under load) is a factor, not a
+    fixed cost added on top.
+    """
+    step_ms, bound = _raw(inputs, num_workers)
+    recorded = inputs.recorded_workers
+    if inputs.measured_step_ms and recorded is not None and (num_workers == 0) == (recorded == 0):
+        at_recorded, _ = _raw(inputs, recorded)
+        if at_recorded > 0:
+            step_ms *= inputs.measured_step_ms / at_recorded
+    restart = restart_ms(inputs, num_workers)
+    epoch_rate = None
+    if inputs.epoch is not None and step_ms > 0:
+        steps = inputs.epoch.steps_per_epoch
+        epoch_rate = 1000 * steps / (steps * step_ms + restart)
+    return Prediction(num_workers, step_ms, 1000 / step_ms if step_ms > 0 else math.inf, bound, epoch_rate, restart)
 
 
 def candidate_counts(inputs: ModelInputs) -> list[int]:

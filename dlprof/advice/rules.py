@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dlprof.advice.model import ModelInputs, Prediction, candidate_counts, memory_limit, predict
+from dlprof.advice.model import EpochModel, ModelInputs, Prediction, candidate_counts, memory_limit, predict
+from dlprof.analysis.unprofiled import UnprofiledStats
+from dlprof.manifest import Host, LoaderConfig, Manifest
 from dlprof.analysis.gpu import GpuStats
 from dlprof.analysis.loader import LoaderStats
 from dlprof.analysis.steps import StepBreakdown
@@ -26,6 +28,8 @@ BURSTY_PREFETCH_FACTOR = 4
 MIN_STEPS_FOR_PERCENTILES = 5
 #: The tokenizer "dominates" loading above this share of a batch's wall time.
 TOKENIZER_DOMINANT_PCT = 50.0
+#: Advise persistent_workers when restarting workers costs at least this share of whole-epoch throughput.
+PERSISTENT_WORKERS_MIN_LOSS_PCT = 1.0
 
 
 @dataclass(frozen=True)
@@ -52,73 +56,111 @@ def verdict_of(data_wait_pct: float) -> str:
 
 
 def _model_inputs(
-    steps: StepBreakdown, loader: LoaderStats | None, gpu: GpuStats | None, manifest: dict, batches_per_step: float,
-    loads_in_main: bool | None, basis: list[str],
+    steps: StepBreakdown, loader: LoaderStats | None, gpu: GpuStats | None, manifest: Manifest | None, batches_per_step: float,
+    loads_in_main: bool | None, unprofiled: UnprofiledStats | None, basis: list[str],
 ) -> ModelInputs | None:
-    host = manifest.get("host") or {}
-    cores = host.get("usable_cores")
+    host = manifest.host if manifest else None
+    cores = host.usable_cores if host else None
     if cores is None:
         basis.append("usable cores unknown (no dlprof manifest): the CPU bound is left out")
     if loader is not None:
         batch_ms = max(0.0, loader.batch.mean_ms - loader.batch_runq_ms_mean)
         batch_cpu_ms = loader.batch_cpu_ms_mean
         basis.append("producer cost measured in the loader processes (dlprof spans)")
+        if loader.in_main_process and unprofiled is not None and steps.categories["data_wait"].mean_ms > 0:
+            # Loading in the main process ran under the profiler too (collate's tensor ops): scale it
+            # to the unprofiled steps' time in the DataLoader.
+            scale = min(1.0, unprofiled.wait_ms / steps.categories["data_wait"].p50_ms) if steps.categories["data_wait"].p50_ms > 0 else 1.0
+            batch_ms, batch_cpu_ms = batch_ms * scale, batch_cpu_ms * scale
         handoff = _handoff_ms(loader, host, batches_per_step, basis)
     elif loads_in_main:
         # Without spans, a num_workers=0 run's data wait is the loading itself.
-        batch_ms = steps.categories["data_wait"].mean_ms / batches_per_step
+        batch_ms = (unprofiled.wait_ms if unprofiled else steps.categories["data_wait"].mean_ms) / batches_per_step
         batch_cpu_ms = batch_ms
         handoff = 0.0
         basis.append("no worker spans: producer cost taken from the data wait, assumed to be all CPU (record with dlprof record to measure it)")
     else:
         basis.append("no worker spans: what a batch costs to produce is unknown, so no num_workers can be predicted (record with dlprof record)")
         return None
-    measured = manifest.get("main_process_cpu")
-    # The step without data wait, less the time the training thread waited for a core: how long the
-    # consumer takes on its own; contention for cores is the CPU bound's to model.
-    runq = (measured or {}).get("runq_ms_per_step") or 0.0
-    consumer = max(0.0, steps.consumer_ms - runq)
-    if runq:
-        basis.append(f"the training thread waited {runq:.2f} ms per step for a core: left out of the consumer's time")
-    if measured:
-        # Measured over the recorded steps; loading done in the main process is the producer's share.
-        in_main = loader.batch_cpu_ms_mean * batches_per_step if (loader and loader.in_main_process) else 0.0
-        main_cpu_ms = max(0.0, measured["cpu_ms_per_step"] - in_main)
-        basis.append("main process CPU time measured per step")
+    in_main = loader.batch_cpu_ms_mean * batches_per_step if (loader and loader.in_main_process) else 0.0
+    measured = manifest.main_process_cpu if manifest else None
+    if unprofiled is not None:
+        consumer = unprofiled.consumer_ms
+        main_cpu_ms = max(0.0, unprofiled.cpu_ms - in_main)
+        basis.append(
+            f"consumer and main-process CPU time from {unprofiled.reference_steps} unprofiled reference steps "
+            f"(medians): what your training does without dlprof"
+        )
     else:
-        threads = 1 if gpu is not None else min(host.get("torch_threads") or cores or 1, cores or 1)
-        main_cpu_ms = consumer * threads
-        basis.append(f"main process CPU time not measured: assumed {threads} busy core(s) for the whole step")
+        # The step without data wait, less the time the training thread waited for a core: how long the
+        # consumer takes on its own; contention for cores is the CPU bound's to model.
+        runq = measured.runq_ms_per_step if measured else 0.0
+        consumer = max(0.0, steps.consumer_ms - runq)
+        basis.append("no unprofiled reference steps: predictions are of profiled steps, which the profiler slows (record with dlprof record)")
+        if runq:
+            basis.append(f"the training thread waited {runq:.2f} ms per step for a core: left out of the consumer's time")
+        if measured:
+            main_cpu_ms = max(0.0, measured.cpu_ms_per_step - in_main)
+            basis.append("main process CPU time measured per step")
+        else:
+            threads = 1 if gpu is not None else min((host.torch_threads if host else None) or cores or 1, cores or 1)
+            main_cpu_ms = consumer * threads
+            basis.append(f"main process CPU time not measured: assumed {threads} busy core(s) for the whole step")
     pss = [w.pss_mib_last for w in (loader.workers if loader else []) if w.worker >= 0 and w.pss_mib_last]
     if not pss:
         basis.append("worker memory unknown (no workers recorded): the memory bound is left out")
+    config = manifest.loader if manifest else None
+    recorded = config.num_workers if config else (0 if loads_in_main else None)
     return ModelInputs(
         consumer_ms=consumer, batches_per_step=batches_per_step, batch_ms=batch_ms, batch_cpu_ms=batch_cpu_ms,
         handoff_ms=handoff, usable_cores=cores, main_cpu_ms=main_cpu_ms,
-        worker_pss_mib=sum(pss) / len(pss) if pss else None, available_ram_mib=host.get("ram_available_mib"),
+        worker_pss_mib=sum(pss) / len(pss) if pss else None, available_ram_mib=host.ram_available_mib if host else None,
+        recorded_workers=recorded, measured_step_ms=unprofiled.step_ms if unprofiled else None,
+        cpu_includes_handoff=bool(recorded), epoch=_epoch_model(unprofiled, host, basis),
     )  # fmt: skip
 
 
-def _handoff_ms(loader: LoaderStats, host: dict, batches_per_step: float, basis: list[str]) -> float:
-    """What receiving ready batches from workers costs the main process per step.
+def _epoch_model(unprofiled: UnprofiledStats | None, host: Host | None, basis: list[str]) -> EpochModel | None:
+    epoch = unprofiled.epoch if unprofiled else None
+    if epoch is None or epoch.steps_per_epoch is None:
+        basis.append("epoch length unknown: predictions are for steps inside an epoch, worker restarts left out")
+        return None
+    startup = host.worker_startup if host else None
+    if epoch.restart_ms is not None and epoch.num_workers and not epoch.persistent_workers:
+        basis.append(f"an epoch boundary (workers restarting) measured at {epoch.restart_ms:.0f} ms over {epoch.boundaries_measured} boundary(ies)")
+    elif not epoch.persistent_workers:
+        basis.append(
+            "worker restarts per epoch estimated from this machine's start-up calibration and the first batch: a lower bound "
+            "(forking also slows the training process for a few steps after); dlprof sweep measures it"
+        )
+    return EpochModel(
+        steps_per_epoch=epoch.steps_per_epoch, persistent_workers=epoch.persistent_workers,
+        restart_measured_ms=epoch.restart_ms if epoch.num_workers else None,
+        startup_fixed_ms=startup.fixed_ms if startup else None, startup_per_worker_ms=startup.per_worker_ms if startup else None,
+    )  # fmt: skip
 
-    Measured in a run with workers: the main process's waits for batches a worker had already
-    collated (unpickling, fetching shared memory from the worker, whose GIL a busy worker holds). From
-    a ``num_workers=0`` run, this machine's calibration (measured idle, so a lower bound under load).
+
+def _handoff_ms(loader: LoaderStats, host: Host | None, batches_per_step: float, basis: list[str]) -> float:
+    """What receiving ready batches from workers costs the main process per step, on an idle machine.
+
+    This machine's calibration (a worker's batches already waiting). The waits for ready batches that
+    a run with workers measured include contention (the worker's GIL, busy cores): those belong to
+    the CPU bound and the anchoring on the measured step, not to a fixed cost added to every count.
     """
-    if not loader.in_main_process and loader.wait:
-        basis.append(f"hand-off to the main process measured in the run: {loader.wait.ready_ms_mean:.2f} ms per step")
-        return loader.wait.ready_ms_mean
-    calibration = host.get("handoff")
+    calibration = host.handoff if host else None
     if calibration and loader.tensors_per_batch:
-        per_batch = calibration["per_batch_ms"] + calibration["per_tensor_ms"] * loader.tensors_per_batch
-        basis.append(f"hand-off estimated from this machine's calibration: {per_batch:.2f} ms per batch of {loader.tensors_per_batch:g} tensors")
+        per_batch = calibration.per_batch_ms + calibration.per_tensor_ms * loader.tensors_per_batch
+        basis.append(f"hand-off to the main process from this machine's calibration: {per_batch:.2f} ms per batch of {loader.tensors_per_batch:g} tensors")
         return per_batch * batches_per_step
+    if not loader.in_main_process and loader.wait:
+        basis.append(f"hand-off to the main process as measured in the run (under load, an upper bound): {loader.wait.ready_ms_mean:.2f} ms per step")
+        return loader.wait.ready_ms_mean
     basis.append("hand-off to the main process unknown: predictions with workers leave it out")
     return 0.0
 
 
 def _choose(inputs: ModelInputs, predicted: list[Prediction], cpu_bound_loading: bool) -> tuple[int, str]:
+    """The fewest workers within WITHIN_BEST of the best throughput training gets (over whole epochs when known)."""
     allowed = predicted
     limits = []
     memory_cap = memory_limit(inputs, MEMORY_BUDGET_FRACTION)
@@ -128,38 +170,49 @@ def _choose(inputs: ModelInputs, predicted: list[Prediction], cpu_bound_loading:
     if cpu_bound_loading and inputs.usable_cores:
         allowed = [p for p in allowed if p.num_workers <= inputs.usable_cores]
         limits.append(("cpu", inputs.usable_cores))
-    best = min(p.step_ms for p in allowed)
-    chosen = next(p for p in allowed if p.step_ms <= best * (1 + WITHIN_BEST))
-    unconstrained = min(p.step_ms for p in predicted)
-    if best > unconstrained * (1 + WITHIN_BEST):  # a limit, not the model, stopped us
+    best = max(p.effective_steps_per_s for p in allowed)
+    chosen = next(p for p in allowed if p.effective_steps_per_s >= best / (1 + WITHIN_BEST))
+    unconstrained = max(p.effective_steps_per_s for p in predicted)
+    if unconstrained > best * (1 + WITHIN_BEST):  # a limit, not the model, stopped us
         for name, cap in limits:
             if chosen.num_workers >= cap:
                 return chosen.num_workers, name
+    steady_best = min(allowed, key=lambda p: p.step_ms)
+    if chosen.epoch_steps_per_s is not None and steady_best.steps_per_s > chosen.steps_per_s * (1 + WITHIN_BEST):
+        return chosen.num_workers, "worker restarts"  # more workers would be faster inside an epoch, not over whole ones
     return chosen.num_workers, chosen.bound
 
 
 def advise(
-    steps: StepBreakdown, loader: LoaderStats | None, gpu: GpuStats | None, manifest: dict | None, batches_per_step: float,
-    loads_in_main: bool | None,
+    steps: StepBreakdown, loader: LoaderStats | None, gpu: GpuStats | None, manifest: Manifest | None, batches_per_step: float,
+    loads_in_main: bool | None, unprofiled: UnprofiledStats | None = None, manifest_problems: tuple[str, ...] = (),
 ) -> Advice:
     """Recommend DataLoader settings for the run behind these statistics.
 
     Args:
         loads_in_main: whether the run loaded batches in the main process (num_workers=0); None if unknown.
+        unprofiled: the run's unprofiled reference steps (its real speed), when it has them.
+        manifest_problems: what was wrong with the manifest; repeated in the basis.
     """
-    manifest = manifest or {}
     basis: list[str] = [] if manifest else ["no dlprof manifest: loader settings, cores and memory are unknown"]
+    basis += manifest_problems
     evidence: list[str] = []
     if len(steps.steps) < MIN_STEPS_FOR_PERCENTILES:
         basis.append(f"only {len(steps.steps)} step(s) recorded: p50/p90 say little; record more (dlprof record --active 20)")
-    loader_config = manifest.get("loader") or {}
+    loader_config = manifest.loader if manifest else None
     step_ms, wait = steps.step.mean_ms, steps.categories["data_wait"]
     verdict = verdict_of(steps.data_wait_pct)
     evidence.append(
         f"data wait {wait.mean_ms:.2f} ms of a {step_ms:.2f} ms step ({steps.data_wait_pct:.1f} %): "
         f"{verdict} input-bound (HIGHLY > {HIGHLY_INPUT_BOUND_PCT:g} %, MODERATELY {MODERATELY_INPUT_BOUND_PCT:g}-{HIGHLY_INPUT_BOUND_PCT:g} %)"
     )
-    inputs = _model_inputs(steps, loader, gpu, manifest, batches_per_step, loads_in_main, basis)
+    if unprofiled is not None and unprofiled.overhead_pct is not None:
+        evidence.append(
+            f"profiling made steps {unprofiled.overhead_pct:.0f} % slower: {unprofiled.profiled_step_ms:.2f} ms profiled vs "
+            f"{unprofiled.step_ms:.2f} ms unprofiled (medians over {unprofiled.profiled_steps} and {unprofiled.reference_steps} steps); "
+            "predictions are of the unprofiled training"
+        )
+    inputs = _model_inputs(steps, loader, gpu, manifest, batches_per_step, loads_in_main, unprofiled, basis)
     predicted: list[Prediction] = []
     num_workers = bound = None
     if inputs is not None:
@@ -171,18 +224,19 @@ def advise(
             f"{inputs.batches_per_step:g} per step; the step itself (without data wait or waiting for a core) is {inputs.consumer_ms:.2f} ms"
         )
         chosen = predicted[num_workers]
+        over = f", {chosen.epoch_steps_per_s:.2f} steps/s over whole epochs" if chosen.epoch_steps_per_s is not None else ""
         evidence.append(
-            f"num_workers={num_workers}: predicted {chosen.step_ms:.2f} ms/step ({chosen.steps_per_s:.2f} steps/s), "
+            f"num_workers={num_workers}: predicted {chosen.step_ms:.2f} ms/step ({chosen.steps_per_s:.2f} steps/s{over}), "
             f"within {WITHIN_BEST:.0%} of the best prediction; bound by {bound}"
         )
         if inputs.handoff_ms > 0:
-            evidence.append(f"the main process waited {inputs.handoff_ms:.2f} ms per step for batches already produced (hand-off to the main process)")
+            evidence.append(f"receiving batches from workers costs the main process {inputs.handoff_ms:.2f} ms per step (hand-off)")
         if inputs.usable_cores:
             evidence.append(f"{inputs.usable_cores} usable cores; main process needs ~{inputs.main_cpu_ms:.1f} core-ms per step")
-        recorded = loader_config.get("num_workers")
-        if recorded is not None and recorded > num_workers:
+        recorded = loader_config.num_workers if loader_config else None
+        if recorded is not None and recorded > num_workers and recorded < len(predicted):
             evidence.append(
-                f"num_workers={recorded} (as recorded) is predicted at {predicted[min(recorded, len(predicted) - 1)].step_ms:.2f} ms/step: "
+                f"num_workers={recorded} (as recorded) is predicted at {predicted[recorded].effective_steps_per_s:.2f} steps/s: "
                 f"the {recorded - num_workers} extra worker(s) buy nothing and cost memory and CPU"
             )
     if loader is not None:
@@ -192,7 +246,13 @@ def advise(
         )
     pin_memory = _pin_memory(gpu, loader_config, evidence)
     prefetch = _prefetch_factor(steps, inputs, num_workers, evidence)
-    persistent = _persistent_workers(manifest, loader_config, num_workers, evidence)
+    persistent = _persistent_workers(manifest, loader_config, inputs, predicted, num_workers, evidence)
+    if bound == "worker restarts":
+        steady_best = min(predicted, key=lambda p: p.step_ms)
+        evidence.append(
+            f"restarting workers at every epoch costs more than they save: with persistent_workers=True, "
+            f"num_workers={steady_best.num_workers} is predicted at {steady_best.steps_per_s:.2f} steps/s"
+        )
     if loader is not None and loader.batch.mean_ms > 0 and 100 * loader.tokenize.mean_ms / loader.batch.mean_ms > TOKENIZER_DOMINANT_PCT:
         evidence.append(
             f"the tokenizer takes {loader.tokenize.mean_ms:.2f} of {loader.batch.mean_ms:.2f} ms per batch "
@@ -201,9 +261,9 @@ def advise(
     return Advice(verdict, num_workers, pin_memory, prefetch, persistent, bound, predicted, evidence, basis)
 
 
-def _pin_memory(gpu: GpuStats | None, config: dict, evidence: list[str]) -> bool | None:
+def _pin_memory(gpu: GpuStats | None, config: LoaderConfig | None, evidence: list[str]) -> bool | None:
     if gpu is None:
-        if config.get("pin_memory"):
+        if config is not None and config.pin_memory:
             evidence.append("pin_memory=True has no effect without a GPU: turn it off")
             return False
         return None
@@ -231,15 +291,31 @@ def _prefetch_factor(steps: StepBreakdown, inputs: ModelInputs | None, num_worke
     return None
 
 
-def _persistent_workers(manifest: dict, config: dict, num_workers: int | None, evidence: list[str]) -> bool | None:
-    if not num_workers:
+def _persistent_workers(
+    manifest: Manifest | None, config: LoaderConfig | None, inputs: ModelInputs | None, predicted: list[Prediction],
+    num_workers: int | None, evidence: list[str],
+) -> bool | None:
+    """persistent_workers=True when workers restart every epoch and that costs measurable time."""
+    if not num_workers or config is None or config.persistent_workers is not False:
         return None
-    starts = manifest.get("workers") or []
-    epochs = {w["epoch"] for w in starts}
-    if config.get("persistent_workers") is False and len(epochs) > 1:
+    chosen = predicted[num_workers] if num_workers < len(predicted) else None
+    if chosen is not None and chosen.epoch_steps_per_s is not None and inputs is not None and inputs.epoch is not None:
+        loss_pct = 100 * (1 - chosen.epoch_steps_per_s / chosen.steps_per_s)
+        if loss_pct < PERSISTENT_WORKERS_MIN_LOSS_PCT:
+            return None
+        how = "measured" if inputs.epoch.restart_measured_ms is not None else "estimated"
+        evidence.append(
+            f"workers restart at every epoch ({inputs.epoch.steps_per_epoch:g} steps): {chosen.restart_ms:.0f} ms per restart ({how}) "
+            f"makes training {loss_pct:.1f} % slower over whole epochs ({chosen.epoch_steps_per_s:.2f} instead of {chosen.steps_per_s:.2f} steps/s); "
+            "persistent_workers=True keeps them"
+        )
+        return True
+    starts = manifest.workers if manifest else ()
+    epochs = {w.epoch for w in starts}
+    if len(epochs) > 1:
         evidence.append(f"workers were started {len(starts)} times over {len(epochs)} epochs: persistent_workers=True keeps them")
         return True
-    if config.get("persistent_workers") is False and (config.get("iterations") or 0) > 1:
-        evidence.append(f"the loader was iterated {config['iterations']} times, restarting its workers each time: persistent_workers=True keeps them")
+    if config.iterations > 1:
+        evidence.append(f"the loader was iterated {config.iterations} times, restarting its workers each time: persistent_workers=True keeps them")
         return True
     return None

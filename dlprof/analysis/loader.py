@@ -142,9 +142,9 @@ def _memory(run: TraceRun) -> dict[int, tuple[float, float | None]]:
         minutes = (samples[-1].ts_us - samples[0].ts_us) / 60e6
         growth = (samples[-1].pss_mib - samples[0].pss_mib) / minutes if minutes > 0 and len(samples) > 1 else None
         found[pid] = (samples[-1].pss_mib, growth)
-    for p in (run.manifest or {}).get("memory", {}).get("processes", []):
-        if p["pid"] not in found:
-            found[p["pid"]] = (p["pss_mib_last"], None)
+    for p in run.manifest.memory.processes if run.manifest else ():
+        if p.pid not in found and p.pss_mib_last is not None:
+            found[p.pid] = (p.pss_mib_last, None)
     return found
 
 

@@ -1,4 +1,6 @@
-"""Measure this machine's DataLoader hand-off: what the main process pays to receive a ready batch.
+"""Measure this machine's DataLoader costs that a run may not show: the hand-off and worker start-up.
+
+The hand-off is what the main process pays to receive a ready batch.
 
 A batch a worker produced reaches the main process through a queue; each tensor in it is passed as
 a shared-memory file descriptor, fetched over a socket from the worker. That costs ~1 ms per batch
@@ -63,3 +65,36 @@ def measure_handoff() -> dict | None:
         return None
     per_tensor = max(0.0, (many - one) / (MANY_TENSORS - 1))
     return {"per_batch_ms": round(max(0.0, one - per_tensor), 4), "per_tensor_ms": round(per_tensor, 4)}
+
+
+#: Worker counts timed for the start-up calibration (a line through them gives fixed + per-worker cost).
+STARTUP_WORKERS = (1, 2)
+#: Each count is timed this often; the median is kept.
+STARTUP_REPEATS = 3
+
+
+def _epoch_ms(num_workers: int) -> float:
+    """One whole epoch of a trivial dataset: workers started, one item each, workers shut down."""
+    context = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+    loader = DataLoader(_Tensors(1), batch_size=None, num_workers=num_workers, multiprocessing_context=context, timeout=WORKER_TIMEOUT_S,
+                        sampler=range(num_workers))  # fmt: skip
+    start = time.perf_counter_ns()
+    for _ in loader:
+        pass
+    return (time.perf_counter_ns() - start) / 1e6
+
+
+def measure_worker_startup() -> dict | None:
+    """``{"fixed_ms", "per_worker_ms"}``: starting and stopping ``n`` workers once (an epoch boundary
+    with ``persistent_workers=False``) costs the main process ``fixed + n * per_worker``.
+
+    Measured in the training process after training, so forking copies the same page tables as the
+    training's own workers did.
+    """
+    try:
+        timed = {n: statistics.median(_epoch_ms(n) for _ in range(STARTUP_REPEATS)) for n in STARTUP_WORKERS}
+    except Exception:
+        return None
+    low, high = STARTUP_WORKERS[0], STARTUP_WORKERS[-1]
+    per_worker = max(0.0, (timed[high] - timed[low]) / (high - low))
+    return {"fixed_ms": round(max(0.0, timed[low] - low * per_worker), 3), "per_worker_ms": round(per_worker, 3)}

@@ -51,15 +51,21 @@ def main(argv: list[str] | None = None) -> None:
         sys.argv = [script, *script_args]
 
     from dlprof.capture import loader_probe
-    from dlprof.capture.recorder import Recorder
+    from dlprof.capture.recorder import Recorder, TrainingStopped
     from dlprof.capture.schedule import Schedule
 
-    loader_probe.install(str(session_dir / "spans"), spans=config.get("loader_spans", True))
-    recorder = Recorder(Schedule(**config["schedule"]), session_dir, rank=int(os.environ.get("RANK", "0")))
+    loader_probe.install(str(session_dir / "spans"), spans=config.get("loader_spans", True), overrides=config.get("overrides"))
+    recorder = Recorder(
+        Schedule(**config["schedule"]), session_dir, rank=int(os.environ.get("RANK", "0")),
+        reference_steps=config.get("reference_steps", 0), run_to_end=config.get("run_to_end", True),
+    )  # fmt: skip
     recorder.start()
     status, error = "complete", None
     try:
         run()
+    except TrainingStopped:
+        # dlprof stopped training at a step boundary once it had what it needs: a complete run, exit 0.
+        raise SystemExit(0) from None
     except DlprofError as failure:
         # dlprof's own one-line errors (the built-in workload's checks): `dlprof record` prints the
         # line, so no traceback here.

@@ -54,6 +54,12 @@ class RecordRequest:
     cli_argv: tuple[str, ...] = ()
     memory_interval_ms: int = DEFAULT_INTERVAL_MS
     loader_spans: bool = True
+    #: Unprofiled steps timed after the window (the training's real speed, without the profiler).
+    reference_steps: int = 0
+    #: Let the training run to its own end; else it is stopped once the reference steps are timed.
+    run_to_end: bool = True
+    #: DataLoader settings imposed on the script (dlprof sweep): {"num_workers": n}.
+    overrides: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,8 @@ class RecordResult:
     error: str | None
     steps_recorded: int
     workers_seen: int
+    #: Training was stopped after the window and the reference steps (not --run-to-end).
+    stopped_early: bool = False
 
 
 def _is_python(executable: str) -> bool:
@@ -215,6 +223,9 @@ def record(request: RecordRequest) -> RecordResult:
             {
                 "schedule": {"wait": request.wait, "warmup": request.warmup, "active": request.active},
                 "loader_spans": request.loader_spans,
+                "reference_steps": request.reference_steps,
+                "run_to_end": request.run_to_end,
+                "overrides": request.overrides or {},
             }
         )
     )
@@ -244,7 +255,7 @@ def record(request: RecordRequest) -> RecordResult:
         raise _fail(run_dir, message, 2)
 
     kineto = orjson.loads((scratch / result["trace_file"]).read_bytes())
-    inputs = merge.MergeInputs(scratch, list(request.cli_argv), script, exit_code, samples, request.memory_interval_ms)
+    inputs = merge.MergeInputs(scratch, list(request.cli_argv), script, exit_code, samples, request.memory_interval_ms, request.overrides)
     document = merge.merge_rank(kineto, result, inputs)
     host = result["host"]["hostname"] or socket.gethostname()
     trace_path = run_dir / f"{host}_{result['pid']}.{time.time_ns() // 1_000_000}{schema.TRACE_SUFFIX}"
@@ -259,4 +270,5 @@ def record(request: RecordRequest) -> RecordResult:
         error=manifest["error"],
         steps_recorded=manifest["steps"]["recorded"],
         workers_seen=len({(w["loader"], w["worker_id"]) for w in manifest["workers"]}),
+        stopped_early=manifest["stopped_early"],
     )

@@ -28,7 +28,7 @@ import multiprocessing
 import os
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from dlprof import schema
@@ -95,9 +95,31 @@ class _ProcessState:
 _STATE = _ProcessState()
 _SPAN = spanfile.KIND_SPAN
 _BATCH, _FETCH, _TOKENIZER, _COLLATE = (spanfile.SPAN_CODE[name] for name in (schema.SPAN_BATCH, schema.SPAN_FETCH, schema.SPAN_TOKENIZER, schema.SPAN_COLLATE))
-_BATCH_CALLBACKS: list[Callable[[], None]] = []
+_LOADER_CALLBACKS: list[Callable[[str, int], None]] = []
 _LOADERS: list["LoaderRecord"] = []
 _ORIGINALS: dict[str, Any] = {}
+_OVERRIDES: dict[str, Any] = {}
+
+#: Events passed to loader callbacks, with the nanoseconds the main thread spent in the DataLoader.
+EVENT_BATCH = "batch"  # __next__ returned a batch
+EVENT_EPOCH_END = "epoch_end"  # __next__ found the epoch exhausted (non-persistent workers shut down in it)
+EVENT_EPOCH_START = "epoch_start"  # __iter__ created or reset an iterator (workers started)
+
+
+@dataclass
+class EpochRecord:
+    """One iteration over a DataLoader, timed in the main process."""
+
+    start_ns: int
+    iter_ns: int = 0  # inside __iter__ (iterator creation: worker processes started)
+    first_batch_ns: int | None = None  # when the first batch was returned
+    batches: int = 0
+    end_ns: int | None = None  # duration of the __next__ that raised StopIteration
+
+    def as_manifest(self) -> dict:
+        first = None if self.first_batch_ns is None else round((self.first_batch_ns - self.start_ns) / 1e6, 3)
+        end = None if self.end_ns is None else round(self.end_ns / 1e6, 3)
+        return {"start_ns": self.start_ns, "first_batch_ms": first, "batches": self.batches, "end_ms": end}
 
 
 @dataclass
@@ -108,6 +130,8 @@ class LoaderRecord:
     config: dict
     iterations: int = 0
     batches: int = 0
+    length: int | None = None
+    epochs: list[EpochRecord] = field(default_factory=list)
 
 
 def count_tensors(obj: Any, depth: int = 0) -> int:
@@ -358,12 +382,28 @@ def _record_of(loader: Any) -> LoaderRecord | None:
     return None if loader_id is None else _LOADERS[loader_id]
 
 
+def _override(original: Callable, args: tuple, kwargs: dict) -> tuple[tuple, dict, int | None]:
+    """Apply ``dlprof sweep``'s ``num_workers`` to a DataLoader's arguments; returns what the script asked for."""
+    wanted = _OVERRIDES.get("num_workers")
+    if wanted is None:
+        return args, kwargs, None
+    bound = inspect.signature(original).bind(None, *args, **kwargs)
+    arguments = bound.arguments
+    requested = arguments.get("num_workers", 0)
+    arguments["num_workers"] = wanted
+    if wanted == 0:  # DataLoader rejects these without workers
+        arguments.pop("prefetch_factor", None)
+        arguments["persistent_workers"] = False
+    return bound.args[1:], bound.kwargs, requested
+
+
 def _wrap_init(original: Callable) -> Callable:
     @functools.wraps(original)
     def __init__(self, *args, **kwargs):
+        args, kwargs, requested = _override(original, args, kwargs)
         original(self, *args, **kwargs)
         try:
-            record = LoaderRecord(len(_LOADERS), _loader_config(self))
+            record = LoaderRecord(len(_LOADERS), {**_loader_config(self), "num_workers_requested": requested})
             _LOADERS.append(record)
             self._dlprof_loader_id = record.loader_id
         except Exception as error:
@@ -395,11 +435,22 @@ def _wrap_get_iterator(original: Callable) -> Callable:
 def _wrap_iter(original: Callable) -> Callable:
     @functools.wraps(original)
     def __iter__(self):
-        iterator = original(self)
         record = _record_of(self)
-        if record is not None:
-            iterator._dlprof_ctx = LoaderContext(_STATE.spans_dir or "", record.loader_id, record.iterations)
-            record.iterations += 1
+        if record is None:
+            return original(self)
+        start = _time_ns()
+        iterator = original(self)
+        epoch = EpochRecord(start, iter_ns=_time_ns() - start)
+        try:
+            record.length = len(self)
+        except TypeError:  # an IterableDataset without __len__: epochs have no known length
+            record.length = None
+        record.epochs.append(epoch)
+        iterator._dlprof_ctx = LoaderContext(_STATE.spans_dir or "", record.loader_id, record.iterations)
+        iterator._dlprof_epoch = epoch
+        record.iterations += 1
+        for callback in _LOADER_CALLBACKS:
+            callback(EVENT_EPOCH_START, epoch.iter_ns)
         return iterator
 
     __iter__._dlprof_original = original
@@ -414,14 +465,26 @@ def _wrap_next(original: Callable) -> Callable:
         if ctx is None or st.log is None:
             return original(self)
         batch = self._num_yielded  # the index of the batch this call returns (in_order loaders)
+        epoch = self.__dict__.get("_dlprof_epoch")
         t0 = _time_ns()
-        data = original(self)
+        try:
+            data = original(self)
+        except StopIteration:
+            if epoch is not None and epoch.end_ns is None:
+                epoch.end_ns = _time_ns() - t0
+                for callback in _LOADER_CALLBACKS:
+                    callback(EVENT_EPOCH_END, epoch.end_ns)
+            raise
         t1 = _time_ns()
         st.log.records.append((spanfile.KIND_NEXT, 0, t0, t1, 0, 0, ctx.loader_id, ctx.epoch, batch, -1))
         st.log.flush()
         _LOADERS[ctx.loader_id].batches += 1
-        for callback in _BATCH_CALLBACKS:
-            callback()
+        if epoch is not None:
+            epoch.batches += 1
+            if epoch.first_batch_ns is None:
+                epoch.first_batch_ns = t1
+        for callback in _LOADER_CALLBACKS:
+            callback(EVENT_BATCH, t1 - t0)
         return data
 
     __next__._dlprof_original = original
@@ -438,18 +501,21 @@ def _wrap_single_process_next_data(original: Callable) -> Callable:
     return _next_data
 
 
-def install(spans_dir: str, spans: bool = True) -> None:
+def install(spans_dir: str, spans: bool = True, overrides: dict | None = None) -> None:
     """Instrument every DataLoader this process creates from now on.
 
     Args:
         spans_dir: directory for the span files of this process and of its workers.
         spans: record fetch, tokenizer and collate spans; when False only the loaders' settings and
             the main process's ``__next__`` calls are recorded (to measure what the spans cost).
+        overrides: DataLoader settings to impose on every loader (``{"num_workers": n}``, dlprof sweep).
     """
     import torch.utils.data.dataloader as dataloader_module
     from torch.utils.data._utils import worker as worker_module
 
     os.makedirs(spans_dir, exist_ok=True)
+    _OVERRIDES.clear()
+    _OVERRIDES.update(overrides or {})
     _STATE.spans_dir = spans_dir
     _STATE.log = SpanLog(spanfile.path_for(spans_dir, os.getpid()), time.thread_time_ns)
     loader_cls = dataloader_module.DataLoader
@@ -495,13 +561,15 @@ def uninstall() -> None:
         worker_module._worker_loop = _ORIGINALS.pop("worker_loop")
     global _STATE
     _STATE = _ProcessState()
-    _BATCH_CALLBACKS.clear()
+    _LOADER_CALLBACKS.clear()
     _LOADERS.clear()
+    _OVERRIDES.clear()
 
 
-def add_batch_callback(callback: Callable[[], None]) -> None:
-    """Call ``callback()`` in the main process each time a DataLoader returns a batch."""
-    _BATCH_CALLBACKS.append(callback)
+def add_loader_callback(callback: Callable[[str, int], None]) -> None:
+    """Call ``callback(event, ns)`` in the main process for each :data:`EVENT_BATCH`, :data:`EVENT_EPOCH_START`
+    and :data:`EVENT_EPOCH_END`, with the nanoseconds the main thread spent in the DataLoader for it."""
+    _LOADER_CALLBACKS.append(callback)
 
 
 def loader_records() -> list[LoaderRecord]:

@@ -19,15 +19,29 @@ from typing import Any
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from dlprof import __version__
+from dlprof import __version__, manifest
 from dlprof.capture import loader_probe, spanfile
-from dlprof.capture.calibrate import measure_handoff
+from dlprof.capture.calibrate import measure_handoff, measure_worker_startup
 from dlprof.capture.schedule import Schedule
 
 #: Batches returned with no optimizer step in between before the profiler steps per batch instead:
 #: a few, so that gradient accumulation over a handful of micro-batches is not mistaken for
 #: a script without an optimizer.
 BATCHES_BEFORE_BATCH_STEPPING = 16
+#: Reference steps go on until an epoch boundary has been timed when epochs are this short or shorter
+#: (in batches) and workers restart at each: that cost is then measured, not estimated.
+MAX_EPOCH_BATCHES_TO_CROSS = 400
+
+
+class TrainingStopped(SystemExit):
+    """Raised at a step boundary once the window and the reference steps are recorded (not --run-to-end).
+
+    A SystemExit with code 0: the script's ``finally`` blocks and atexit handlers run, a user's
+    ``except Exception`` does not swallow it, and the run ends as complete.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(0)
 
 
 def host_facts() -> dict:
@@ -68,18 +82,43 @@ def versions() -> dict:
     return found
 
 
+def calibrate() -> dict:
+    """This machine's DataLoader hand-off and worker start-up costs (``None`` where they cannot be measured)."""
+    return {"handoff": measure_handoff(), "worker_startup": measure_worker_startup()}
+
+
 class Recorder:
     """Runs ``torch.profiler`` over the training steps of this process and exports the trace."""
 
-    def __init__(self, schedule: Schedule, session_dir: Path, rank: int = 0):
+    def __init__(self, schedule: Schedule, session_dir: Path, rank: int = 0, reference_steps: int = 0, run_to_end: bool = True):
+        """
+        Args:
+            reference_steps: unprofiled steps to time after the window before training is stopped.
+            run_to_end: let training run to its own end instead of stopping it after the reference steps.
+        """
         self.schedule = schedule
         self.session_dir = session_dir
         self.rank = rank
+        self.reference_steps = reference_steps
+        self.run_to_end = run_to_end
+        self.stopped_early = False
         self.trace_path = session_dir / f"kineto-rank{rank}.json"
         self.steps = 0
         self.step_mode: str | None = None
         self.window_start_ns: int | None = None
+        # Profiled steps' boundaries (wall, process CPU, run-queue): the main process's CPU per step.
         self.step_clock: list[tuple[int, int, int]] = []
+        # Every step, profiled or not: [phase, wall, cpu, runq, wait, batches, epoch_start] (ns).
+        self.all_steps: list[list] = []
+        # Run-queue wait of the training thread: time it was ready to run but the cores were busy
+        # (with DataLoader workers, say), which stretches the step without being the step's own work.
+        self._main_runq_ns = spanfile.run_queue_clock()
+        self._step_begin = self._clocks()
+        self._step_wait_ns = 0
+        self._step_batches = 0
+        self._step_epoch_start = False
+        self._steps_after_window = 0
+        self._after_epoch_start: int | None = None  # index among the after-window steps
         # Run-queue wait of the training thread: time it was ready to run but the cores were busy
         # (with DataLoader workers, say), which stretches the step without being the step's own work.
         self._main_runq_ns = spanfile.run_queue_clock()
@@ -102,7 +141,19 @@ class Recorder:
         )
         self._profiler.start()
         self._hook = register_optimizer_step_post_hook(self._after_optimizer_step)
-        loader_probe.add_batch_callback(self._after_batch)
+        loader_probe.add_loader_callback(self._on_loader)
+        self._step_begin = self._clocks()
+
+    def _clocks(self) -> tuple[int, int, int]:
+        return time.time_ns(), time.process_time_ns(), self._main_runq_ns()
+
+    def _on_loader(self, event: str, ns: int) -> None:
+        self._step_wait_ns += ns
+        if event == loader_probe.EVENT_EPOCH_START:
+            self._step_epoch_start = True
+        elif event == loader_probe.EVENT_BATCH:
+            self._step_batches += 1
+            self._after_batch()
 
     def _after_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self.step_mode == "batch":
@@ -124,11 +175,22 @@ class Recorder:
     def _step(self) -> None:
         self._batches_since_step = 0
         self.steps += 1
-        # The main process's CPU time (all its threads) at each step boundary inside the profiled
-        # window: what training itself demands of the cores, which no trace event tells.
-        reading = (time.time_ns(), time.process_time_ns(), self._main_runq_ns())
+        # The main process's CPU time (all its threads) at each step boundary: what training itself
+        # demands of the cores, which no trace event tells.
+        reading = self._clocks()
         window_was_open = self.window_start_ns is not None and not self.exported
         profiler = self._profiler
+        if profiler.current_action != torch.profiler.ProfilerAction.NONE:
+            phase = manifest.PHASE_PROFILED
+        else:
+            phase = manifest.PHASE_AFTER if self.exported else manifest.PHASE_BEFORE
+        begin = self._step_begin
+        self.all_steps.append([
+            phase, reading[0] - begin[0], reading[1] - begin[1], reading[2] - begin[2],
+            self._step_wait_ns, self._step_batches, self._step_epoch_start,
+        ])  # fmt: skip
+        self._step_wait_ns = self._step_batches = 0
+        self._step_epoch_start = False
         profiler.step()
         if self.window_start_ns is None and profiler.current_action != torch.profiler.ProfilerAction.NONE:
             # Batches for the first recorded steps are produced from here on (prefetching).
@@ -136,12 +198,49 @@ class Recorder:
             window_was_open = True
         if window_was_open:
             self.step_clock.append(reading)
+        if phase == manifest.PHASE_AFTER:
+            self._steps_after_window += 1
+            if self.all_steps[-1][6]:
+                self._after_epoch_start = self._steps_after_window
+        # The next step starts once the profiler's own work (an export, say) is done: not training's time.
+        self._step_begin = self._clocks()
+        if self.exported and not self.run_to_end and self._reference_done():
+            self.stopped_early = True
+            raise TrainingStopped()
+
+    def _reference_done(self) -> bool:
+        """Enough unprofiled steps: the reference steps, and an epoch boundary when one is near."""
+        after = self._steps_after_window
+        if after < self.reference_steps:
+            return False
+        if self._after_epoch_start is not None:
+            return after - self._after_epoch_start + 1 >= manifest.EPOCH_SETTLE_STEPS
+        loaders = loader_probe.loader_records()
+        if not loaders:
+            return True
+        training = max(loaders, key=lambda r: r.batches)
+        restarts = training.config.get("num_workers") and not training.config.get("persistent_workers")
+        if not restarts or training.length is None or training.length > MAX_EPOCH_BATCHES_TO_CROSS:
+            return True
+        batches_per_step = max(1.0, training.batches / max(1, self.steps))
+        # At most one more epoch and its settling steps: the boundary must have come by then.
+        return after >= self.reference_steps + training.length / batches_per_step + manifest.EPOCH_SETTLE_STEPS
 
     def _export(self, profiler: torch.profiler.profile) -> None:
         tmp = self.trace_path.with_suffix(".tmp")
         profiler.export_chrome_trace(str(tmp))
         os.replace(tmp, self.trace_path)
         self.exported = True
+
+    def step_clock_columns(self) -> dict:
+        """:class:`dlprof.manifest.StepClock` of every step seen, in ms."""
+        ms = lambda ns: round(ns / 1e6, 4)  # noqa: E731
+        rows = self.all_steps
+        return {
+            "phase": [r[0] for r in rows], "wall_ms": [ms(r[1]) for r in rows], "cpu_ms": [ms(r[2]) for r in rows],
+            "runq_ms": [ms(r[3]) for r in rows], "wait_ms": [ms(r[4]) for r in rows], "batches": [r[5] for r in rows],
+            "epoch_start": [r[6] for r in rows],
+        }  # fmt: skip
 
     def finish(self, status: str, error: str | None) -> dict:
         """Stop profiling (exporting what was recorded) and write this process's facts for the merge."""
@@ -164,10 +263,16 @@ class Recorder:
             "schedule": asdict(self.schedule),
             "window_start_ns": self.window_start_ns,
             "step_clock": self.step_clock,
+            "all_steps": self.step_clock_columns(),
+            "stopped_early": self.stopped_early,
             "finished_ns": time.time_ns(),
-            "loaders": [{"id": r.loader_id, "iterations": r.iterations, "batches": r.batches, **r.config} for r in loaders],
+            "loaders": [
+                {"id": r.loader_id, "iterations": r.iterations, "batches": r.batches, **r.config, "length": r.length,
+                 "epochs": [e.as_manifest() for e in r.epochs]}
+                for r in loaders
+            ],  # fmt: skip
             # Calibrate only after a run that completed: a failing process should exit promptly.
-            "host": {**host_facts(), "handoff": measure_handoff() if self.exported and loaders and status == "complete" else None},
+            "host": {**host_facts(), **(calibrate() if self.exported and loaders and status == "complete" else {})},
             "versions": versions(),
         }
         path = self.session_dir / f"result-rank{self.rank}.json"

@@ -73,3 +73,35 @@ def loader_rows(loader) -> list[list[str]]:
         ["collate_fn", ms(loader.collate.mean_ms), ms(loader.collate_cpu_ms_mean)],
         ["batch", ms(loader.batch.mean_ms), ms(loader.batch_cpu_ms_mean)],
     ]
+
+
+def unprofiled_line(run) -> str | None:
+    """Your training's speed without the profiler, and what profiling cost; None without reference steps."""
+    u = run.unprofiled
+    if u is None:
+        return None
+    line = f"without the profiler: {u.step_ms:.2f} ms per step ({u.steps_per_s:.2f} steps/s), median of {u.reference_steps} reference steps"
+    if u.overhead_pct is not None:
+        line += f"; profiling made steps {u.overhead_pct:.0f} % slower: {u.profiled_step_ms:.2f} ms profiled vs {u.step_ms:.2f} ms unprofiled"
+    return line
+
+
+def epoch_line(run) -> str | None:
+    """Epoch boundaries of the training loader, when known."""
+    epoch = run.unprofiled.epoch if run.unprofiled else None
+    if epoch is None or epoch.steps_per_epoch is None:
+        return None
+    restart = ("no boundary timed after start-up" if epoch.restart_ms is None
+               else f"a boundary costs {epoch.restart_ms:.0f} ms (measured over {epoch.boundaries_measured})")  # fmt: skip
+    workers = "persistent workers" if epoch.persistent_workers else "workers restart each epoch" if epoch.num_workers else "no workers"
+    first = "" if epoch.first_batch_ms is None else f"; first batch {epoch.first_batch_ms:.1f} ms after the iterator was created"
+    return f"epochs: {epoch.steps_per_epoch:g} steps each, {workers}; {restart}{first}"
+
+
+PREDICTED_HEADER = ["num_workers", "step ms", "steps/s", "steps/s over epochs", "bound"]
+
+
+def predicted_rows(advice, mark: str = "") -> list[list[str]]:
+    """One row per predicted num_workers; ``mark`` is appended to the recommended count."""
+    return [[str(p.num_workers) + (mark if p.num_workers == advice.num_workers else ""), ms(p.step_ms), f"{p.steps_per_s:.2f}",
+             "-" if p.epoch_steps_per_s is None else f"{p.epoch_steps_per_s:.2f}", p.bound] for p in advice.predicted]  # fmt: skip

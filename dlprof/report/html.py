@@ -12,8 +12,11 @@ import math
 from html import escape
 
 from dlprof.analysis.steps import CATEGORIES
-from dlprof.report.common import CATEGORY_LABELS, breakdown_rows, known, loader_rows, ms, recommendation_line, setting, verdict_line
-from dlprof.report.report import Report, RunReport, TimelinePicture
+from dlprof.report.common import (
+    CATEGORY_LABELS, PREDICTED_HEADER, breakdown_rows, epoch_line, known, loader_rows, ms, predicted_rows, recommendation_line, setting,
+    unprofiled_line, verdict_line,
+)  # fmt: skip
+from dlprof.workflows.analyze import Report, RunReport, TimelinePicture
 
 #: Colours per segment kind: step categories, loader spans, the GPU. Data wait is the loud one.
 COLOURS = {
@@ -397,7 +400,8 @@ def _facts(run: RunReport) -> str:
         ("RAM", "unknown" if info.ram_total_mib is None else f"{info.ram_total_mib} MiB"),
         ("torch", known(info.torch_version)),
         ("steps", f"{len(steps.steps)} recorded, {steps.step.mean_ms:.2f} ms mean (p50 {steps.step.p50_ms:.2f}, p90 {steps.step.p90_ms:.2f}), "
-                  f"{_per_s(steps.step.mean_ms)} steps/s; {info.batches_per_step:g} batch(es) per step"),
+                  f"{_per_s(steps.step.mean_ms)} steps/s (profiled); {info.batches_per_step:g} batch(es) per step"),
+        *[(label, line) for label, line in (("unprofiled", unprofiled_line(run)), ("epochs", epoch_line(run))) if line],
     ]  # fmt: skip
     cells = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
     return f'<table class="facts"><tbody>{cells}</tbody></table>'
@@ -450,9 +454,8 @@ def _gpu_table(run: RunReport) -> str:
 
 def _predicted_table(run: RunReport) -> str:
     advice = run.advice
-    rows = [[str(p.num_workers), ms(p.step_ms), f"{p.steps_per_s:.2f}", p.bound] for p in advice.predicted]
     classes = ["chosen" if p.num_workers == advice.num_workers else "" for p in advice.predicted]
-    return _table(["num_workers", "step ms", "steps/s", "bound"], rows, classes)
+    return _table(PREDICTED_HEADER, predicted_rows(advice), classes)
 
 
 # --- page ------------------------------------------------------------------------------------------

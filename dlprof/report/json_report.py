@@ -5,7 +5,8 @@ import json
 
 from dlprof.analysis.steps import CATEGORIES
 from dlprof.analysis.stats import Summary
-from dlprof.report.report import Report, RunReport
+from dlprof.analysis.unprofiled import UnprofiledStats
+from dlprof.workflows.analyze import Report, RunReport
 
 
 def _r(value: float | None, digits: int = 3) -> float | None:
@@ -14,6 +15,20 @@ def _r(value: float | None, digits: int = 3) -> float | None:
 
 def _summary(summary: Summary) -> dict:
     return {"mean": _r(summary.mean_ms), "p50": _r(summary.p50_ms), "p90": _r(summary.p90_ms)}
+
+
+def _unprofiled(u: UnprofiledStats) -> dict:
+    epoch = u.epoch
+    return {
+        "reference_steps": u.reference_steps, "step_ms": _r(u.step_ms), "steps_per_s": _r(u.steps_per_s),
+        "profiled_steps": u.profiled_steps, "profiled_step_ms": _r(u.profiled_step_ms), "overhead_pct": _r(u.overhead_pct, 2),
+        "consumer_ms": _r(u.consumer_ms), "wait_ms": _r(u.wait_ms), "cpu_ms": _r(u.cpu_ms), "runq_ms": _r(u.runq_ms),
+        "epoch": None if epoch is None else {
+            "steps_per_epoch": _r(epoch.steps_per_epoch), "persistent_workers": epoch.persistent_workers, "num_workers": epoch.num_workers,
+            "restart_ms": _r(epoch.restart_ms), "boundaries_measured": epoch.boundaries_measured,
+            "first_batch_ms": _r(epoch.first_batch_ms), "end_ms": _r(epoch.end_ms),
+        },
+    }  # fmt: skip
 
 
 def run_document(run: RunReport) -> dict:
@@ -33,6 +48,7 @@ def run_document(run: RunReport) -> dict:
                 {"step": s.number, "step_ms": _r(s.step_ms), **{f"{c}_ms": _r(s.category_ms(c)) for c in CATEGORIES}} for s in steps.steps
             ],
         },
+        "unprofiled": None if run.unprofiled is None else _unprofiled(run.unprofiled),
         "breakdown_ms": {c: _r(steps.categories[c].mean_ms) for c in CATEGORIES},
         "breakdown_p90_ms": {c: _r(steps.categories[c].p90_ms) for c in CATEGORIES},
         "loader": None if loader is None else {
@@ -59,7 +75,8 @@ def run_document(run: RunReport) -> dict:
             "num_workers": advice.num_workers, "pin_memory": advice.pin_memory, "prefetch_factor": advice.prefetch_factor,
             "persistent_workers": advice.persistent_workers, "bound": advice.bound, "verdict": advice.verdict,
             "predicted": [
-                {"num_workers": p.num_workers, "step_ms": _r(p.step_ms), "steps_per_s": _r(p.steps_per_s), "bound": p.bound}
+                {"num_workers": p.num_workers, "step_ms": _r(p.step_ms), "steps_per_s": _r(p.steps_per_s), "bound": p.bound,
+                 "epoch_steps_per_s": _r(p.epoch_steps_per_s), "restart_ms": _r(p.restart_ms)}
                 for p in advice.predicted
             ],
             "evidence": advice.evidence,

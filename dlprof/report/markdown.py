@@ -1,8 +1,11 @@
 """Markdown renderer, for a GitHub issue: summary table, recommendation with evidence, predictions, details collapsed."""
 from __future__ import annotations
 
-from dlprof.report.common import breakdown_rows, known, loader_rows, ms, recommendation_line, setting, verdict_line
-from dlprof.report.report import Report, RunReport
+from dlprof.report.common import (
+    PREDICTED_HEADER, breakdown_rows, epoch_line, known, loader_rows, ms, predicted_rows, recommendation_line, setting, unprofiled_line,
+    verdict_line,
+)  # fmt: skip
+from dlprof.workflows.analyze import Report, RunReport
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -18,15 +21,14 @@ def _run(run: RunReport) -> list[str]:
          ["DataLoader", f"num_workers={known(info.num_workers)}, batch_size={known(info.batch_size)}, pin_memory={known(info.pin_memory)}, "
                         f"prefetch_factor={known(info.prefetch_factor)}, persistent_workers={known(info.persistent_workers)}"],
          ["usable cores", known(info.usable_cores)],
-         ["steps", f"{len(steps.steps)} recorded, {steps.step.mean_ms:.2f} ms mean (p90 {steps.step.p90_ms:.2f}), {1000 / steps.step.mean_ms:.2f} steps/s"]],
+         ["steps", f"{len(steps.steps)} recorded, {steps.step.mean_ms:.2f} ms mean (p90 {steps.step.p90_ms:.2f}), {1000 / steps.step.mean_ms:.2f} steps/s (profiled)"],
+         *[[label, line] for label, line in (("unprofiled", unprofiled_line(run)), ("epochs", epoch_line(run))) if line]],
     )  # fmt: skip
     lines += ["", "**Recommendation:** `" + recommendation_line(advice) + "`", ""]
     lines += [f"- {e}" for e in advice.evidence]
     if advice.predicted:
         lines += ["", "Predicted throughput:", ""]
-        lines += _table(["num_workers", "step ms", "steps/s", "bound"],
-                        [[str(p.num_workers) + (" ←" if p.num_workers == advice.num_workers else ""), ms(p.step_ms), f"{p.steps_per_s:.2f}", p.bound]
-                         for p in advice.predicted])  # fmt: skip
+        lines += _table(PREDICTED_HEADER, predicted_rows(advice, " ←"))
     lines += ["", "<details><summary>Step breakdown, loader and GPU details</summary>", ""]
     lines += _table(["ms per step", "mean", "p50", "p90", "%"], breakdown_rows(steps, "**step**"))
     lines.append("")

@@ -1,8 +1,11 @@
 """Plain-text renderer, for the terminal."""
 from __future__ import annotations
 
-from dlprof.report.common import breakdown_rows, loader_rows, ms, recommendation_line, run_line, setting, verdict_line
-from dlprof.report.report import Report, RunReport
+from dlprof.report.common import (
+    PREDICTED_HEADER, breakdown_rows, epoch_line, loader_rows, ms, predicted_rows, recommendation_line, run_line, setting, unprofiled_line,
+    verdict_line,
+)  # fmt: skip
+from dlprof.workflows.analyze import Report, RunReport
 
 
 def _table(rows: list[list[str]], header: list[str]) -> list[str]:
@@ -18,7 +21,8 @@ def _run(run: RunReport) -> list[str]:
         lines.append(f"note: the recording is {info.status}")
     lines += [
         f"steps: {len(steps.steps)}, {steps.step.mean_ms:.2f} ms mean (p50 {steps.step.p50_ms:.2f}, p90 {steps.step.p90_ms:.2f}), "
-        f"{1000 / steps.step.mean_ms:.2f} steps/s",
+        f"{1000 / steps.step.mean_ms:.2f} steps/s (profiled)",
+        *[line for line in (unprofiled_line(run), epoch_line(run)) if line],
         "",
         f"Verdict: {verdict_line(run)}",
         "",
@@ -55,8 +59,7 @@ def _run(run: RunReport) -> list[str]:
     lines += [f"   - {e}" for e in advice.evidence]
     if advice.predicted:
         lines += ["", "Predicted"]
-        lines += _table([[str(p.num_workers), ms(p.step_ms), f"{p.steps_per_s:.2f}", p.bound] for p in advice.predicted],
-                        ["num_workers", "step ms", "steps/s", "bound"])  # fmt: skip
+        lines += _table(predicted_rows(advice, " <"), PREDICTED_HEADER)
     if advice.basis:
         lines += ["", "What this rests on"] + [f"  - {b}" for b in advice.basis]
     return lines

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from dlprof import schema
 from dlprof.errors import TraceNotFoundError
+from dlprof.manifest import Manifest, parse_manifest
 from dlprof.trace import events as ev
 from dlprof.trace.reader import read_trace
 
@@ -88,7 +89,7 @@ class TraceRun:
 
     name: str
     path: Path
-    manifest: dict | None
+    manifest: Manifest | None
     rank: int | None
     main_pid: int
     main_tid: int
@@ -104,6 +105,8 @@ class TraceRun:
     memory: list[MemorySample]
     process_names: dict[int, str] = field(default_factory=dict)
     event_count: int = 0
+    #: What was wrong with the manifest (wrong-typed fields read as unknown, an unreadable version).
+    manifest_problems: tuple[str, ...] = ()
 
     @property
     def has_gpu(self) -> bool:
@@ -252,12 +255,12 @@ def build_run(document: dict, path: Path, name: str) -> TraceRun:
         for e in raw_memory
     ]
     rank = document.get("distributedInfo", {}).get("rank") if isinstance(document.get("distributedInfo"), dict) else None
-    manifest = document.get(schema.MANIFEST_KEY) if isinstance(document.get(schema.MANIFEST_KEY), dict) else None
+    manifest, manifest_problems = parse_manifest(document.get(schema.MANIFEST_KEY))
     return TraceRun(
         name=name, path=path, manifest=manifest, rank=rank, main_pid=main_pid, main_tid=main_tid, steps=steps,
         next_calls=next_calls, host_ops=host_ops, backward=backward, optimizer=optimizer, h2d_host=h2d_host, gpu=gpu,
         launches=launches, loader_spans=loader_spans, memory=memory, process_names=process_names,
-        event_count=len(document["traceEvents"]),
+        event_count=len(document["traceEvents"]), manifest_problems=manifest_problems,
     )  # fmt: skip
 
 

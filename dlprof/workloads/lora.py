@@ -12,15 +12,20 @@ anything.
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import random
+import statistics
 import sys
+import time
 import warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from dlprof.capture.schedule import Schedule
 from dlprof.errors import InputError, UsageError
+from dlprof.manifest import EPOCH_SETTLE_STEPS
 from dlprof.workloads.records import load_examples
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -64,13 +69,17 @@ class WorkloadOptions:
     persistent_workers: bool = False
     device: str = "auto"
     seed: int = 0
+    #: CPU time added to tokenizing each sample (ms), spent inside the tokenizer calls: a slow tokenizer.
+    tokenizer_cost_ms: float = 0.0
+    #: Write the measured speed here (JSON): steps/s over whole epochs and the steady median step.
+    report: str | None = None
 
     def to_argv(self) -> list[str]:
         """Command-line arguments that :func:`parse_args` turns back into these options."""
         argv = []
         for field in fields(self):
             value = getattr(self, field.name)
-            if value is None:
+            if value is None or (field.name == "tokenizer_cost_ms" and not value):
                 continue
             flag = "--" + field.name.replace("_", "-")
             if isinstance(value, bool):
@@ -80,18 +89,30 @@ class WorkloadOptions:
         return argv
 
 
+#: Help for the options whose meaning the name does not tell (`dlprof record --help` documents the rest).
+OPTION_HELP = {
+    "tokenizer_cost_ms": "CPU time (ms) added to tokenizing each sample, inside the tokenizer calls: a slow tokenizer "
+    "(the regime where tokenizing in the DataLoader dominates) [default: 0]",
+    "report": "write the measured speed to this JSON file: steps_per_s_epochs (over whole epochs after the first, "
+    "worker restarts included), steps_per_s_steady (1000 / median step ms after the first epoch), epochs, steps_per_epoch",
+}
+
+
 def parse_args(argv: list[str]) -> WorkloadOptions:
     parser = argparse.ArgumentParser(prog="python -m dlprof.workloads.lora", description=__doc__.splitlines()[0])
     defaults = WorkloadOptions()
     for field in fields(WorkloadOptions):
         flag = "--" + field.name.replace("_", "-")
         default = getattr(defaults, field.name)
+        help_text = OPTION_HELP.get(field.name)
         if field.type in ("bool", "bool | None"):
-            parser.add_argument(flag, dest=field.name, action=argparse.BooleanOptionalAction, default=default)
-        elif field.name in ("model", "dataset", "tokenizer", "device"):
-            parser.add_argument(flag, dest=field.name, default=default)
+            parser.add_argument(flag, dest=field.name, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+        elif field.name in ("model", "dataset", "tokenizer", "device", "report"):
+            parser.add_argument(flag, dest=field.name, default=default, help=help_text)
+        elif field.type == "float":
+            parser.add_argument(flag, dest=field.name, type=float, default=default, help=help_text)
         else:
-            parser.add_argument(flag, dest=field.name, type=int, default=default)
+            parser.add_argument(flag, dest=field.name, type=int, default=default, help=help_text)
     return WorkloadOptions(**vars(parser.parse_args(argv)))
 
 
@@ -106,6 +127,10 @@ def check(options: WorkloadOptions) -> None:
         value = getattr(options, name)
         if value < low:
             raise UsageError(f"--{name.replace('_', '-')} {value}: must be >= {low}")
+    if not options.tokenizer_cost_ms >= 0:  # also rejects NaN
+        raise UsageError(f"--tokenizer-cost-ms {options.tokenizer_cost_ms}: must be >= 0 (CPU ms added to tokenizing each sample)")
+    if options.report is not None and not Path(options.report).resolve().parent.is_dir():
+        raise InputError(f"{options.report}: its folder does not exist; create it or write the report elsewhere")
     if options.device not in DEVICES:
         raise UsageError(f"--device {options.device}: unknown device; use one of {', '.join(DEVICES)}")
     if options.num_workers == 0 and options.prefetch_factor is not None:
@@ -125,24 +150,36 @@ def check(options: WorkloadOptions) -> None:
     load_examples(options.dataset or DEFAULT_DATASET)
 
 
-def plan(workload: dict, wait: int, warmup: int, active: int | None) -> tuple[WorkloadOptions, int]:
+def plan(workload: dict, wait: int, warmup: int, active: int | None, reference_steps: int = 0) -> tuple[WorkloadOptions, int]:
     """Fit the workload's steps and the profiler's window together, and check the options.
 
-    ``--steps`` alone records the steps left after ``wait + warmup``; ``--active`` alone runs just
-    enough steps to record it; neither gives :data:`DEFAULT_ACTIVE_STEPS` recorded steps.
+    ``--steps`` alone records the steps left after ``wait + warmup`` (and the reference steps);
+    ``--active`` alone runs just enough steps to record it; neither gives :data:`DEFAULT_ACTIVE_STEPS`
+    recorded steps. ``reference_steps`` unprofiled steps follow the window.
 
     Returns:
         The checked options and the number of steps to record.
     """
     steps = workload.get("steps")
     Schedule(wait, warmup, 1 if active is None else active).check()
-    if steps is not None and steps < wait + warmup + 1:
-        raise UsageError(f"--steps {steps}: the profiler skips {wait} + {warmup} steps (--wait, --warmup) before it records; use --steps {wait + warmup + 1} or more")
+    if steps is not None and steps < wait + warmup + 1 + reference_steps:
+        raise UsageError(
+            f"--steps {steps}: the profiler skips {wait} + {warmup} steps (--wait, --warmup) before it records and "
+            f"{reference_steps} reference steps follow (--reference-steps); use --steps {wait + warmup + 1 + reference_steps} or more"
+        )
     if active is None:
-        active = steps - wait - warmup if steps is not None else DEFAULT_ACTIVE_STEPS
-    elif steps is not None and steps < wait + warmup + active:
-        raise UsageError(f"--steps {steps}: fewer than --wait + --warmup + --active = {wait + warmup + active}; raise --steps or lower --active")
-    options = WorkloadOptions(**{**workload, "steps": steps if steps is not None else wait + warmup + active})
+        active = steps - wait - warmup - reference_steps if steps is not None else DEFAULT_ACTIVE_STEPS
+    elif steps is not None and steps < wait + warmup + active + reference_steps:
+        raise UsageError(
+            f"--steps {steps}: fewer than --wait + --warmup + --active + --reference-steps = {wait + warmup + active + reference_steps}; "
+            "raise --steps or lower --active"
+        )
+    if steps is None:
+        # Enough steps to reach an epoch boundary after the window too: `dlprof record` stops the
+        # workload once it has timed the reference steps (and that boundary, when workers restart).
+        per_epoch = math.ceil(len(load_examples(workload.get("dataset") or DEFAULT_DATASET)) / max(1, workload.get("batch_size") or 1))
+        steps = wait + warmup + active + reference_steps + per_epoch + EPOCH_SETTLE_STEPS
+    options = WorkloadOptions(**{**workload, "steps": steps})
     check(options)
     return options, active
 
@@ -217,6 +254,52 @@ def build_model(options: WorkloadOptions, tokenizer, device: str):
     return get_peft_model(model, lora).to(device)
 
 
+class SpeedLog:
+    """The workload's own clock: every optimizer step and every epoch (one pass of ``for batch in loader``).
+
+    Measured without any profiler, this is what ``dlprof``'s predictions are checked against
+    (scripts/bench_advice.py). The first epoch is warm-up (start-up, first batches, allocator); a step
+    is the time from the end of the previous step (or the epoch's start) to the end of its
+    ``optimizer.step()``, data wait included.
+    """
+
+    def __init__(self, steps_per_epoch: int, sync=None):
+        self.steps_per_epoch = steps_per_epoch
+        self._sync = sync  # on CUDA, wait for queued work at epoch ends so epochs are timed, not launches
+        self.epochs: list[tuple[int, float]] = []  # (steps, seconds) of every epoch, the last may be partial
+        self.step_ms: list[tuple[int, float]] = []  # (epoch index, ms)
+        self._epoch_start = self._last = 0.0
+        self._epoch_steps = 0
+
+    def epoch_begin(self) -> None:
+        self._epoch_start = self._last = time.perf_counter()
+        self._epoch_steps = 0
+
+    def step_end(self) -> None:
+        now = time.perf_counter()
+        self.step_ms.append((len(self.epochs), 1000 * (now - self._last)))
+        self._last = now
+        self._epoch_steps += 1
+
+    def epoch_end(self) -> None:
+        if self._sync is not None:
+            self._sync()
+        self.epochs.append((self._epoch_steps, time.perf_counter() - self._epoch_start))
+
+    def summary(self) -> dict:
+        """Steps/s over whole epochs after the first, and 1000 / the median step after the first epoch (None when there are none)."""
+        whole = [(steps, seconds) for steps, seconds in self.epochs[1:] if steps == self.steps_per_epoch]
+        steady = [ms for epoch, ms in self.step_ms if epoch >= 1]
+        return {
+            "steps_per_s_epochs": sum(s for s, _ in whole) / sum(t for _, t in whole) if whole else None,
+            "steps_per_s_steady": 1000 / statistics.median(steady) if steady else None,
+            "epochs": sum(1 for steps, _ in self.epochs if steps == self.steps_per_epoch),
+            "epochs_measured": len(whole),
+            "steps_per_epoch": self.steps_per_epoch,
+            "epoch_s": [round(seconds, 4) for _, seconds in self.epochs],
+        }
+
+
 def train(options: WorkloadOptions) -> float:
     """Fine-tune for ``options.steps`` optimizer steps; returns the last loss read back."""
     import click
@@ -238,7 +321,7 @@ def train(options: WorkloadOptions) -> float:
         if options.prefetch_factor is not None:
             loader_kwargs["prefetch_factor"] = options.prefetch_factor
     loader = DataLoader(
-        SupervisedDataset(examples, tokenizer, options.max_length),
+        SupervisedDataset(examples, tokenizer, options.max_length, options.tokenizer_cost_ms),
         batch_size=options.batch_size,
         shuffle=True,
         generator=torch.Generator().manual_seed(options.seed),
@@ -250,8 +333,10 @@ def train(options: WorkloadOptions) -> float:
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=LEARNING_RATE)
     model.train()
     step, last_loss = 0, float("nan")
+    speed = SpeedLog(len(loader), sync=torch.cuda.synchronize if device == "cuda" else None)
     with click.progressbar(length=options.steps, label="training", file=sys.stderr, show_pos=True) as bar:
         while step < options.steps:
+            speed.epoch_begin()  # before iter(loader): a restart of the workers is this epoch's time
             for batch in loader:
                 batch = {key: value.to(device, non_blocking=pin_memory) for key, value in batch.items()}
                 loss = model(**batch).loss
@@ -259,11 +344,15 @@ def train(options: WorkloadOptions) -> float:
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 step += 1
+                speed.step_end()
                 bar.update(1)
                 if step % LOSS_EVERY_STEPS == 0 or step == options.steps:
                     last_loss = loss.item()
                 if step >= options.steps:
                     break
+            speed.epoch_end()
+    if options.report is not None:
+        Path(options.report).write_text(json.dumps({**speed.summary(), "num_workers": options.num_workers, "steps": step}, indent=1) + "\n")
     print(f"dlprof workload: {options.steps} LoRA steps on {device}, batch {options.batch_size}, loss {last_loss:.3f}", file=sys.stderr)
     return last_loss
 

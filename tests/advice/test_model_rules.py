@@ -4,9 +4,12 @@ from __future__ import annotations
 import pytest
 
 from conftest import DATA_DIR
-from dlprof.advice.model import ModelInputs, candidate_counts, memory_limit, predict
+import dataclasses
+
+from dlprof.advice.model import EpochModel, ModelInputs, candidate_counts, memory_limit, predict, restart_ms
 from dlprof.advice.rules import advise, verdict_of
-from dlprof.report.report import analyze_run
+from dlprof.analysis.unprofiled import unprofiled_stats
+from dlprof.workflows.analyze import analyze_run
 from dlprof.trace.run import load_run
 
 
@@ -26,9 +29,38 @@ def test_three_bounds():
 
 def test_cpu_bound_and_handoff():
     model = inputs(usable_cores=2, main_cpu_ms=20.0, handoff_ms=1.0)
-    # cores: (20 + 30) / 2 = 25 ms per step, plus the 1 ms hand-off, whatever the worker count.
-    assert predict(model, 2).step_ms == pytest.approx(26.0) and predict(model, 2).bound == "cpu"
-    assert predict(model, 8).step_ms == pytest.approx(26.0)
+    # cores: (20 + 30) / 2 = 25 ms per step whatever the worker count; the hand-off is not added on top.
+    assert predict(model, 2).step_ms == pytest.approx(25.0) and predict(model, 2).bound == "cpu"
+    assert predict(model, 8).step_ms == pytest.approx(25.0)
+    # The hand-off is the main process's own work: it lengthens the consumer (10 + 1 = 11 > 30/4, 40/4).
+    assert predict(inputs(handoff_ms=1.0), 4).step_ms == pytest.approx(11.0) and predict(inputs(handoff_ms=1.0), 4).bound == "consumer"
+    # Recorded at num_workers=0, the measured main-process CPU has no hand-off in it: the CPU bound adds it.
+    assert predict(inputs(usable_cores=2, main_cpu_ms=20.0, handoff_ms=2.0, cpu_includes_handoff=False), 4).step_ms == pytest.approx(26.0)
+
+
+def test_the_recorded_count_is_anchored_to_its_measured_unprofiled_step():
+    # raw n=2: max(10, 30/2, 40/4) = 15 ms, measured 12 ms: the workers' regime is scaled by 12/15.
+    model = inputs(recorded_workers=2, measured_step_ms=12.0)
+    assert predict(model, 2).step_ms == pytest.approx(12.0)
+    assert predict(model, 3).step_ms == pytest.approx(10.0 * 0.8)
+    assert predict(model, 0).step_ms == pytest.approx(40.0)  # the other regime is not scaled
+    # Recorded at 0: only n=0 is anchored (measured 36 ms instead of 10 + 30).
+    model = inputs(recorded_workers=0, measured_step_ms=36.0)
+    assert predict(model, 0).step_ms == pytest.approx(36.0) and predict(model, 2).step_ms == pytest.approx(15.0)
+
+
+def test_epoch_restarts_measured_and_estimated():
+    measured = EpochModel(steps_per_epoch=10, persistent_workers=False, restart_measured_ms=100.0, startup_fixed_ms=5.0, startup_per_worker_ms=20.0)
+    model = inputs(recorded_workers=2, epoch=measured)
+    # Measured at 2 workers: 100 ms; each further worker adds the calibrated 20 ms; no workers, no restart.
+    assert [restart_ms(model, n) for n in (0, 2, 4)] == pytest.approx([0.0, 100.0, 140.0])
+    # n=2: 10 steps of 15 ms plus 100 ms per epoch -> 10 / 0.25 s = 40 steps/s.
+    assert predict(model, 2).epoch_steps_per_s == pytest.approx(40.0) and predict(model, 2).steps_per_s == pytest.approx(1000 / 15)
+    # Recorded at 0: estimated from the calibration and the first batch: 5 + 20 n + 30.
+    estimated = dataclasses.replace(measured, restart_measured_ms=None)
+    assert restart_ms(inputs(recorded_workers=0, epoch=estimated), 1) == pytest.approx(55.0)
+    persistent = dataclasses.replace(measured, persistent_workers=True)
+    assert predict(inputs(recorded_workers=2, epoch=persistent), 2).epoch_steps_per_s == pytest.approx(1000 / 15)
 
 
 def test_candidates_reach_where_io_bound_loading_stops_helping():
@@ -48,23 +80,39 @@ def test_verdict_thresholds():
 def test_recommendation_on_the_hand_written_dlprof_run():
     report = analyze_run(load_run(DATA_DIR / "tiny_dlprof_trace.json"))
     advice = report.advice
-    # consumer 0.9 - 0.2 = 0.7 ms; batch 0.7 - 0.05 = 0.65 ms (CPU 0.6); hand-off 0.1 ms/step;
-    # 4 cores, the main process measured at 1.2 CPU-ms per step.
-    # n=0: 0.7 + 0.65 = 1.35; n>=1: max(0.7, 0.65/n, (1.2 + 0.6)/4) + 0.1 = 0.8.
-    assert [p.step_ms for p in advice.predicted[:3]] == pytest.approx([1.35, 0.8, 0.8])
-    assert (advice.num_workers, advice.bound, advice.verdict) == (1, "consumer", "HIGHLY")
+    # Unprofiled reference steps: step 0.6 ms, consumer 0.6 - 0.1 = 0.5 ms, main CPU 0.8 ms; batch 0.7 - 0.05 =
+    # 0.65 ms (CPU 0.6); hand-off 0.1 ms/step (measured: the batches have no tensors to calibrate with); 4 cores.
+    # n=0: 0.5 + 0.65 = 1.15; n=1 raw max(0.5 + 0.1, 0.65, (0.8 + 0.6) / 4) = 0.65, anchored to the measured 0.6;
+    # n=2 raw 0.6 -> 0.6 * 0.6 / 0.65.
+    assert [p.step_ms for p in advice.predicted[:3]] == pytest.approx([1.15, 0.6, 0.6 * 0.6 / 0.65])
+    # Over whole 16-step epochs a restart (estimated 30 + 20 n ms + the 0.65 ms first batch) dominates such tiny steps:
+    # n=1: 16 / (16 * 0.6 + 50.65) ms.
+    assert advice.predicted[1].epoch_steps_per_s == pytest.approx(16000 / (16 * 0.6 + 50.65))
+    assert (advice.num_workers, advice.bound, advice.verdict) == (0, "worker restarts", "HIGHLY")
     assert (advice.pin_memory, advice.prefetch_factor, advice.persistent_workers) == (None, None, None)
     assert any("0.65 ms to produce" in e for e in advice.evidence)
+    assert any("profiling made steps 67 % slower: 1.00 ms profiled vs 0.60 ms unprofiled" in e for e in advice.evidence)
+    assert any("with persistent_workers=True, num_workers=2" in e for e in advice.evidence)
 
 
 def test_recorded_too_many_workers_is_called_out():
-    report = analyze_run(load_run(DATA_DIR / "tiny_dlprof_trace.json"))
-    steps, loader = report.steps, report.loader
-    manifest = {**load_run(DATA_DIR / "tiny_dlprof_trace.json").manifest}
-    manifest["loader"] = {**manifest["loader"], "num_workers": 4}
-    advice = advise(steps, loader, None, manifest, 1.0, False)
-    assert advice.num_workers == 1
-    assert any("num_workers=4 (as recorded)" in e and "3 extra worker(s) buy nothing" in e for e in advice.evidence)
+    run = load_run(DATA_DIR / "tiny_dlprof_trace.json")
+    report = analyze_run(run)
+    manifest = dataclasses.replace(run.manifest, loader=dataclasses.replace(run.manifest.loader, num_workers=4))
+    advice = advise(report.steps, report.loader, None, manifest, 1.0, False, report.unprofiled)
+    assert advice.num_workers == 0
+    assert any("num_workers=4 (as recorded)" in e and "4 extra worker(s) buy nothing" in e for e in advice.evidence)
+
+
+def test_persistent_workers_advised_with_the_measured_restart():
+    run = load_run(DATA_DIR / "tiny_dlprof_trace.json")
+    report = analyze_run(run)
+    # Long epochs (1000 steps) make restarts cheap per step: one worker is worth it, and keeping it saves the rest.
+    manifest = dataclasses.replace(run.manifest, loader=dataclasses.replace(run.manifest.loader, length=1000))
+    unprofiled = unprofiled_stats(manifest, 1.0)
+    advice = advise(report.steps, report.loader, None, manifest, 1.0, False, unprofiled)
+    assert advice.num_workers >= 1 and advice.persistent_workers is True
+    assert any("workers restart at every epoch (1000 steps)" in e and "persistent_workers=True keeps them" in e for e in advice.evidence)
 
 
 def test_foreign_trace_with_workers_cannot_predict():

@@ -12,7 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dlprof import schema
+from dlprof import analyze, schema
+from dlprof.manifest import MANIFEST_VERSION, parse_manifest
 from conftest import SCRIPTS_DIR, load_trace, run_dlprof, trace_files
 
 pytestmark = pytest.mark.slow
@@ -61,8 +62,10 @@ def test_two_workers_have_tracks_spans_and_aligned_batches(workload_run_2):
 
 def test_manifest_describes_the_run(workload_run_2):
     manifest = load_trace(workload_run_2)[schema.MANIFEST_KEY]
+    parsed, problems = parse_manifest(manifest)
+    assert problems == () and parsed.manifest_version == MANIFEST_VERSION
     assert manifest["status"] == schema.STATUS_COMPLETE and manifest["error"] is None
-    assert manifest["steps"]["recorded"] == 8 and manifest["steps"]["run"] == 11
+    assert manifest["steps"]["recorded"] == 8
     loader = manifest["loader"]
     assert (loader["num_workers"], loader["batch_size"], loader["pin_memory"]) == (2, 2, False)
     assert (loader["prefetch_factor"], loader["persistent_workers"]) == (2, False)
@@ -74,17 +77,85 @@ def test_manifest_describes_the_run(workload_run_2):
     # measured for the throughput model: a ready batch's hand-off costs something, and so does a step
     handoff = manifest["host"]["handoff"]
     assert handoff["per_batch_ms"] + handoff["per_tensor_ms"] > 0
+    assert manifest["host"]["worker_startup"]["fixed_ms"] + manifest["host"]["worker_startup"]["per_worker_ms"] > 0
     main_cpu = manifest["main_process_cpu"]
     assert main_cpu["cpu_ms_per_step"] > 0 and 0 <= main_cpu["runq_ms_per_step"] <= main_cpu["wall_ms_per_step"]
+    # Every step is timed, profiled or not: start-up (1), the window (2 + 8), then unprofiled steps until 6 reference
+    # steps are done and, epochs being short (214 examples / 2 = 107 batches), one epoch boundary and 5 steps after it.
+    clock = manifest["step_clock"]
+    phases = clock["phase"]
+    assert phases[:11] == ["before"] + ["profiled"] * 10 and set(phases[11:]) == {"after"}
+    assert len(phases) == manifest["steps"]["run"] == 107 + 5 and manifest["stopped_early"] is True
+    assert clock["epoch_start"].count(True) == 2 and clock["epoch_start"][107]
+    assert all(w > 0 for w in clock["wall_ms"]) and all(0 <= q <= w for q, w in zip(clock["wait_ms"], clock["wall_ms"]))
+    assert loader["length"] == 107 and [e["batches"] for e in loader["epochs"]] == [107, 5]
+    assert loader["epochs"][0]["end_ms"] > 0 and all(e["first_batch_ms"] > 0 for e in loader["epochs"])
     roles = [p["role"] for p in manifest["memory"]["processes"]]
-    assert roles.count("main") == 1 and roles.count("worker") == 2
+    assert roles.count("main") == 1 and roles.count("worker") == 4  # two workers per epoch
+
+
+def test_unprofiled_speed_and_overhead_reach_the_report(workload_run_2):
+    report = analyze(workload_run_2).runs[0]
+    unprofiled = report.unprofiled
+    assert unprofiled is not None and unprofiled.reference_steps >= 6 and unprofiled.overhead_pct is not None
+    assert unprofiled.epoch.boundaries_measured == 1 and unprofiled.epoch.restart_ms >= 0
+    assert unprofiled.epoch.steps_per_epoch == 107
+    prediction = report.advice.predicted[2]
+    assert prediction.epoch_steps_per_s is not None and prediction.epoch_steps_per_s <= prediction.steps_per_s
+
+
+HOUR_LONG_SCRIPT = """
+import atexit, sys, time, torch
+from torch.utils.data import DataLoader
+marker = sys.argv[1]
+atexit.register(lambda: open(marker + ".atexit", "w").write("ran"))
+loader = DataLoader(list(range(10**7)), batch_size=4, num_workers=1)
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+try:
+    for step, batch in enumerate(loader):  # 2.5 million steps: hours
+        time.sleep(0.002)
+        model(batch.float()).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if step == 10**6:
+            raise SystemExit("should have been stopped long before")
+finally:
+    open(marker + ".finally", "w").write("ran")
+"""
+
+
+def test_a_long_training_is_stopped_cleanly_after_the_window(tmp_path):
+    script = tmp_path / "train_forever.py"
+    script.write_text(HOUR_LONG_SCRIPT)
+    marker = tmp_path / "marker"
+    started = time.monotonic()
+    done = run_dlprof("record", "--out", str(tmp_path), "--name", "long", "--wait", "2", "--warmup", "1", "--active", "5",
+                      "--reference-steps", "10", "--", "python", str(script), str(marker), timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 60
+    assert "stopped training after the window and 10 unprofiled reference steps; add --run-to-end" in done.stdout
+    assert (tmp_path / "marker.finally").exists() and (tmp_path / "marker.atexit").exists()  # the script's cleanup ran
+    manifest = load_trace(tmp_path / "long")[schema.MANIFEST_KEY]
+    assert manifest["status"] == schema.STATUS_COMPLETE and manifest["stopped_early"] is True and manifest["exit_code"] == 0
+    assert manifest["step_clock"]["phase"].count("after") == 10 and manifest["steps"]["run"] == 2 + 1 + 5 + 10
+    assert leftover_processes(script.name) == []
+
+
+def test_run_to_end_lets_the_script_finish(tmp_path, user_script):
+    done = run_dlprof("record", "--out", str(tmp_path), "--name", "full", "--wait", "1", "--warmup", "1", "--active", "3",
+                      "--reference-steps", "2", "--run-to-end", "--", "python", str(user_script), "--steps", "20", "--sleep-ms", "0")  # fmt: skip
+    assert done.returncode == 0 and "trained 20 steps" in done.stdout and "--run-to-end" not in done.stdout
+    manifest = load_trace(tmp_path / "full")[schema.MANIFEST_KEY]
+    assert manifest["stopped_early"] is False and manifest["steps"]["run"] == 20
 
 
 def test_memory_counters_sample_main_and_workers(workload_run_2):
     doc = load_trace(workload_run_2)
     counters = [e for e in doc["traceEvents"] if e.get("ph") == "C"]
-    worker_pids = {w["pid"] for w in doc[schema.MANIFEST_KEY]["workers"]}
-    assert {c["pid"] for c in counters} >= worker_pids
+    # The workers that served the recorded window (later epochs' workers have no spans and no track in it).
+    worker_pids = {e["pid"] for e in doc["traceEvents"] if e.get("ph") == "M" and e["args"].get("name", "").startswith("DataLoader worker")}
+    assert len(worker_pids) == 2 and {c["pid"] for c in counters} >= worker_pids
     assert all(c["args"]["pss_mib"] > 0 for c in counters)
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import DATA_DIR, TESTS_DIR
 from dlprof.report import renderer
-from dlprof.report.report import build_report
+from dlprof.workflows.analyze import build_report
 
 GOLDEN_DIR = DATA_DIR / "golden"
 CASES = {"text": "tiny_dlprof.txt", "markdown": "tiny_dlprof.md", "json": "tiny_dlprof.json", "html": "tiny_dlprof.html"}

@@ -25,7 +25,7 @@ from dlprof.advice.rules import Advice
 from dlprof.analysis.stats import Summary
 from dlprof.analysis.steps import CATEGORIES, StepBreakdown, StepTime
 from dlprof.report.html import COLOURS, render
-from dlprof.report.report import Lane, Report, RunInfo, RunReport, TimelinePicture, build_report
+from dlprof.workflows.analyze import Lane, Report, RunInfo, RunReport, TimelinePicture, build_report
 
 PICTURES = ("timeline", "breakdown", "predicted")
 CHROMIUM = Path("/usr/bin/chromium")

@@ -36,11 +36,19 @@ def test_to_argv_spells_booleans():
 
 @pytest.mark.parametrize(
     ("steps", "active", "expected_steps", "expected_active"),
-    [(None, None, 25, 20), (30, None, 30, 25), (None, 5, 10, 5), (6, None, 6, 1)],
+    # Without --steps: the window, then enough for one more epoch (214 examples / 4 = 54 steps) and 5 settling steps.
+    [(None, None, 25 + 54 + 5, 20), (30, None, 30, 25), (None, 5, 10 + 54 + 5, 5), (6, None, 6, 1)],
 )
 def test_plan_fits_steps_and_active(steps, active, expected_steps, expected_active):
     options, planned_active = plan({**CLI_DEFAULTS, "steps": steps}, 2, 3, active)
     assert (options.steps, planned_active) == (expected_steps, expected_active)
+
+
+def test_plan_leaves_room_for_reference_steps():
+    options, active = plan({**CLI_DEFAULTS, "steps": 40}, 2, 3, None, reference_steps=10)
+    assert (options.steps, active) == (40, 25)
+    with pytest.raises(UsageError, match=r"--steps 14: .* use --steps 16 or more"):
+        plan({**CLI_DEFAULTS, "steps": 14}, 2, 3, None, reference_steps=10)
 
 
 def test_plan_rejects_too_few_steps():

@@ -1,4 +1,4 @@
-"""The Report: everything a renderer needs, computed once. Renderers only format it."""
+"""``dlprof analyze``: trace -> analysis -> advice, into the Report every renderer takes. Renderers only format it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,6 +10,8 @@ from dlprof.analysis.loader import LoaderStats, loader_stats
 from dlprof import schema
 from dlprof.analysis.intervals import Timeline
 from dlprof.analysis.steps import StepBreakdown, step_breakdown, step_segments
+from dlprof.analysis.unprofiled import UnprofiledStats, unprofiled_stats
+from dlprof.manifest import Manifest
 from dlprof.trace.run import TraceRun, find_traces, load_run
 
 SCHEMA = "dlprof.report/1"
@@ -67,6 +69,10 @@ class RunReport:
     gpu: GpuStats | None
     advice: Advice
     timeline: TimelinePicture
+    #: The training's speed without the profiler (reference steps), and the profiler's overhead.
+    unprofiled: UnprofiledStats | None = None
+    #: The run's manifest as parsed (None for a trace dlprof did not record).
+    manifest: Manifest | None = None
 
 
 @dataclass(frozen=True)
@@ -84,18 +90,19 @@ def _batches_per_step(run: TraceRun) -> float:
 
 
 def _info(run: TraceRun, batches_per_step: float) -> RunInfo:
-    manifest = run.manifest or {}
-    loader = manifest.get("loader") or {}
-    host = manifest.get("host") or {}
-    gpu = host.get("gpu") or {}
+    manifest = run.manifest
+    loader = manifest.loader if manifest else None
+    host = manifest.host if manifest else None
+    gpu = host.gpu if host else None
     return RunInfo(
-        name=run.name, trace_file=str(run.path), status=manifest.get("status"),
+        name=run.name, trace_file=str(run.path), status=manifest.status if manifest else None,
         device="cuda" if run.has_gpu else "cpu",
-        num_workers=loader.get("num_workers", 0 if run.loads_in_main_process else None), batch_size=loader.get("batch_size"),
-        pin_memory=loader.get("pin_memory"), prefetch_factor=loader.get("prefetch_factor"),
-        persistent_workers=loader.get("persistent_workers"), usable_cores=host.get("usable_cores"),
-        ram_total_mib=host.get("ram_total_mib"), gpu_name=gpu.get("name"),
-        torch_version=(manifest.get("versions") or {}).get("torch"), steps_recorded=len(run.steps),
+        num_workers=loader.num_workers if loader else (0 if run.loads_in_main_process else None),
+        batch_size=loader.batch_size if loader else None,
+        pin_memory=loader.pin_memory if loader else None, prefetch_factor=loader.prefetch_factor if loader else None,
+        persistent_workers=loader.persistent_workers if loader else None, usable_cores=host.usable_cores if host else None,
+        ram_total_mib=host.ram_total_mib if host else None, gpu_name=gpu.name if gpu else None,
+        torch_version=manifest.versions.get("torch") if manifest else None, steps_recorded=len(run.steps),
         batches_per_step=batches_per_step, has_worker_spans=run.has_loader_spans,
     )  # fmt: skip
 
@@ -130,8 +137,9 @@ def analyze_run(run: TraceRun) -> RunReport:
     loader = loader_stats(run)
     gpu = gpu_stats(run)
     batches_per_step = _batches_per_step(run)
-    advice = advise(steps, loader, gpu, run.manifest, batches_per_step, run.loads_in_main_process)
-    return RunReport(_info(run, batches_per_step), steps, loader, gpu, advice, _timeline(run))
+    unprofiled = unprofiled_stats(run.manifest, batches_per_step)
+    advice = advise(steps, loader, gpu, run.manifest, batches_per_step, run.loads_in_main_process, unprofiled, run.manifest_problems)
+    return RunReport(_info(run, batches_per_step), steps, loader, gpu, advice, _timeline(run), unprofiled, run.manifest)
 
 
 def build_report(path: Path) -> Report:

@@ -1,0 +1,352 @@
+"""The manifest: what ``dlprof record`` knew about a run, stored in each trace as its top-level ``dlprof`` object.
+
+One versioned, frozen dataclass, the contract between the recorder (capture/, which writes it with
+:meth:`Manifest.to_dict`) and the analysis (trace/, which parses it once with :func:`parse_manifest`).
+Past that boundary code reads typed fields, never string keys.
+
+Parsing is forgiving field by field: a field of the wrong type is read as unknown (``None``, or an
+empty collection) and named in :attr:`Manifest.problems`; a manifest of an older or newer version than
+this dlprof writes is reported there too, never silently taken for the current one.
+
+Like :mod:`dlprof.schema`, this module imports nothing but the standard library, so both sides can use it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+#: Version written by this dlprof. 1: dlprof 0.1 (no unprofiled step times, no epochs). 2: adds
+#: ``step_clock`` (every step's wall, CPU, run-queue and data-wait time, profiled or not),
+#: loader ``length`` and ``epochs``, the worker start-up calibration, ``overrides`` and ``stopped_early``.
+MANIFEST_VERSION = 2
+#: Versions this dlprof can read: older ones lack fields, which are then unknown.
+READABLE_VERSIONS = (1, 2)
+
+# Phases of a training step, by what the profiler was doing during it.
+PHASE_BEFORE = "before"  # before the profiler window: start-up and warm-up, unprofiled
+PHASE_PROFILED = "profiled"  # inside the profiler window (warm-up or active): profiled
+PHASE_AFTER = "after"  # after the window: unprofiled, what the user's training really does
+PHASES = (PHASE_BEFORE, PHASE_PROFILED, PHASE_AFTER)
+
+#: Steps from an epoch's start over which restarting workers shows: forking slows the training process
+#: for a few steps (copy-on-write page faults), besides the wait for the first batch. The recorder times
+#: this many steps after a boundary; the analysis counts their excess as the restart's cost.
+EPOCH_SETTLE_STEPS = 5
+
+
+@dataclass(frozen=True)
+class Schedule:
+    wait: int
+    warmup: int
+    active: int
+    step_mode: str | None = None  # "optimizer" | "batch" | None (no step was taken)
+
+
+@dataclass(frozen=True)
+class StepCounts:
+    run: int
+    recorded: int
+
+
+@dataclass(frozen=True)
+class MainProcessCpu:
+    """The main process over the profiled steps: wall, CPU (all threads) and the training thread's run-queue wait."""
+
+    steps: int
+    wall_ms_per_step: float
+    cpu_ms_per_step: float
+    runq_ms_per_step: float = 0.0
+
+
+@dataclass(frozen=True)
+class StepClock:
+    """Every training step the recorder saw, profiled or not, timed with cheap clocks at the step boundary.
+
+    Columns of equal length, one entry per step in order. ``wait_ms`` is the time the main thread spent
+    in ``DataLoader.__next__`` during the step; ``epoch_start`` marks steps in which a DataLoader
+    iterator was created (workers started).
+    """
+
+    phase: tuple[str, ...] = ()
+    wall_ms: tuple[float, ...] = ()
+    cpu_ms: tuple[float, ...] = ()
+    runq_ms: tuple[float, ...] = ()
+    wait_ms: tuple[float, ...] = ()
+    batches: tuple[int, ...] = ()
+    epoch_start: tuple[bool, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.phase)
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """One iteration over a DataLoader: when it started, how long until its first batch, how long its end took."""
+
+    start_ns: int
+    first_batch_ms: float | None  # iterator creation (workers started) to the first batch returned
+    batches: int
+    end_ms: float | None = None  # the __next__ that found the epoch exhausted (workers shut down); None if never reached
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    """One DataLoader, with its settings as the DataLoader really got them."""
+
+    id: int
+    num_workers: int | None = None
+    batch_size: int | None = None
+    pin_memory: bool | None = None
+    prefetch_factor: int | None = None
+    persistent_workers: bool | None = None
+    drop_last: bool | None = None
+    timeout_s: float | None = None
+    in_order: bool | None = None
+    start_method: str | None = None
+    dataset: str | None = None
+    dataset_len: int | None = None
+    iterable_dataset: bool | None = None
+    sampler: str | None = None
+    collate_fn: str | None = None
+    iterations: int = 0
+    batches: int = 0
+    length: int | None = None  # len(loader): batches per epoch, when the sampler has a length
+    epochs: tuple[Epoch, ...] = ()
+    num_workers_requested: int | None = None  # what the script asked for, when dlprof sweep overrode it
+
+
+@dataclass(frozen=True)
+class WorkerStart:
+    pid: int
+    worker_id: int
+    loader: int
+    epoch: int
+    start_ns: int
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str | None = None
+    count: int | None = None
+    memory_mib: int | None = None
+    cuda: str | None = None
+    hip: str | None = None
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """This machine's cost of receiving a ready batch from a worker: ``per_batch + tensors * per_tensor``."""
+
+    per_batch_ms: float
+    per_tensor_ms: float
+
+
+@dataclass(frozen=True)
+class WorkerStartup:
+    """This machine's cost of starting and stopping DataLoader workers: ``fixed + n * per_worker``, per epoch."""
+
+    fixed_ms: float
+    per_worker_ms: float
+
+
+@dataclass(frozen=True)
+class Host:
+    hostname: str | None = None
+    usable_cores: int | None = None
+    cpu_count: int | None = None
+    ram_total_mib: int | None = None
+    ram_available_mib: int | None = None
+    gpu: Gpu | None = None
+    torch_threads: int | None = None
+    platform: str | None = None
+    handoff: Handoff | None = None
+    worker_startup: WorkerStartup | None = None
+
+
+@dataclass(frozen=True)
+class ProcessMemory:
+    pid: int
+    role: str
+    worker_id: int | None = None
+    samples: int = 0
+    duration_s: float = 0.0
+    uss_mib_first: float | None = None
+    uss_mib_last: float | None = None
+    uss_mib_peak: float | None = None
+    pss_mib_first: float | None = None
+    pss_mib_last: float | None = None
+    pss_mib_peak: float | None = None
+
+
+@dataclass(frozen=True)
+class MemorySummary:
+    interval_ms: int | None = None
+    processes: tuple[ProcessMemory, ...] = ()
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What ``dlprof record`` knew about one rank of a run. ``None`` means unknown."""
+
+    manifest_version: int
+    dlprof_version: str | None = None
+    status: str | None = None  # "complete" | "partial"
+    error: str | None = None
+    exit_code: int | None = None
+    command: tuple[str, ...] = ()
+    script: tuple[str, ...] = ()
+    rank: int | None = None
+    world_size: int | None = None
+    schedule: Schedule | None = None
+    steps: StepCounts | None = None
+    main_process_cpu: MainProcessCpu | None = None
+    loader: LoaderConfig | None = None  # the loader that returned the most traced batches
+    loaders: tuple[LoaderConfig, ...] = ()
+    workers: tuple[WorkerStart, ...] = ()
+    host: Host = field(default_factory=Host)
+    versions: dict[str, str] = field(default_factory=dict)
+    clock: dict[str, Any] = field(default_factory=dict)
+    memory: MemorySummary = field(default_factory=MemorySummary)
+    span_records_skipped: int = 0
+    step_clock: StepClock = field(default_factory=StepClock)
+    #: Settings dlprof imposed on the script (``dlprof sweep``): ``{"num_workers": 4}``.
+    overrides: dict[str, Any] = field(default_factory=dict)
+    #: Training was stopped by dlprof once the window and the reference steps were done (not --run-to-end).
+    stopped_early: bool = False
+    #: What parsing found wrong (wrong-typed fields, an unknown version); empty for a manifest dlprof wrote.
+    problems: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        """The JSON-ready form written into the trace (``problems`` is the reader's, never written)."""
+        document = dataclasses.asdict(self)
+        document.pop("problems")
+        return document
+
+
+# ---------------------------------------------------------------------------------------- parsing
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls, vars(sys.modules[__name__]))
+
+
+def _optional_of(hint: Any) -> tuple[Any, bool]:
+    """``X | None`` -> (X, True); anything else -> (hint, False)."""
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1 and len(typing.get_args(hint)) == 2:
+            return args[0], True
+    return hint, False
+
+
+class _Invalid(Exception):
+    pass
+
+
+def _convert(value: Any, hint: Any, where: str, problems: list[str]) -> Any:
+    inner, optional = _optional_of(hint)
+    if value is None:
+        if optional:
+            return None
+        raise _Invalid(f"{where} is missing")
+    origin = typing.get_origin(inner)
+    if dataclasses.is_dataclass(inner):
+        if not isinstance(value, dict):
+            raise _Invalid(f"{where} is not an object")
+        return _build(inner, value, where, problems)
+    if origin is tuple:
+        item_hint = typing.get_args(inner)[0]
+        if not isinstance(value, list):
+            raise _Invalid(f"{where} is not a list")
+        items = []
+        for i, item in enumerate(value):
+            try:
+                items.append(_convert(item, item_hint, f"{where}[{i}]", problems))
+            except _Invalid as invalid:
+                problems.append(f"{invalid}: entry skipped")
+        return tuple(items)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _Invalid(f"{where} is not an object")
+        if typing.get_args(inner)[1] is str:
+            return {str(k): str(v) for k, v in value.items()}
+        return dict(value)
+    if inner is bool:
+        if isinstance(value, bool):
+            return value
+    elif inner is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    elif inner is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+            return float(value)
+    elif inner is str:
+        if isinstance(value, str):
+            return value
+    elif inner is Any:
+        return value
+    raise _Invalid(f"{where} = {str(value)[:40]!r} is not a valid {getattr(inner, '__name__', inner)}")
+
+
+def _build(cls: type, document: dict, where: str, problems: list[str]) -> Any:
+    values = {}
+    for name, hint in _hints(cls).items():
+        if name == "problems" or name not in document:
+            continue  # absent: the dataclass default (unknown), or _Invalid below for required fields
+        try:
+            values[name] = _convert(document[name], hint, f"{where}.{name}", problems)
+        except _Invalid as invalid:
+            inner, optional = _optional_of(hint)
+            default = cls.__dataclass_fields__[name]
+            if optional or default.default is not dataclasses.MISSING or default.default_factory is not dataclasses.MISSING:
+                problems.append(f"{invalid}: read as unknown")
+            else:
+                raise
+    try:
+        return cls(**values)
+    except TypeError:  # a required field is absent
+        missing = [n for n, f in cls.__dataclass_fields__.items()
+                   if n not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]  # fmt: skip
+        raise _Invalid(f"{where} has no {', '.join(missing)}") from None
+
+
+def parse_manifest(document: Any) -> tuple[Manifest | None, tuple[str, ...]]:
+    """Parse a trace's ``dlprof`` object: the manifest (``None`` if unusable) and what was wrong with it.
+
+    A field of the wrong type is read as unknown and named among the problems. A manifest of a
+    version this dlprof cannot read gives ``None`` and a problem saying so: the analysis then treats
+    the run as a trace without dlprof's manifest, and says why.
+    """
+    if document is None:
+        return None, ()
+    if not isinstance(document, dict):
+        return None, ("the 'dlprof' manifest is not an object: analysed as a trace without dlprof's manifest",)
+    version = document.get("manifest_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version not in READABLE_VERSIONS:
+        newer = isinstance(version, int) and not isinstance(version, bool) and version > MANIFEST_VERSION
+        fix = "upgrade dlprof to read it" if newer else "record the run again with this dlprof"
+        return None, (f"manifest version {version!r} is not one this dlprof reads ({', '.join(map(str, READABLE_VERSIONS))}): "
+                      f"analysed as a trace without dlprof's manifest; {fix}",)  # fmt: skip
+    problems: list[str] = []
+    try:
+        manifest = _build(Manifest, document, "manifest", problems)
+    except _Invalid as invalid:
+        return None, (f"{invalid}: analysed as a trace without dlprof's manifest",)
+    if version < MANIFEST_VERSION:
+        problems.append(
+            f"manifest version {version} (dlprof {manifest.dlprof_version or 'unknown'}): it has no unprofiled step times, "
+            "so predictions are of profiled steps; record again with this dlprof for predictions of your unprofiled training"
+        )
+    if len({len(getattr(manifest.step_clock, f.name)) for f in dataclasses.fields(StepClock)}) > 1:
+        problems.append("manifest.step_clock columns differ in length: read as unknown")
+        manifest = dataclasses.replace(manifest, step_clock=StepClock())
+    problems = tuple(problems)
+    return dataclasses.replace(manifest, problems=problems), problems

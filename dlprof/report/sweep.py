@@ -1,0 +1,232 @@
+"""Renderers of a ``dlprof sweep`` (:class:`~dlprof.workflows.sweep.SweepResult`): text, Markdown, JSON, HTML.
+
+One table (measured against predicted steps/s per ``num_workers``) and one verdict line: whether the
+recommendation of the first run held. They format; every number comes from the SweepResult.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+from dlprof.report.html import CHAR_W, CSS, PR_LEFT, PR_LINE, PR_PLOT_H, PR_RIGHT, PR_TOP, WIDTH, _e, _figure, _legend, _n, _svg, _table as _html_table, _ticks, _y_axis  # fmt: skip
+from dlprof.workflows.sweep import (
+    OUTCOME_HELD, OUTCOME_MORE_WORKERS, OUTCOME_NO_RECOMMENDATION, OUTCOME_NOT_MEASURED, OUTCOME_SLOWER, SweepResult, SweepRun,
+)  # fmt: skip
+
+NA = "-"
+HEADER = ["num_workers", "measured steps/s", "predicted steps/s", "error %", "data wait %", "worker memory MiB", "run dir", "note"]
+#: Colours of the chart: measured (solid) and predicted (dashed) lines, the recommended count.
+MEASURED_COLOUR = "#d62728"
+PREDICTED_COLOUR = PR_LINE
+RECOMMENDED_COLOUR = "#2ca02c"
+
+
+def _f(value: float | None, spec: str = ".2f") -> str:
+    return NA if value is None else format(value, spec)
+
+
+def _notes(result: SweepResult, run: SweepRun) -> str:
+    notes = []
+    if run.num_workers == result.from_run:
+        notes.append("advice from this run")
+    if run.num_workers == result.recommended:
+        notes.append("recommended")
+    if run.num_workers == result.best_num_workers:
+        notes.append("best measured")
+    if not run.unprofiled:
+        notes.append("profiled steps*")
+    if run.num_workers_recorded is not None and run.num_workers_recorded != run.num_workers:
+        notes.append(f"DataLoader got num_workers={run.num_workers_recorded}")
+    return ", ".join(notes)
+
+
+def rows(result: SweepResult) -> list[list[str]]:
+    """The table's cells, one row per run in the order recorded."""
+    return [
+        [str(r.num_workers), f"{r.steps_per_s:.2f}", _f(r.predicted_steps_per_s), _f(r.error_pct, "+.1f"), f"{r.data_wait_pct:.1f}",
+         _f(r.worker_pss_mib, ".1f"), str(r.run_dir), _notes(result, r)]
+        for r in result.runs
+    ]  # fmt: skip
+
+
+def verdict_line(result: SweepResult) -> str:
+    """'dlprof recommended num_workers=N from the num_workers=M run: it held / did not hold, because ...'."""
+    within = f"{result.within_best_pct:g} %"
+    best = f"{result.best_steps_per_s:.2f} steps/s at num_workers={result.best_num_workers}"
+    if result.outcome == OUTCOME_NO_RECOMMENDATION:
+        return (f"dlprof made no num_workers recommendation from the num_workers={result.from_run} run, so there is nothing to check; "
+                f"the best measured was {best}")  # fmt: skip
+    head = f"dlprof recommended num_workers={result.recommended} from the num_workers={result.from_run} run"
+    if result.outcome == OUTCOME_NOT_MEASURED:
+        return f"{head}: unknown whether it held, because num_workers={result.recommended} was not measured; add it to --workers"
+    measured = f"it measured {_f(result.recommended_steps_per_s)} steps/s"
+    if result.outcome == OUTCOME_SLOWER:
+        return f"{head}: it did not hold, because {measured}, {_f(result.recommended_below_best_pct, '.1f')} % below the best ({best})"
+    if result.outcome == OUTCOME_MORE_WORKERS:
+        fewest = next(r for r in result.runs if r.num_workers == result.fewest_near_best)
+        return (f"{head}: it did not hold, because num_workers={fewest.num_workers} came within {within} of the best ({best}) "
+                f"with fewer workers, at {fewest.steps_per_s:.2f} steps/s ({measured})")  # fmt: skip
+    if result.outcome == OUTCOME_HELD:
+        where = "the best measured" if result.recommended == result.best_num_workers else f"within {within} of the best ({best})"
+        return f"{head}: it held, because {measured}, {where}, and no fewer workers came within {within} of the best"
+    return f"{head}: {result.outcome}"
+
+
+def footnotes(result: SweepResult) -> list[str]:
+    """What the numbers rest on."""
+    notes = [
+        f"measured: steps/s of the unprofiled reference steps after each run's profiler window; predicted: the num_workers={result.from_run} "
+        "run's steady-state prediction; error % = (predicted - measured) / measured"
+    ]
+    if any(not r.unprofiled for r in result.runs):
+        notes.append("profiled steps*: too few unprofiled reference steps, so measured from the profiled steps, which the profiler slows; "
+                     "raise --reference-steps for the training's real speed")  # fmt: skip
+    if all(r.predicted_steps_per_s is None for r in result.runs):
+        notes.append(f"the num_workers={result.from_run} run predicted nothing (see 'dlprof analyze {result.runs[0].run_dir}' for why)")
+    if result.scalars_dir is not None:
+        notes.append(f"TensorBoard: tensorboard --logdir {result.sweep_dir} (scalars in {result.scalars_dir}, traces in each run dir)")
+    return notes
+
+
+# --- text and Markdown -----------------------------------------------------------------------------
+
+
+def render_text(result: SweepResult) -> str:
+    table = [HEADER, *rows(result)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(HEADER))]
+    line = lambda row: "  " + "  ".join(c.ljust(w) if i >= 6 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()  # noqa: E731
+    lines = [f"dlprof sweep: {result.name}  ({result.sweep_dir})", ""]
+    lines += [line(r) for r in table]
+    lines += ["", verdict_line(result), ""]
+    lines += [f"  - {n}" for n in footnotes(result)]
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(result: SweepResult) -> str:
+    cells = [[c.replace("|", "\\|") for c in row] for row in rows(result)]
+    for row in cells:
+        row[6] = f"`{row[6]}`"
+    lines = [f"### dlprof sweep: `{result.name}`", "", f"**{verdict_line(result)}**", ""]
+    lines += ["| " + " | ".join(HEADER) + " |", "|" + "|".join("---" for _ in HEADER) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in cells]
+    lines += [""] + [f"- {n}" for n in footnotes(result)]
+    return "\n".join(lines) + "\n"
+
+
+# --- JSON ------------------------------------------------------------------------------------------
+
+
+def _r(value: float | None, digits: int = 3) -> float | None:
+    """Rounded; None for unknown (and, defensively, for a non-finite number: JSON has no NaN)."""
+    return None if value is None or not math.isfinite(value) else round(value, digits)
+
+
+def document(result: SweepResult) -> dict:
+    """The ``dlprof.sweep/1`` document (README.md documents every key)."""
+    return {
+        "schema": result.schema,
+        "name": result.name,
+        "sweep_dir": str(result.sweep_dir),
+        "workers": list(result.counts),
+        "runs": [
+            {
+                "num_workers": r.num_workers, "run_dir": str(r.run_dir), "trace_file": str(r.trace_file),
+                "steps_per_s": _r(r.steps_per_s), "measured": "unprofiled" if r.unprofiled else "profiled",
+                "data_wait_pct": _r(r.data_wait_pct, 2), "worker_pss_mib": _r(r.worker_pss_mib, 1),
+                "predicted_steps_per_s": _r(r.predicted_steps_per_s), "error_pct": _r(r.error_pct, 2),
+                "num_workers_recorded": r.num_workers_recorded, "profiler_overhead_pct": _r(r.profiler_overhead_pct, 2),
+            }
+            for r in result.runs
+        ],
+        "recommendation": {"num_workers": result.recommended, "from_run": result.from_run},
+        "best_measured": {"num_workers": result.best_num_workers, "steps_per_s": _r(result.best_steps_per_s)},
+        "fewest_near_best": {"num_workers": result.fewest_near_best, "within_pct": _r(result.within_best_pct, 2)},
+        "held": result.held,
+        "outcome": result.outcome,
+        "verdict": verdict_line(result),
+        "scalars_dir": None if result.scalars_dir is None else str(result.scalars_dir),
+    }  # fmt: skip
+
+
+def render_json(result: SweepResult) -> str:
+    return json.dumps(document(result), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+# --- HTML ------------------------------------------------------------------------------------------
+
+
+def _chart(result: SweepResult, title_id: str) -> str:
+    """Measured (solid) and predicted (dashed) steps/s against num_workers; the recommended count marked."""
+    runs = sorted(result.runs, key=lambda r: r.num_workers)
+    plot_w = WIDTH - PR_LEFT - PR_RIGHT
+    lo_n = runs[0].num_workers
+    hi_n = max(runs[-1].num_workers, lo_n + 1)
+    x_of = lambda n: PR_LEFT + (n - lo_n) / (hi_n - lo_n) * plot_w  # noqa: E731
+    values = [r.steps_per_s for r in runs] + [r.predicted_steps_per_s for r in runs if r.predicted_steps_per_s is not None]
+    ticks = _ticks(max(values))
+    y_of = lambda v: PR_TOP + PR_PLOT_H - v / ticks[-1] * PR_PLOT_H  # noqa: E731
+    base = PR_TOP + PR_PLOT_H
+    body = _y_axis(PR_LEFT, plot_w, PR_TOP, PR_PLOT_H, ticks, y_of, "steps/s")
+    for r in runs:
+        x = x_of(r.num_workers)
+        body.append(f'<line x1="{_n(x)}" y1="{base}" x2="{_n(x)}" y2="{base + 5}" stroke="#444"/>')
+        body.append(f'<text x="{_n(x)}" y="{base + 18}" text-anchor="middle">{r.num_workers}</text>')
+    body.append(f'<text x="{PR_LEFT + plot_w / 2}" y="{base + 36}" text-anchor="middle">num_workers</text></g>')
+    if result.recommended is not None and lo_n <= result.recommended <= hi_n:
+        x = x_of(result.recommended)
+        text = f"recommended ({result.recommended})"
+        anchor, tx = ("end", x - 4) if x + 4 + len(text) * CHAR_W > WIDTH - PR_RIGHT else ("start", x + 4)
+        body.append(f'<g class="recommended"><line x1="{_n(x)}" y1="{PR_TOP - 8}" x2="{_n(x)}" y2="{base}" stroke="{RECOMMENDED_COLOUR}" '
+                    f'stroke-dasharray="4 3"/><text x="{_n(tx)}" y="{PR_TOP - 12}" text-anchor="{anchor}" fill="{RECOMMENDED_COLOUR}">'
+                    f"{_e(text)}</text></g>")  # fmt: skip
+    predicted = [r for r in runs if r.predicted_steps_per_s is not None]
+    if predicted:
+        coords = " ".join(f"{_n(x_of(r.num_workers))},{_n(y_of(r.predicted_steps_per_s))}" for r in predicted)
+        body.append(f'<polyline class="predicted" points="{coords}" fill="none" stroke="{PREDICTED_COLOUR}" stroke-width="2" stroke-dasharray="6 4"/>')
+        for r in predicted:
+            body.append(f'<circle class="point predicted" data-num-workers="{r.num_workers}" cx="{_n(x_of(r.num_workers))}" '
+                        f'cy="{_n(y_of(r.predicted_steps_per_s))}" r="4" fill="#fff" stroke="{PREDICTED_COLOUR}" stroke-width="2">'
+                        f"<title>num_workers={r.num_workers}: predicted {r.predicted_steps_per_s:.2f} steps/s</title></circle>")  # fmt: skip
+    coords = " ".join(f"{_n(x_of(r.num_workers))},{_n(y_of(r.steps_per_s))}" for r in runs)
+    body.append(f'<polyline class="measured" points="{coords}" fill="none" stroke="{MEASURED_COLOUR}" stroke-width="2"/>')
+    for r in runs:
+        error = "" if r.error_pct is None else f", prediction error {r.error_pct:+.1f} %"
+        body.append(f'<circle class="point measured" data-num-workers="{r.num_workers}" cx="{_n(x_of(r.num_workers))}" cy="{_n(y_of(r.steps_per_s))}" '
+                    f'r="5" fill="{MEASURED_COLOUR}" stroke="#fff" stroke-width="1.5"><title>num_workers={r.num_workers}: measured '
+                    f"{r.steps_per_s:.2f} steps/s{_e(error)}</title></circle>")  # fmt: skip
+    legend, legend_h = _legend([("measured", MEASURED_COLOUR)] + ([("predicted", PREDICTED_COLOUR)] if predicted else []), PR_LEFT, base + 58, plot_w)
+    body += legend
+    label = f"Measured{' and predicted' if predicted else ''} steps per second for num_workers {', '.join(str(r.num_workers) for r in runs)}"
+    return _svg("sweep", base + 58 + legend_h, label, title_id, body)
+
+
+def render_html(result: SweepResult) -> str:
+    verdict_class = {True: "good", False: "bad"}.get(result.held, "warn")
+    rendered_rows = rows(result)
+    classes = ["chosen" if r.num_workers == result.recommended else "" for r in result.runs]
+    caption = (f"Measured steps/s (solid) against the num_workers={result.from_run} run's predictions (dashed) for each swept count."
+               + ("" if result.recommended is None else f" The recommended num_workers={result.recommended} is marked in green."))  # fmt: skip
+    body = [
+        "<h1>dlprof sweep</h1>",
+        f'<p class="sub">{_e(result.name)} ({_e(result.sweep_dir)})</p>',
+        f'<p class="verdict {verdict_class}">{_e(verdict_line(result))}</p>',
+        _figure(_chart(result, "sweep-chart-title"), _e(caption)),
+        _html_table(HEADER, rendered_rows, classes),
+        "<ul>" + "".join(f"<li>{_e(n)}</li>" for n in footnotes(result)) + "</ul>",
+    ]
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f'<meta name="generator" content="dlprof ({_e(result.schema)})">\n'
+        f"<title>dlprof sweep: {_e(result.name)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n<main>\n"
+        + "\n".join(body) + "\n</main>\n</body>\n</html>\n"
+    )  # fmt: skip
+
+
+_RENDERERS = {"text": render_text, "markdown": render_markdown, "json": render_json, "html": render_html}
+
+
+def render(result: SweepResult, fmt: str = "text") -> str:
+    """The sweep in ``fmt`` (``text``, ``markdown``, ``json`` or ``html``)."""
+    return _RENDERERS[fmt](result)

@@ -1,0 +1,4 @@
+"""Workflows that compose the stages: analyze (trace -> analysis -> advice -> Report), sweep and diff.
+
+The CLI, scripts and tests call these; report/ only renders what they return.
+"""

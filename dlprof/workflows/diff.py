@@ -1,0 +1,244 @@
+"""``dlprof diff RUN_A RUN_B``: the before/after of one change to a training's DataLoader settings.
+
+Each side is analysed as ``dlprof analyze`` would (:func:`dlprof.workflows.analyze.analyze_run`); this
+module lines the two analyses up: which settings differ, each metric in A and in B with its change,
+and a one-line verdict. Everything a renderer prints is computed here (report/diff.py only formats).
+
+``None`` means unknown throughout (a trace without dlprof's manifest or worker spans, a run recorded
+without unprofiled reference steps); a change is ``None`` when either side is unknown.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dlprof.errors import UsageError
+from dlprof.trace.run import find_traces, is_trace_file, load_run
+from dlprof.workflows.analyze import RunReport, analyze_run
+
+SCHEMA = "dlprof.diff/1"
+
+#: DataLoader settings compared between the runs (fields of :class:`dlprof.manifest.LoaderConfig`).
+#: Left out: what the run did rather than how it was configured (``iterations``, ``batches``,
+#: ``epochs``), ``length`` (follows from the dataset and ``batch_size``), ``id`` and
+#: ``num_workers_requested`` (dlprof's own bookkeeping).
+DATALOADER_SETTINGS = (
+    "num_workers", "batch_size", "pin_memory", "prefetch_factor", "persistent_workers", "drop_last",
+    "timeout_s", "in_order", "start_method", "dataset", "dataset_len", "iterable_dataset", "sampler", "collate_fn",
+)  # fmt: skip
+#: Settings the RunInfo knows even without a manifest's loader (num_workers from the iterator's name).
+_INFO_SETTINGS = ("num_workers", "batch_size", "pin_memory", "prefetch_factor", "persistent_workers")
+#: Settings that only matter with worker processes (PyTorch leaves them unset with ``num_workers=0``).
+_WORKER_ONLY_SETTINGS = ("prefetch_factor", "persistent_workers", "timeout_s", "start_method")
+
+#: Below this change in speed (per cent) the verdict calls the runs equally fast: the rounding of the
+#: printed number, not a noise threshold (run-to-run noise is the reader's to judge from the numbers).
+SAME_SPEED_PCT = 0.05
+
+
+@dataclass(frozen=True)
+class DiffRun:
+    """One side of the comparison."""
+
+    name: str
+    trace_file: str
+    #: The analysis of this side, for renderers that want more than the rows.
+    report: RunReport
+
+
+@dataclass(frozen=True)
+class DiffRow:
+    """One metric in both runs. ``delta`` is b − a; ``delta_pct`` is that change relative to a.
+
+    ``delta`` is ``None`` when either value is unknown; ``delta_pct`` also when a is 0.
+    """
+
+    key: str  # stable machine name: "step_ms", "data_wait_pct", ...
+    metric: str  # what a reader sees: "step time, profiled mean (ms)"
+    unit: str  # "ms" | "steps/s" | "%" | "MiB"
+    a: float | None
+    b: float | None
+    delta: float | None
+    delta_pct: float | None
+
+
+@dataclass(frozen=True)
+class DiffResult:
+    """Two runs compared: the settings that differ, every metric side by side, and the verdict."""
+
+    a: DiffRun
+    b: DiffRun
+    #: ``{setting: (value in A, value in B)}`` for each setting known in both runs whose values differ.
+    settings_changed: dict[str, tuple[Any, Any]]
+    #: Settings known in one run only: whether they changed cannot be told (worker-only settings of a
+    #: run without workers are not listed: they do not apply there).
+    settings_unknown: tuple[str, ...]
+    rows: tuple[DiffRow, ...]
+    #: How much faster B runs than A, in per cent of A's steps/s (negative: slower); None if unknown.
+    speed_change_pct: float | None
+    #: What the speed comparison rests on: "unprofiled steps/s" or "profiled step time".
+    speed_basis: str
+    verdict: str
+    schema: str = SCHEMA
+
+
+def _finite(value: float | None) -> float | None:
+    """Unknown for anything a report cannot hold (NaN, infinity)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _row(key: str, metric: str, unit: str, a: float | None, b: float | None) -> DiffRow:
+    a, b = _finite(a), _finite(b)
+    delta = b - a if a is not None and b is not None else None
+    delta_pct = 100 * delta / a if delta is not None and a != 0 else None
+    return DiffRow(key, metric, unit, a, b, delta, delta_pct)
+
+
+def _load(path: Path) -> DiffRun:
+    """Analyse the one run at ``path`` (a run directory or a trace file)."""
+    runs = find_traces(path)
+    if len(runs) > 1:
+        names = ", ".join(files[0].parent.name for files in runs[:3]) + (", ..." if len(runs) > 3 else "")
+        raise UsageError(
+            f"{path}: a directory of {len(runs)} runs ({names}); dlprof diff compares two runs: "
+            f"give one run directory (e.g. {path / runs[0][0].parent.name}) or one trace file for each side"
+        )
+    trace = runs[0][0]  # the first rank, as dlprof analyze reads a run
+    name = trace.name if path.is_file() else trace.parent.name
+    report = analyze_run(load_run(trace, name))
+    return DiffRun(report.info.name, report.info.trace_file, report)
+
+
+def _worker_pss_mib(run: RunReport) -> float | None:
+    """PSS of all worker processes together; 0 when the batches were loaded in the main process."""
+    if run.loader is None:
+        return None
+    workers = [w.pss_mib_last for w in run.loader.workers if w.worker >= 0]
+    if any(p is None for p in workers):
+        return None
+    return float(sum(workers))
+
+
+def _rows(a: RunReport, b: RunReport) -> tuple[DiffRow, ...]:
+    def both(get) -> tuple[float | None, float | None]:
+        return get(a), get(b)
+
+    loader = lambda stage: lambda r: getattr(r.loader, stage).mean_ms if r.loader else None  # noqa: E731
+    rows = [
+        _row("step_ms", "step time, profiled mean (ms)", "ms", *both(lambda r: r.steps.step.mean_ms)),
+        _row("unprofiled_step_ms", "step time, unprofiled (ms)", "ms", *both(lambda r: r.unprofiled.step_ms if r.unprofiled else None)),
+        _row("unprofiled_steps_per_s", "steps/s, unprofiled", "steps/s", *both(lambda r: r.unprofiled.steps_per_s if r.unprofiled else None)),
+        _row("data_wait_ms", "data wait (ms per step)", "ms", *both(lambda r: r.steps.categories["data_wait"].mean_ms)),
+        _row("data_wait_pct", "data wait (% of step)", "%", *both(lambda r: r.steps.data_wait_pct)),
+        _row("fetch_ms", "dataset fetch (ms per batch)", "ms", *both(loader("fetch"))),
+        _row("tokenize_ms", "tokenizer (ms per batch)", "ms", *both(loader("tokenize"))),
+        _row("collate_ms", "collate_fn (ms per batch)", "ms", *both(loader("collate"))),
+        _row("batch_ms", "whole batch (ms per batch)", "ms", *both(loader("batch"))),
+    ]
+    if a.gpu is not None or b.gpu is not None:
+        rows.append(_row("gpu_idle_ms", "GPU idle (ms per step)", "ms", *both(lambda r: r.gpu.idle.mean_ms if r.gpu else None)))
+    rows += [
+        _row("worker_pss_mib", "worker memory (PSS MiB, all workers)", "MiB", *both(_worker_pss_mib)),
+        _row("profiler_overhead_pct", "profiler overhead (%)", "%", *both(lambda r: r.unprofiled.overhead_pct if r.unprofiled else None)),
+    ]
+    return tuple(rows)
+
+
+def _settings(run: RunReport) -> dict[str, Any]:
+    """Every compared setting of one run; ``None`` where unknown."""
+    manifest, info = run.manifest, run.info
+    found: dict[str, Any] = dict.fromkeys(DATALOADER_SETTINGS)
+    if manifest is not None and manifest.loader is not None:
+        found.update({name: getattr(manifest.loader, name) for name in DATALOADER_SETTINGS})
+    for name in _INFO_SETTINGS:
+        if found[name] is None:
+            found[name] = getattr(info, name)
+    found["device"] = info.device
+    found["command"] = list(manifest.script) if manifest is not None and manifest.script else None
+    found["overrides"] = dict(manifest.overrides) if manifest is not None else None
+    found["usable_cores"] = info.usable_cores
+    found["torch"] = info.torch_version
+    return found
+
+
+def _compare_settings(a: RunReport, b: RunReport) -> tuple[dict[str, tuple[Any, Any]], tuple[str, ...]]:
+    sa, sb = _settings(a), _settings(b)
+    changed = {k: (sa[k], sb[k]) for k in sa if sa[k] is not None and sb[k] is not None and sa[k] != sb[k]}
+    # A setting that only workers use is not unknown in a run without workers: it does not apply there.
+    no_workers = lambda s, k: s["num_workers"] == 0 and k in _WORKER_ONLY_SETTINGS  # noqa: E731
+    unknown = tuple(k for k in sa if (sa[k] is None) != (sb[k] is None) and not no_workers(sa if sa[k] is None else sb, k))
+    return changed, unknown
+
+
+def _num(value: float) -> str:
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+
+
+def _speed(a: RunReport, b: RunReport) -> tuple[float | None, str, str]:
+    """B's change in speed against A (per cent of steps/s), its basis, and the words that say so."""
+    if a.unprofiled is not None and b.unprofiled is not None:
+        sa, sb = a.unprofiled.steps_per_s, b.unprofiled.steps_per_s
+        basis = "unprofiled steps/s"
+        detail = f"unprofiled steps/s {_num(sa)} → {_num(sb)}"
+    else:
+        ma, mb = a.steps.step.mean_ms, b.steps.step.mean_ms
+        basis = "profiled step time"
+        missing = " and ".join(side for side, r in (("A", a), ("B", b)) if r.unprofiled is None)
+        detail = f"profiled step time {_num(ma)} → {_num(mb)} ms; unprofiled speed unknown for {missing}"
+        sa, sb = (1000 / ma if ma > 0 else None), (1000 / mb if mb > 0 else None)
+    if sa is None or sb is None or sa <= 0:
+        return None, basis, f"speed not comparable ({detail})"
+    change = _finite(100 * (sb / sa - 1))
+    if change is None:
+        return None, basis, f"speed not comparable ({detail})"
+    if abs(change) < SAME_SPEED_PCT:
+        words = "B is as fast as A"
+    else:
+        words = f"B is {abs(change):.1f} % {'faster' if change > 0 else 'slower'} than A"
+    return change, basis, f"{words} ({detail})"
+
+
+def diff(path_a: "str | Path", path_b: "str | Path") -> DiffResult:
+    """Compare two runs: what changed in their settings, and what it did to every metric.
+
+    Args:
+        path_a: the run before the change: a run directory (``traces/<run>``) or one trace file.
+        path_b: the run after the change, likewise.
+
+    Returns:
+        The settings that differ, one :class:`DiffRow` per metric (value in A, in B, change, change
+        in per cent) and a verdict line, e.g. "B is 23.4 % faster than A (unprofiled steps/s
+        10.0 → 12.3), data wait 41.0 → 3.20 ms per step".
+
+    Raises:
+        dlprof.errors.DlprofError: a path holds no readable trace, or several runs.
+    """
+    a, b = _load(Path(path_a)), _load(Path(path_b))
+    changed, unknown = _compare_settings(a.report, b.report)
+    change, basis, speed_words = _speed(a.report, b.report)
+    wait_a, wait_b = (r.steps.categories["data_wait"].mean_ms for r in (a.report, b.report))
+    verdict = f"{speed_words}, data wait {_num(wait_a)} → {_num(wait_b)} ms per step"
+    return DiffResult(a, b, changed, unknown, _rows(a.report, b.report), change, basis, verdict)
+
+
+def check_output(output: "str | Path | None", *inputs: "str | Path") -> None:
+    """Refuse an output file that would overwrite an input or put a non-trace file in a run directory.
+
+    Raises:
+        dlprof.errors.UsageError: ``output`` is one of the inputs (or one of their trace files), or a
+            ``.json``/``.gz`` file at the top of an input run directory (HTA reads every such file there).
+    """
+    if output is None:
+        return
+    target = Path(output).resolve()
+    for given in map(Path, inputs):
+        if target == given.resolve() or (given.is_dir() and target.parent == given.resolve() and is_trace_file(target)):
+            raise UsageError(f"-o {output}: names the input {given}; write the diff to another file")
+        run_dir = given.resolve()
+        if given.is_dir() and target.parent == run_dir and target.name.endswith((".json", ".gz")):
+            raise UsageError(f"-o {output}: a .json/.gz file inside the run directory {run_dir} would be read as a trace; write it elsewhere")
+
+
+__all__ = ["SCHEMA", "DiffResult", "DiffRow", "DiffRun", "check_output", "diff"]

@@ -1,0 +1,293 @@
+"""``dlprof sweep``: record the same training at several ``num_workers`` and check dlprof's advice by measurement.
+
+For each count, in the order given, a normal run is recorded under ``<out>/<sweep>/<count>/`` with
+the count imposed on every DataLoader the script creates (``RecordRequest.overrides``), then
+analysed like ``dlprof analyze`` does. The first count's run is the one whose advice is checked: its
+predictions are set against what every count measured, and its recommended ``num_workers`` either
+held (measured within :data:`~dlprof.advice.rules.WITHIN_BEST` of the best, with no more workers
+than the fewest that came that close) or did not.
+
+Measured speed is the unprofiled speed (the reference steps after the profiler window), because
+that is what the user's training gets and what the predictions are calibrated to; a run without
+enough reference steps falls back to its profiled steps and says so.
+
+The renderers in :mod:`dlprof.report.sweep` format a :class:`SweepResult`; they never compute.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+from dlprof import schema
+from dlprof.advice.rules import WITHIN_BEST
+from dlprof.capture.launcher import RecordRequest, child_argv, record
+from dlprof.capture.schedule import Schedule
+from dlprof.errors import DlprofError, RecordError, UsageError
+from dlprof.workflows.analyze import RunReport
+
+SCHEMA = "dlprof.sweep/1"
+#: Sub-directory of the sweep directory holding TensorBoard scalars (global_step = num_workers).
+SCALARS_DIR = "scalars"
+#: TensorBoard scalar tags.
+TAG_STEPS_PER_S = "steps_per_s"
+TAG_DATA_WAIT_PCT = "data_wait_pct"
+TAG_PREDICTED_STEPS_PER_S = "predicted_steps_per_s"
+#: Fewer counts than this compare nothing.
+MIN_COUNTS = 2
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+# Why the first run's recommendation held or not (SweepResult.outcome).
+#: Measured within WITHIN_BEST of the best, and no fewer workers came that close.
+OUTCOME_HELD = "held"
+#: Measured more than WITHIN_BEST below the best.
+OUTCOME_SLOWER = "slower"
+#: Within WITHIN_BEST of the best, but fewer workers came as close.
+OUTCOME_MORE_WORKERS = "more_workers"
+#: The recommended count is not among the swept counts.
+OUTCOME_NOT_MEASURED = "not_measured"
+#: The first run made no num_workers recommendation (nothing to check).
+OUTCOME_NO_RECOMMENDATION = "no_recommendation"
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """One swept count: what it measured, and what the first run predicted for it."""
+
+    num_workers: int
+    run_dir: Path
+    trace_file: Path
+    #: Measured steps per second: unprofiled (reference steps) when ``unprofiled``, else profiled steps.
+    steps_per_s: float
+    unprofiled: bool
+    #: Share of a step spent waiting for data, % (unprofiled when known, else the profiled breakdown's).
+    data_wait_pct: float
+    #: Sum of the DataLoader workers' last PSS, MiB (0 with no workers); None when unknown.
+    worker_pss_mib: float | None
+    #: The first run's steady-state prediction for this count; None when it predicted nothing for it.
+    predicted_steps_per_s: float | None
+    #: (predicted - measured) / measured, %; None without a prediction.
+    error_pct: float | None
+    #: num_workers the DataLoader really got, from the manifest (None if unknown).
+    num_workers_recorded: int | None
+    #: How much slower the profiled steps were than unprofiled ones, % (None if unknown).
+    profiler_overhead_pct: float | None
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """A whole sweep: the runs in the order recorded, the best measured, and whether the advice held."""
+
+    name: str
+    sweep_dir: Path
+    runs: tuple[SweepRun, ...]
+    #: The count whose run made the advice and the predictions (the first swept).
+    from_run: int
+    #: Its recommended num_workers (None: it made no recommendation).
+    recommended: int | None
+    best_num_workers: int
+    best_steps_per_s: float
+    #: The fewest workers measured within ``within_best_pct`` of the best.
+    fewest_near_best: int
+    within_best_pct: float
+    #: True, False, or None when it cannot be told (see ``outcome``).
+    held: bool | None
+    outcome: str
+    #: The recommended count's measured steps/s, and how far below the best, % (None when not measured).
+    recommended_steps_per_s: float | None
+    recommended_below_best_pct: float | None
+    #: TensorBoard scalars (None when they could not be written).
+    scalars_dir: Path | None
+    schema: str = SCHEMA
+
+    @property
+    def counts(self) -> tuple[int, ...]:
+        return tuple(r.num_workers for r in self.runs)
+
+
+def check_counts(counts: Sequence[int]) -> tuple[int, ...]:
+    """The counts to sweep, checked: non-negative, distinct, at least :data:`MIN_COUNTS`.
+
+    Raises:
+        UsageError: a count is negative or repeated, or fewer than two were given.
+    """
+    counts = tuple(counts)
+    for n in counts:
+        if n < 0:
+            raise UsageError(f"--workers: num_workers={n} is negative; give counts of 0 or more, e.g. --workers 0,1,2,4")
+    seen: set[int] = set()
+    for n in counts:
+        if n in seen:
+            raise UsageError(f"--workers: num_workers={n} appears twice; give each count once, e.g. --workers 0,1,2,4")
+        seen.add(n)
+    if len(counts) < MIN_COUNTS:
+        raise UsageError(f"--workers: give at least {MIN_COUNTS} different counts to compare, e.g. --workers 0,1,2,4")
+    return counts
+
+
+def measure(run: RunReport, num_workers: int, run_dir: Path, first: RunReport) -> SweepRun:
+    """What one swept run measured, and what ``first`` (the run whose advice is checked) predicted for it."""
+    unprofiled = run.unprofiled
+    if unprofiled is not None:
+        steps_per_s = unprofiled.steps_per_s
+        data_wait_pct = 100 * unprofiled.wait_ms / unprofiled.step_ms
+        overhead = unprofiled.overhead_pct
+    else:
+        steps_per_s = 1000 / run.steps.step.mean_ms
+        data_wait_pct = run.steps.data_wait_pct
+        overhead = None
+    memory = None
+    if run.loader is not None:
+        pss = [w.pss_mib_last for w in run.loader.workers if w.worker >= 0]
+        memory = None if any(p is None for p in pss) else float(sum(pss))
+    predicted = next((p.steps_per_s for p in first.advice.predicted if p.num_workers == num_workers), None)
+    if predicted is not None and not math.isfinite(predicted):  # a zero-ms predicted step: no usable number
+        predicted = None
+    error = None if predicted is None else 100 * (predicted - steps_per_s) / steps_per_s
+    return SweepRun(
+        num_workers=num_workers, run_dir=run_dir, trace_file=Path(run.info.trace_file), steps_per_s=steps_per_s,
+        unprofiled=unprofiled is not None, data_wait_pct=data_wait_pct, worker_pss_mib=memory,
+        predicted_steps_per_s=predicted, error_pct=error, num_workers_recorded=run.info.num_workers, profiler_overhead_pct=overhead,
+    )  # fmt: skip
+
+
+def judge(
+    name: str, sweep_dir: Path, runs: Sequence[SweepRun], recommended: int | None, scalars_dir: Path | None = None
+) -> SweepResult:
+    """Whether ``recommended`` (advised by the first run of ``runs``) held against what every run measured.
+
+    It held when it was measured, came within :data:`~dlprof.advice.rules.WITHIN_BEST` of the best
+    measured steps/s, and uses no more workers than the fewest that came that close: the same rule
+    the recommendation itself follows on predictions.
+    """
+    runs = tuple(runs)
+    best = max(runs, key=lambda r: (r.steps_per_s, -r.num_workers))  # ties: the fewer workers
+    floor = (1 - WITHIN_BEST) * best.steps_per_s
+    fewest = min(r.num_workers for r in runs if r.steps_per_s >= floor)
+    chosen = next((r for r in runs if r.num_workers == recommended), None) if recommended is not None else None
+    if recommended is None:
+        held, outcome = None, OUTCOME_NO_RECOMMENDATION
+    elif chosen is None:
+        held, outcome = None, OUTCOME_NOT_MEASURED
+    elif chosen.steps_per_s < floor:
+        held, outcome = False, OUTCOME_SLOWER
+    elif recommended > fewest:
+        held, outcome = False, OUTCOME_MORE_WORKERS
+    else:
+        held, outcome = True, OUTCOME_HELD
+    return SweepResult(
+        name=name, sweep_dir=sweep_dir, runs=runs, from_run=runs[0].num_workers, recommended=recommended,
+        best_num_workers=best.num_workers, best_steps_per_s=best.steps_per_s, fewest_near_best=fewest,
+        within_best_pct=100 * WITHIN_BEST, held=held, outcome=outcome,
+        recommended_steps_per_s=chosen.steps_per_s if chosen else None,
+        recommended_below_best_pct=100 * (1 - chosen.steps_per_s / best.steps_per_s) if chosen else None,
+        scalars_dir=scalars_dir,
+    )  # fmt: skip
+
+
+def write_scalars(directory: Path, runs: Sequence[SweepRun]) -> Path:
+    """TensorBoard scalars, one point per run at global_step = num_workers (``tensorboard --logdir`` shows them).
+
+    Only TensorBoard event files are written there (no ``.json``/``.gz``, which HTA would take for traces).
+    """
+    from torch.utils.tensorboard import SummaryWriter  # torch's start-up cost only when a sweep has run
+
+    directory.mkdir(parents=True, exist_ok=True)
+    writer = SummaryWriter(log_dir=str(directory))
+    try:
+        for run in sorted(runs, key=lambda r: r.num_workers):
+            writer.add_scalar(TAG_STEPS_PER_S, run.steps_per_s, global_step=run.num_workers)
+            writer.add_scalar(TAG_DATA_WAIT_PCT, run.data_wait_pct, global_step=run.num_workers)
+            if run.predicted_steps_per_s is not None:
+                writer.add_scalar(TAG_PREDICTED_STEPS_PER_S, run.predicted_steps_per_s, global_step=run.num_workers)
+    finally:
+        writer.close()
+    return directory
+
+
+def _check_sweep_dir(sweep_dir: Path, name: str, counts: Sequence[int]) -> None:
+    if not _NAME.match(name):
+        raise UsageError(f"--name {name!r}: use letters, digits, '.', '_' and '-' only")
+    for n in counts:
+        if any((sweep_dir / str(n)).glob("*" + schema.TRACE_SUFFIX)):
+            raise UsageError(f"{sweep_dir / str(n)}: already holds a recorded run; choose another --name or delete {sweep_dir}")
+
+
+@contextlib.contextmanager
+def _training_output_to_stderr():
+    """While a run records, the training's own output goes to stderr: stdout carries only the report (``--format json | jq``)."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):  # no descriptor 1 (an embedded interpreter): leave the output where it is
+        saved = None
+    if saved is not None:
+        try:
+            os.dup2(2, 1)
+        except OSError:
+            os.close(saved)
+            saved = None
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def sweep(counts: Sequence[int], request: RecordRequest, progress: Callable[[str], None] | None = None) -> SweepResult:
+    """Record and analyse ``request`` once per ``num_workers`` in ``counts``, in that order; judge the first run's advice.
+
+    Args:
+        counts: the num_workers to measure (checked by :func:`check_counts`); the first count's run
+            makes the advice and the predictions that the others check.
+        request: the record settings shared by every run; ``request.out_dir / request.name`` is the
+            sweep directory, each run goes to ``<sweep dir>/<count>/`` (its ``name`` and ``overrides``
+            are set here).
+        progress: called with one line before each run (e.g. to print it on stderr).
+
+    Returns:
+        The measured runs and the verdict; TensorBoard scalars are written to ``<sweep dir>/scalars/``.
+
+    Raises:
+        UsageError, InputError: bad counts, sweep name, schedule or command, or a run directory already
+            holds a trace; nothing was run.
+        RecordError: a count's record failed (the message names the count); the runs recorded before it are kept.
+    """
+    from dlprof import analyze
+
+    counts = check_counts(counts)
+    sweep_dir = request.out_dir / request.name
+    _check_sweep_dir(sweep_dir, request.name, counts)
+    # A command or schedule that cannot work fails for every count: say so once, before recording anything.
+    Schedule(request.wait, request.warmup, request.active).check()
+    child_argv(request.command)
+    reports: list[RunReport] = []
+    runs: list[SweepRun] = []
+    for i, count in enumerate(counts, 1):
+        if progress is not None:
+            progress(f"sweep: num_workers={count} ({i}/{len(counts)}) -> {sweep_dir / str(count)}")
+        one = replace(request, out_dir=sweep_dir, name=str(count), overrides={"num_workers": count})
+        kept = "" if not runs else f"; the runs already recorded ({', '.join(str(r.num_workers) for r in runs)}) are kept in {sweep_dir}"
+        try:
+            with _training_output_to_stderr():
+                result = record(one)
+            if result.status != schema.STATUS_COMPLETE:
+                raise RecordError(f"the training failed ({result.error}); its partial trace is in {result.run_dir}", result.exit_code or 2)
+            report = analyze(result.run_dir).runs[0]
+        except DlprofError as error:
+            raise RecordError(f"sweep: num_workers={count}: {error}{kept}", error.exit_code) from error
+        reports.append(report)
+        runs.append(measure(report, count, result.run_dir, reports[0]))
+    try:
+        scalars: Path | None = write_scalars(sweep_dir / SCALARS_DIR, runs)
+    except ImportError:  # torch.utils.tensorboard needs the tensorboard package; the sweep itself does not
+        scalars = None
+        if progress is not None:
+            progress("sweep: TensorBoard scalars not written (pip install tensorboard)")
+    return judge(request.name, sweep_dir, runs, reports[0].advice.num_workers, scalars)

@@ -1,0 +1,330 @@
+"""``dlprof sweep`` without recording: the verdict logic, measuring one run, the workflow's loop, and the renderers.
+
+``UPDATE_GOLDEN=1 python -m pytest tests/workflows/test_sweep.py`` rewrites the golden files; review the diff.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import dlprof
+from dlprof.advice.model import Prediction
+from dlprof.analysis.unprofiled import UnprofiledStats
+from dlprof.capture.launcher import RecordRequest, RecordResult
+from dlprof.errors import RecordError, UsageError
+from dlprof.report.sweep import document, render, verdict_line
+from dlprof.workflows import sweep as sweep_module
+from dlprof.workflows.sweep import (
+    OUTCOME_HELD, OUTCOME_MORE_WORKERS, OUTCOME_NO_RECOMMENDATION, OUTCOME_NOT_MEASURED, OUTCOME_SLOWER, SCALARS_DIR, SweepRun,
+    check_counts, judge, measure, sweep, write_scalars,
+)  # fmt: skip
+
+GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
+GOLDEN = {"text": "sweep.txt", "markdown": "sweep.md", "json": "sweep.json", "html": "sweep.html"}
+
+
+def run(n: int, steps_per_s: float, predicted: float | None = None, *, unprofiled: bool = True, wait: float = 10.0,
+        memory: float | None = None) -> SweepRun:  # fmt: skip
+    return SweepRun(
+        num_workers=n, run_dir=Path(f"traces/sw/{n}"), trace_file=Path(f"traces/sw/{n}/host_1.1.pt.trace.json.gz"),
+        steps_per_s=steps_per_s, unprofiled=unprofiled, data_wait_pct=wait, worker_pss_mib=memory if memory is not None else 100.0 * n,
+        predicted_steps_per_s=predicted, error_pct=None if predicted is None else 100 * (predicted - steps_per_s) / steps_per_s,
+        num_workers_recorded=n, profiler_overhead_pct=20.0,
+    )  # fmt: skip
+
+
+def result(recommended: int | None, *runs: SweepRun, scalars: bool = True):
+    return judge("sw", Path("traces/sw"), runs, recommended, Path("traces/sw/scalars") if scalars else None)
+
+
+# --- the verdict -----------------------------------------------------------------------------------
+
+
+def test_held_when_recommended_is_best_and_fewest():
+    r = result(2, run(0, 10.0, 10.0), run(2, 20.0, 21.0), run(4, 19.5, 22.0))
+    assert (r.held, r.outcome) == (True, OUTCOME_HELD)
+    assert (r.best_num_workers, r.best_steps_per_s, r.fewest_near_best) == (2, 20.0, 2)
+    assert r.from_run == 0 and r.recommended_steps_per_s == 20.0 and r.recommended_below_best_pct == pytest.approx(0.0)
+
+
+def test_held_when_within_five_percent_of_a_better_count():
+    r = result(2, run(0, 10.0), run(2, 19.2), run(4, 20.0))  # 4 % below the best
+    assert (r.held, r.outcome, r.best_num_workers, r.fewest_near_best) == (True, OUTCOME_HELD, 4, 2)
+    assert r.recommended_below_best_pct == pytest.approx(4.0)
+    assert "it held" in verdict_line(r) and "within 5 % of the best (20.00 steps/s at num_workers=4)" in verdict_line(r)
+
+
+def test_not_held_when_more_than_five_percent_slower():
+    r = result(1, run(0, 10.0), run(1, 18.0), run(2, 20.0))  # 10 % below
+    assert (r.held, r.outcome) == (False, OUTCOME_SLOWER)
+    line = verdict_line(r)
+    assert line.startswith("dlprof recommended num_workers=1 from the num_workers=0 run: it did not hold, because")
+    assert "10.0 % below the best (20.00 steps/s at num_workers=2)" in line
+
+
+def test_not_held_when_fewer_workers_come_within_five_percent():
+    r = result(4, run(0, 10.0), run(2, 19.5), run(4, 20.0))
+    assert (r.held, r.outcome, r.fewest_near_best) == (False, OUTCOME_MORE_WORKERS, 2)
+    assert "num_workers=2 came within 5 % of the best" in verdict_line(r) and "with fewer workers" in verdict_line(r)
+
+
+def test_fewest_near_best_uses_measurement_order_independent_of_sweep_order():
+    r = result(1, run(4, 20.0), run(1, 19.1), run(2, 19.9), run(0, 5.0))
+    assert (r.from_run, r.best_num_workers, r.fewest_near_best, r.held) == (4, 4, 1, True)
+
+
+def test_five_percent_boundary_is_inclusive():
+    r = result(1, run(1, 95.0), run(2, 100.0))
+    assert (r.fewest_near_best, r.held) == (1, True)
+    r = result(1, run(1, 94.99), run(2, 100.0))
+    assert (r.fewest_near_best, r.held) == (2, False)
+
+
+def test_ties_go_to_fewer_workers():
+    r = result(2, run(2, 20.0), run(4, 20.0))
+    assert (r.best_num_workers, r.fewest_near_best, r.held) == (2, 2, True)
+
+
+def test_unmeasured_recommendation_is_unknown():
+    r = result(6, run(0, 10.0), run(2, 20.0))
+    assert (r.held, r.outcome, r.recommended_steps_per_s) == (None, OUTCOME_NOT_MEASURED, None)
+    assert "unknown whether it held, because num_workers=6 was not measured; add it to --workers" in verdict_line(r)
+
+
+def test_no_recommendation_is_unknown():
+    r = result(None, run(0, 10.0), run(2, 20.0))
+    assert (r.held, r.outcome) == (None, OUTCOME_NO_RECOMMENDATION)
+    assert verdict_line(r).startswith("dlprof made no num_workers recommendation from the num_workers=0 run")
+
+
+@pytest.mark.parametrize("counts, problem", [([0], "at least 2"), ([1, 1], "appears twice"), ([0, -1], "negative"), ([], "at least 2")])
+def test_check_counts_rejects(counts, problem):
+    with pytest.raises(UsageError, match=problem):
+        check_counts(counts)
+
+
+def test_check_counts_keeps_order():
+    assert check_counts([4, 0, 2]) == (4, 0, 2)
+
+
+# --- measuring one run -----------------------------------------------------------------------------
+
+
+def _unprofiled(step_ms: float, wait_ms: float) -> UnprofiledStats:
+    return UnprofiledStats(reference_steps=10, step_ms=step_ms, profiled_steps=8, profiled_step_ms=step_ms * 1.5, consumer_ms=step_ms - wait_ms,
+                           wait_ms=wait_ms, cpu_ms=step_ms, runq_ms=0.0, epoch=None)  # fmt: skip
+
+
+def _report(num_workers: int, *, unprofiled=None, pss=(50.0, 60.0), predicted=()):
+    workers = [SimpleNamespace(worker=-1, pss_mib_last=500.0)] + [SimpleNamespace(worker=i, pss_mib_last=p) for i, p in enumerate(pss)]
+    return SimpleNamespace(
+        unprofiled=unprofiled, steps=SimpleNamespace(step=SimpleNamespace(mean_ms=40.0), data_wait_pct=25.0),
+        loader=SimpleNamespace(workers=workers), info=SimpleNamespace(trace_file=f"t/{num_workers}/x.pt.trace.json.gz", num_workers=num_workers),
+        advice=SimpleNamespace(num_workers=2, predicted=list(predicted)),
+    )  # fmt: skip
+
+
+def test_measure_prefers_unprofiled_speed_and_first_runs_prediction():
+    first = _report(0, predicted=[Prediction(0, 50.0, 20.0, "main process"), Prediction(2, 25.0, 40.0, "consumer", epoch_steps_per_s=35.0)])
+    this = _report(2, unprofiled=_unprofiled(step_ms=32.0, wait_ms=8.0))
+    m = measure(this, 2, Path("t/2"), first)
+    assert m.unprofiled and m.steps_per_s == pytest.approx(31.25) and m.data_wait_pct == pytest.approx(25.0)
+    assert m.predicted_steps_per_s == 40.0  # steady state, not over whole epochs
+    assert m.error_pct == pytest.approx(100 * (40.0 - 31.25) / 31.25)
+    assert m.worker_pss_mib == pytest.approx(110.0)  # workers only, not the main process
+    assert m.profiler_overhead_pct == pytest.approx(50.0) and m.num_workers_recorded == 2
+
+
+def test_measure_falls_back_to_profiled_steps():
+    m = measure(_report(1), 1, Path("t/1"), _report(0))
+    assert not m.unprofiled and m.steps_per_s == pytest.approx(25.0) and m.data_wait_pct == 25.0
+    assert m.predicted_steps_per_s is None and m.error_pct is None and m.profiler_overhead_pct is None
+
+
+def test_measure_memory_unknown_and_zero_workers():
+    assert measure(_report(2, pss=(50.0, None)), 2, Path("t"), _report(0)).worker_pss_mib is None
+    assert measure(_report(0, pss=()), 0, Path("t"), _report(0)).worker_pss_mib == 0.0
+    no_loader = _report(0)
+    no_loader.loader = None
+    assert measure(no_loader, 0, Path("t"), _report(0)).worker_pss_mib is None
+
+
+def test_measure_drops_an_infinite_prediction():
+    first = _report(0, predicted=[Prediction(1, 0.0, math.inf, "consumer")])
+    m = measure(_report(1), 1, Path("t"), first)
+    assert m.predicted_steps_per_s is None and m.error_pct is None
+
+
+# --- the workflow's loop, with record and analyze stubbed -------------------------------------------
+
+
+@pytest.fixture
+def stubbed(monkeypatch, tmp_path):
+    """record() writes nothing but a directory; analyze() returns a report per count; scalars are not written."""
+    calls: list[RecordRequest] = []
+    speeds = {0: 10.0, 1: 19.5, 2: 20.0}
+    fail_at: list[int] = []
+
+    def fake_record(request):
+        calls.append(request)
+        count = request.overrides["num_workers"]
+        if count in fail_at:
+            raise RecordError("train.py: failed before the profiler recorded a step (boom)")
+        run_dir = request.out_dir / request.name
+        run_dir.mkdir(parents=True)
+        return RecordResult(run_dir, run_dir / "h_1.1.pt.trace.json.gz", "complete", 0, None, 4, count, False)
+
+    def fake_analyze(path):
+        count = int(Path(path).name)
+        report = _report(count, unprofiled=_unprofiled(1000 / speeds[count], 1.0),
+                         predicted=[Prediction(n, 1000 / s, s, "consumer") for n, s in ((0, 10.0), (1, 20.0), (2, 22.0))])  # fmt: skip
+        report.advice.num_workers = 1
+        return SimpleNamespace(runs=[report])
+
+    monkeypatch.setattr(sweep_module, "record", fake_record)
+    monkeypatch.setattr(dlprof, "analyze", fake_analyze)
+    monkeypatch.setattr(sweep_module, "write_scalars", lambda directory, runs: directory)
+    script = tmp_path / "train.py"
+    script.write_text("")
+    base = RecordRequest(("python", str(script)), tmp_path, "sw", 1, 1, 4, reference_steps=5, run_to_end=False)
+    return SimpleNamespace(calls=calls, fail_at=fail_at, base=base, root=tmp_path)
+
+
+def test_sweep_records_each_count_in_order_under_the_sweep_dir(stubbed):
+    lines: list[str] = []
+    r = sweep([1, 0, 2], stubbed.base, progress=lines.append)
+    assert [c.overrides for c in stubbed.calls] == [{"num_workers": 1}, {"num_workers": 0}, {"num_workers": 2}]
+    assert {(c.out_dir, c.name) for c in stubbed.calls} == {(stubbed.root / "sw", "1"), (stubbed.root / "sw", "0"), (stubbed.root / "sw", "2")}
+    assert all(c.command == stubbed.base.command and c.reference_steps == 5 and c.run_to_end is False for c in stubbed.calls)
+    assert lines[0].startswith("sweep: num_workers=1 (1/3)") and lines[2].startswith("sweep: num_workers=2 (3/3)")
+    assert r.counts == (1, 0, 2) and r.from_run == 1 and r.recommended == 1
+    assert (r.best_num_workers, r.fewest_near_best, r.held) == (2, 1, True)
+    assert [x.predicted_steps_per_s for x in r.runs] == [20.0, 10.0, 22.0]
+    assert r.scalars_dir == stubbed.root / "sw" / SCALARS_DIR
+
+
+def test_sweep_stops_at_a_failed_count_and_names_it(stubbed):
+    stubbed.fail_at.append(2)
+    with pytest.raises(RecordError) as caught:
+        sweep([0, 1, 2], stubbed.base)
+    message = str(caught.value)
+    assert message.startswith("sweep: num_workers=2: train.py: failed before the profiler recorded a step (boom)")
+    assert "(0, 1) are kept" in message and "\n" not in message
+    assert (stubbed.root / "sw" / "0").is_dir() and (stubbed.root / "sw" / "1").is_dir()
+
+
+def test_sweep_refuses_a_sweep_dir_that_holds_runs(stubbed):
+    taken = stubbed.root / "sw" / "1"
+    taken.mkdir(parents=True)
+    (taken / "h_1.1.pt.trace.json.gz").write_bytes(b"")
+    with pytest.raises(UsageError, match="already holds a recorded run"):
+        sweep([0, 1], stubbed.base)
+    assert stubbed.calls == []
+
+
+def test_sweep_rejects_a_missing_script_before_recording(stubbed):
+    from dlprof.errors import InputError
+
+    with pytest.raises(InputError, match="no such script"):
+        sweep([0, 1], RecordRequest(("python", str(stubbed.root / "nope.py")), stubbed.root, "sw", 1, 1, 4))
+    assert stubbed.calls == [] and not (stubbed.root / "sw").exists()
+
+
+def test_sweep_rejects_bad_counts_before_recording(stubbed):
+    with pytest.raises(UsageError):
+        sweep([2, 2], stubbed.base)
+    assert stubbed.calls == []
+
+
+def test_write_scalars_writes_only_event_files(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    directory = write_scalars(tmp_path / "scalars", [run(2, 20.0, 22.0), run(0, 10.0, None, wait=40.0)])
+    files = [p.name for p in directory.iterdir()]
+    assert files and all(name.startswith("events.out.tfevents.") for name in files)
+    assert not [n for n in files if n.endswith((".json", ".gz"))]
+    events = EventAccumulator(str(directory))
+    events.Reload()
+    assert set(events.Tags()["scalars"]) == {"steps_per_s", "data_wait_pct", "predicted_steps_per_s"}
+    assert [(e.step, e.value) for e in events.Scalars("steps_per_s")] == [(0, 10.0), (2, 20.0)]
+    assert [(e.step, e.value) for e in events.Scalars("data_wait_pct")] == [(0, 40.0), (2, 10.0)]
+    assert [(e.step, e.value) for e in events.Scalars("predicted_steps_per_s")] == [(2, 22.0)]
+
+
+# --- renderers -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def example():
+    """num_workers=0 recommended 4; 2 comes within 5 % of the best (4): not held. 1 was timed on profiled steps."""
+    return result(4, run(0, 10.0, 10.0, wait=45.0, memory=0.0), run(1, 15.0, 17.5, unprofiled=False, wait=20.0), run(2, 19.6, 20.0, wait=3.0),
+                  run(4, 20.0, None, wait=1.0))  # fmt: skip
+
+
+def _no_constants(name: str):
+    raise AssertionError(f"{name} in JSON")
+
+
+def test_json_follows_the_schema(example):
+    doc = json.loads(render(example, "json"), parse_constant=_no_constants)
+    assert doc["schema"] == "dlprof.sweep/1"
+    assert doc["workers"] == [0, 1, 2, 4]
+    assert set(doc["runs"][0]) >= {"num_workers", "run_dir", "steps_per_s", "data_wait_pct", "predicted_steps_per_s"}
+    assert [r["num_workers"] for r in doc["runs"]] == [0, 1, 2, 4]
+    assert doc["runs"][3]["predicted_steps_per_s"] is None and doc["runs"][1]["measured"] == "profiled"
+    assert doc["recommendation"] == {"num_workers": 4, "from_run": 0}
+    assert doc["best_measured"] == {"num_workers": 4, "steps_per_s": 20.0}
+    assert doc["held"] is False and doc["outcome"] == "more_workers"
+
+
+def test_json_held_is_null_when_unknown_and_never_nan():
+    r = result(8, run(0, 10.0, None), run(2, 20.0, None), scalars=False)
+    text = render(r, "json")
+    doc = json.loads(text, parse_constant=_no_constants)
+    assert doc["held"] is None and doc["scalars_dir"] is None
+    assert document(r)["recommendation"]["num_workers"] == 8
+
+
+def test_text_and_markdown_tables(example):
+    text = render(example, "text")
+    for column in ("num_workers", "measured steps/s", "predicted steps/s", "error %", "data wait %", "worker memory MiB", "run dir"):
+        assert column in text
+    assert "dlprof recommended num_workers=4 from the num_workers=0 run: it did not hold, because" in text
+    assert "profiled steps*" in text and "raise --reference-steps" in text
+    markdown = render(example, "markdown")
+    assert "| num_workers | measured steps/s | predicted steps/s | error % |" in markdown
+    assert "| 2 | 19.60 | 20.00 | +2.0 | 3.0 | 200.0 | `traces/sw/2` |" in markdown
+
+
+def test_html_has_the_chart(example):
+    html = render(example, "html")
+    assert html.startswith("<!DOCTYPE html>") and "<script" not in html and "src=" not in html and "href=" not in html  # self-contained
+    svg = re.search(r"<svg .*?</svg>", html, re.S).group(0)
+    root = ET.fromstring(svg)  # well-formed
+    assert root.get("data-picture") == "sweep"
+    ns = "{http://www.w3.org/2000/svg}"
+    lines = {p.get("class") for p in root.iter(f"{ns}polyline")} | {p.get("class") for p in root.iter("polyline")}
+    assert {"measured", "predicted"} <= lines
+    assert 'class="recommended"' in svg and "did not hold" in html
+
+
+def test_html_without_predictions_draws_measured_only():
+    html = render(result(None, run(0, 10.0), run(2, 20.0)), "html")
+    assert 'class="measured"' in html and 'class="predicted"' not in html
+
+
+@pytest.mark.parametrize("fmt", sorted(GOLDEN))
+def test_renderer_matches_golden_file(example, fmt):
+    rendered = render(example, fmt)
+    golden = GOLDEN_DIR / GOLDEN[fmt]
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(rendered, encoding="utf-8")
+    assert rendered == golden.read_text(encoding="utf-8")
