@@ -2,7 +2,7 @@
 
     python scripts/bench_advice.py                          # every case, median of 3 runs per count
     python scripts/bench_advice.py --cases lora,trainer     # the real-model cases only
-    python scripts/bench_advice.py --quick --cases trainer  # one run per count, shorter runs
+    python scripts/bench_advice.py --quick --cases trainer  # one run per count, fewer counts, shorter runs
 
 Cases:
 
@@ -18,7 +18,7 @@ Cases:
 The real-model cases run whole epochs (workers restart at each boundary, as PyTorch and the Trainer
 do by default), so their measurement is steps/s over whole epochs after the first, from the
 scripts' own ``--report``, and a prediction's ``effective_steps_per_s`` (over whole epochs when the
-epoch length is known) is what is compared, at num_workers 0, 1, 2 and 4.
+epoch length is known) is what is compared, at num_workers 0, 1, 2 and 4 (``--quick``: 0 and 2).
 
 For each case:
 
@@ -62,6 +62,8 @@ TARGET_MEDIAN_ERROR = 0.05
 STARTS = (0, 2)
 SYNTHETIC_COUNTS = tuple(range(0, 7))
 REAL_COUNTS = (0, 1, 2, 4)
+#: `--quick`: the real-model cases take minutes per count (and any recommended count is measured too).
+REAL_COUNTS_QUICK = (0, 2)
 #: The built-in workload's batch (as `dlprof record` runs it by default).
 LORA_BATCH_SIZE = 4
 #: No run may hang the benchmark.
@@ -132,7 +134,7 @@ def lora_case(quick: bool) -> Case:
     return Case(
         name="lora",
         description=f"built-in workload (tiny Qwen2 + LoRA), batch {LORA_BATCH_SIZE}; measured: {epochs} epochs of {per_epoch} steps, the first excluded",
-        counts=REAL_COUNTS,
+        counts=REAL_COUNTS_QUICK if quick else REAL_COUNTS,
         record_args=lambda w: ["--num-workers", str(w), "--batch-size", str(LORA_BATCH_SIZE)],
         measure_command=measure,
         measured_key="steps_per_s_epochs",
@@ -146,7 +148,7 @@ def trainer_case(quick: bool) -> Case:
     return Case(
         name="trainer",
         description=f"Hugging Face Trainer, tiny GPT-2, batch 4 (scripts/bench_trainer.py); measured: {epochs} epochs, the first excluded",
-        counts=REAL_COUNTS,
+        counts=REAL_COUNTS_QUICK if quick else REAL_COUNTS,
         record_args=lambda w: ["--", "python", str(TRAINER), "--num-workers", str(w), "--epochs", "3"],
         measure_command=lambda w, report: [sys.executable, str(TRAINER), "--num-workers", str(w), "--epochs", str(epochs), "--report", str(report)],
         measured_key="steps_per_s_epochs",

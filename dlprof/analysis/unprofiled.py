@@ -50,6 +50,24 @@ class UnprofiledStats:
         return 1000 / self.step_ms
 
     @property
+    def epoch_steps_per_s(self) -> float | None:
+        """Steps/s over whole epochs: the steady step plus the measured restart per epoch.
+
+        None when the epoch length is unknown, or when workers restart at every epoch but no
+        boundary was timed after start-up.
+        """
+        epoch = self.epoch
+        if epoch is None or epoch.steps_per_epoch is None:
+            return None
+        if epoch.num_workers and not epoch.persistent_workers:
+            if epoch.restart_ms is None:
+                return None
+            restart = epoch.restart_ms
+        else:
+            restart = 0.0
+        return 1000 * epoch.steps_per_epoch / (epoch.steps_per_epoch * self.step_ms + restart)
+
+    @property
     def overhead_pct(self) -> float | None:
         """How much slower a profiled step was than an unprofiled one."""
         if self.profiled_step_ms is None:

@@ -35,6 +35,8 @@ def _notes(result: SweepResult, run: SweepRun) -> str:
         notes.append("best measured")
     if not run.unprofiled:
         notes.append("profiled steps*")
+    elif run.over_epochs:
+        notes.append("over whole epochs")
     if run.num_workers_recorded is not None and run.num_workers_recorded != run.num_workers:
         notes.append(f"DataLoader got num_workers={run.num_workers_recorded}")
     return ", ".join(notes)
@@ -76,7 +78,8 @@ def footnotes(result: SweepResult) -> list[str]:
     """What the numbers rest on."""
     notes = [
         f"measured: steps/s of the unprofiled reference steps after each run's profiler window; predicted: the num_workers={result.from_run} "
-        "run's steady-state prediction; error % = (predicted - measured) / measured"
+        "run's prediction; error % = (predicted - measured) / measured; both inside an epoch, or, where marked, over whole epochs "
+        "(the measured epoch boundary's cost included)"
     ]
     if any(not r.unprofiled for r in result.runs):
         notes.append("profiled steps*: too few unprofiled reference steps, so measured from the profiled steps, which the profiler slows; "
@@ -131,7 +134,7 @@ def document(result: SweepResult) -> dict:
         "runs": [
             {
                 "num_workers": r.num_workers, "run_dir": str(r.run_dir), "trace_file": str(r.trace_file),
-                "steps_per_s": _r(r.steps_per_s), "measured": "unprofiled" if r.unprofiled else "profiled",
+                "steps_per_s": _r(r.steps_per_s), "measured": "unprofiled" if r.unprofiled else "profiled", "over_epochs": r.over_epochs,
                 "data_wait_pct": _r(r.data_wait_pct, 2), "worker_pss_mib": _r(r.worker_pss_mib, 1),
                 "predicted_steps_per_s": _r(r.predicted_steps_per_s), "error_pct": _r(r.error_pct, 2),
                 "num_workers_recorded": r.num_workers_recorded, "profiler_overhead_pct": _r(r.profiler_overhead_pct, 2),

@@ -65,6 +65,8 @@ class SweepRun:
     #: Measured steps per second: unprofiled (reference steps) when ``unprofiled``, else profiled steps.
     steps_per_s: float
     unprofiled: bool
+    #: Measured and predicted over whole epochs (worker restarts included), else inside an epoch.
+    over_epochs: bool
     #: Share of a step spent waiting for data, % (unprofiled when known, else the profiled breakdown's).
     data_wait_pct: float
     #: Sum of the DataLoader workers' last PSS, MiB (0 with no workers); None when unknown.
@@ -133,8 +135,13 @@ def check_counts(counts: Sequence[int]) -> tuple[int, ...]:
 def measure(run: RunReport, num_workers: int, run_dir: Path, first: RunReport) -> SweepRun:
     """What one swept run measured, and what ``first`` (the run whose advice is checked) predicted for it."""
     unprofiled = run.unprofiled
+    prediction = next((p for p in first.advice.predicted if p.num_workers == num_workers), None)
+    # Over whole epochs (worker restarts included) when both the measurement and the prediction know
+    # the epochs; else inside an epoch, both.
+    over_epochs = unprofiled is not None and unprofiled.epoch_steps_per_s is not None and (
+        prediction is None or prediction.epoch_steps_per_s is not None)
     if unprofiled is not None:
-        steps_per_s = unprofiled.steps_per_s
+        steps_per_s = unprofiled.epoch_steps_per_s if over_epochs else unprofiled.steps_per_s
         data_wait_pct = 100 * unprofiled.wait_ms / unprofiled.step_ms
         overhead = unprofiled.overhead_pct
     else:
@@ -145,13 +152,13 @@ def measure(run: RunReport, num_workers: int, run_dir: Path, first: RunReport) -
     if run.loader is not None:
         pss = [w.pss_mib_last for w in run.loader.workers if w.worker >= 0]
         memory = None if any(p is None for p in pss) else float(sum(pss))
-    predicted = next((p.steps_per_s for p in first.advice.predicted if p.num_workers == num_workers), None)
+    predicted = None if prediction is None else prediction.epoch_steps_per_s if over_epochs else prediction.steps_per_s
     if predicted is not None and not math.isfinite(predicted):  # a zero-ms predicted step: no usable number
         predicted = None
     error = None if predicted is None else 100 * (predicted - steps_per_s) / steps_per_s
     return SweepRun(
         num_workers=num_workers, run_dir=run_dir, trace_file=Path(run.info.trace_file), steps_per_s=steps_per_s,
-        unprofiled=unprofiled is not None, data_wait_pct=data_wait_pct, worker_pss_mib=memory,
+        unprofiled=unprofiled is not None, over_epochs=over_epochs, data_wait_pct=data_wait_pct, worker_pss_mib=memory,
         predicted_steps_per_s=predicted, error_pct=error, num_workers_recorded=run.info.num_workers, profiler_overhead_pct=overhead,
     )  # fmt: skip
 

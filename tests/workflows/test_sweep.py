@@ -34,7 +34,7 @@ def run(n: int, steps_per_s: float, predicted: float | None = None, *, unprofile
         memory: float | None = None) -> SweepRun:  # fmt: skip
     return SweepRun(
         num_workers=n, run_dir=Path(f"traces/sw/{n}"), trace_file=Path(f"traces/sw/{n}/host_1.1.pt.trace.json.gz"),
-        steps_per_s=steps_per_s, unprofiled=unprofiled, data_wait_pct=wait, worker_pss_mib=memory if memory is not None else 100.0 * n,
+        steps_per_s=steps_per_s, unprofiled=unprofiled, over_epochs=False, data_wait_pct=wait, worker_pss_mib=memory if memory is not None else 100.0 * n,
         predicted_steps_per_s=predicted, error_pct=None if predicted is None else 100 * (predicted - steps_per_s) / steps_per_s,
         num_workers_recorded=n, profiler_overhead_pct=20.0,
     )  # fmt: skip
