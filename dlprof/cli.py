@@ -18,11 +18,11 @@ from dlprof.errors import DlprofError
 #: profiler warm up, record; then time unprofiled reference steps (the speed predictions are calibrated to).
 DEFAULT_WAIT = 5
 DEFAULT_ACTIVE = 20
-DEFAULT_REFERENCE_STEPS = 20
+DEFAULT_REFERENCE_STEPS = 40
 
 _WORKLOAD_OPTIONS = (
     "model", "dataset", "tokenizer", "batch_size", "max_length", "steps", "num_workers",
-    "pin_memory", "prefetch_factor", "persistent_workers", "device", "seed",
+    "pin_memory", "prefetch_factor", "persistent_workers", "device", "seed", "tokenizer_cost_ms",
 )  # fmt: skip
 
 
@@ -102,13 +102,14 @@ def _record_options(name_help: str, num_workers: bool = True):
         click.option("--tokenizer", type=click.Path(), help="Built-in workload: a tokenizer.json or tokenizer directory (default: the model's, else the shipped byte-level BPE)."),
         click.option("--batch-size", type=int, default=4, show_default=True, help="Built-in workload: examples per batch."),
         click.option("--max-length", type=int, default=512, show_default=True, help="Built-in workload: tokens per example, longer ones are cut."),
-        click.option("--steps", type=int, default=None, help="Built-in workload: optimizer steps to run [default: --wait + --warmup + --active]."),
+        click.option("--steps", type=int, default=None, help="Built-in workload: optimizer steps to run [default: until the window and the reference steps are done]."),
         *([click.option("--num-workers", type=int, default=2, show_default=True, help="Built-in workload: DataLoader worker processes.")] if num_workers else []),
         click.option("--pin-memory/--no-pin-memory", default=None, help="Built-in workload: DataLoader pin_memory [default: on with CUDA]."),
         click.option("--prefetch-factor", type=int, default=None, help="Built-in workload: batches each worker prepares ahead [PyTorch's default: 2]."),
         click.option("--persistent-workers", is_flag=True, default=False, help="Built-in workload: keep workers alive between epochs."),
         click.option("--device", default="auto", show_default=True, help="Built-in workload: auto, cpu or cuda."),
         click.option("--seed", type=int, default=0, show_default=True, help="Built-in workload: random seed."),
+        click.option("--tokenizer-cost-ms", type=float, default=0.0, show_default=True, help="Built-in workload: CPU ms added to tokenizing each sample (a slow tokenizer)."),
         click.argument("command", nargs=-1, type=click.UNPROCESSED),
     ]  # fmt: skip
 

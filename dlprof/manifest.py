@@ -69,7 +69,7 @@ class StepClock:
 
     Columns of equal length, one entry per step in order. ``wait_ms`` is the time the main thread spent
     in ``DataLoader.__next__`` during the step; ``epoch_start`` marks steps in which a DataLoader
-    iterator was created (workers started).
+    iterator was created (workers started); ``fork_probe`` the steps that began right after the fork probe.
     """
 
     phase: tuple[str, ...] = ()
@@ -79,6 +79,8 @@ class StepClock:
     wait_ms: tuple[float, ...] = ()
     batches: tuple[int, ...] = ()
     epoch_start: tuple[bool, ...] = ()
+    #: The step after which the training process forked once (runs without workers: what forking workers costs).
+    fork_probe: tuple[bool, ...] = ()
 
     def __len__(self) -> int:
         return len(self.phase)
@@ -345,6 +347,9 @@ def parse_manifest(document: Any) -> tuple[Manifest | None, tuple[str, ...]]:
             f"manifest version {version} (dlprof {manifest.dlprof_version or 'unknown'}): it has no unprofiled step times, "
             "so predictions are of profiled steps; record again with this dlprof for predictions of your unprofiled training"
         )
+    clock = manifest.step_clock
+    if len(clock) and not clock.fork_probe:  # written before the fork probe existed: none was made
+        manifest = dataclasses.replace(manifest, step_clock=dataclasses.replace(clock, fork_probe=(False,) * len(clock)))
     if len({len(getattr(manifest.step_clock, f.name)) for f in dataclasses.fields(StepClock)}) > 1:
         problems.append("manifest.step_clock columns differ in length: read as unknown")
         manifest = dataclasses.replace(manifest, step_clock=StepClock())

@@ -113,7 +113,7 @@ def synthetic_case(name: str, options: dict, quick: bool) -> Case:
         name=name,
         description=", ".join(f"{k}={v}" for k, v in options.items()) + f"; {steps} steps, the first 10 excluded",
         counts=SYNTHETIC_COUNTS,
-        record_args=lambda w: ["--wait", "2", "--warmup", "3", "--active", "20", "--", "python", *workload_args(w, 30), "--warmup-steps", "5"],
+        record_args=lambda w: ["--wait", "2", "--warmup", "3", "--active", "20", "--reference-steps", "40", "--", "python", *workload_args(w, 70), "--warmup-steps", "5"],
         measure_command=lambda w, report: [sys.executable, *workload_args(w, steps), "--warmup-steps", "10", "--report", str(report)],
         measured_key="steps_per_s",
         whole_epochs=False,

@@ -36,6 +36,8 @@ class EpochModel:
     restart_measured_ms: float | None  # measured at the recorded count (after start-up)
     startup_fixed_ms: float | None  # this machine's calibration: fixed + n * per_worker
     startup_per_worker_ms: float | None
+    #: A run without workers: what forking once slowed the training's next steps (the fork probe).
+    fork_cost_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -98,8 +100,10 @@ def restart_ms(inputs: ModelInputs, num_workers: int) -> float:
     per_worker = epoch.startup_per_worker_ms or 0.0
     if epoch.restart_measured_ms is not None and inputs.recorded_workers:
         return max(0.0, epoch.restart_measured_ms + per_worker * (num_workers - inputs.recorded_workers))
-    # Not seen: start-up and shut-down calibrated on this machine, then the first batch made from scratch.
-    return (epoch.startup_fixed_ms or 0.0) + per_worker * num_workers + inputs.batches_per_step * inputs.batch_ms
+    # Not seen: start-up and shut-down calibrated on this machine, the first batch made from scratch, and
+    # what forking costs the training process's next steps (copy-on-write), measured by the fork probe.
+    return ((epoch.startup_fixed_ms or 0.0) + per_worker * num_workers + inputs.batches_per_step * inputs.batch_ms
+            + (epoch.fork_cost_ms or 0.0))  # fmt: skip
 
 
 def predict(inputs: ModelInputs, num_workers: int) -> Prediction:

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 from dlprof.advice.model import EpochModel, ModelInputs, Prediction, candidate_counts, memory_limit, predict
 from dlprof.analysis.unprofiled import UnprofiledStats
-from dlprof.manifest import Host, LoaderConfig, Manifest
+from dlprof.manifest import EPOCH_SETTLE_STEPS, Host, LoaderConfig, Manifest
 from dlprof.analysis.gpu import GpuStats
 from dlprof.analysis.loader import LoaderStats
 from dlprof.analysis.steps import StepBreakdown
@@ -70,7 +70,7 @@ def _model_inputs(
         if loader.in_main_process and unprofiled is not None and steps.categories["data_wait"].mean_ms > 0:
             # Loading in the main process ran under the profiler too (collate's tensor ops): scale it
             # to the unprofiled steps' time in the DataLoader.
-            scale = min(1.0, unprofiled.wait_ms / steps.categories["data_wait"].p50_ms) if steps.categories["data_wait"].p50_ms > 0 else 1.0
+            scale = min(1.0, unprofiled.wait_ms / steps.categories["data_wait"].mean_ms)
             batch_ms, batch_cpu_ms = batch_ms * scale, batch_cpu_ms * scale
         handoff = _handoff_ms(loader, host, batches_per_step, basis)
     elif loads_in_main:
@@ -89,7 +89,7 @@ def _model_inputs(
         main_cpu_ms = max(0.0, unprofiled.cpu_ms - in_main)
         basis.append(
             f"consumer and main-process CPU time from {unprofiled.reference_steps} unprofiled reference steps "
-            f"(medians): what your training does without dlprof"
+            f"(means): what your training does without dlprof"
         )
     else:
         # The step without data wait, less the time the training thread waited for a core: how long the
@@ -128,6 +128,11 @@ def _epoch_model(unprofiled: UnprofiledStats | None, host: Host | None, basis: l
     startup = host.worker_startup if host else None
     if epoch.restart_ms is not None and epoch.num_workers and not epoch.persistent_workers:
         basis.append(f"an epoch boundary (workers restarting) measured at {epoch.restart_ms:.0f} ms over {epoch.boundaries_measured} boundary(ies)")
+    elif not epoch.persistent_workers and epoch.fork_probe_ms is not None:
+        basis.append(
+            f"worker restarts per epoch estimated from this machine's start-up calibration, the first batch, and the fork probe "
+            f"(forking once slowed the next {EPOCH_SETTLE_STEPS} steps by {epoch.fork_probe_ms:.0f} ms in all); dlprof sweep measures them"
+        )
     elif not epoch.persistent_workers:
         basis.append(
             "worker restarts per epoch estimated from this machine's start-up calibration and the first batch: a lower bound "
@@ -137,6 +142,7 @@ def _epoch_model(unprofiled: UnprofiledStats | None, host: Host | None, basis: l
         steps_per_epoch=epoch.steps_per_epoch, persistent_workers=epoch.persistent_workers,
         restart_measured_ms=epoch.restart_ms if epoch.num_workers else None,
         startup_fixed_ms=startup.fixed_ms if startup else None, startup_per_worker_ms=startup.per_worker_ms if startup else None,
+        fork_cost_ms=epoch.fork_probe_ms,
     )  # fmt: skip
 
 
@@ -209,7 +215,7 @@ def advise(
     if unprofiled is not None and unprofiled.overhead_pct is not None:
         evidence.append(
             f"profiling made steps {unprofiled.overhead_pct:.0f} % slower: {unprofiled.profiled_step_ms:.2f} ms profiled vs "
-            f"{unprofiled.step_ms:.2f} ms unprofiled (medians over {unprofiled.profiled_steps} and {unprofiled.reference_steps} steps); "
+            f"{unprofiled.step_ms_p50:.2f} ms unprofiled (medians over {unprofiled.profiled_steps} and {unprofiled.reference_steps} steps); "
             "predictions are of the unprofiled training"
         )
     inputs = _model_inputs(steps, loader, gpu, manifest, batches_per_step, loads_in_main, unprofiled, basis)

@@ -5,15 +5,17 @@ profiler window (the reference steps) are what the user's own training does; ste
 slower by the profiler's per-operator cost. This module measures both, the profiler overhead, the
 consumer's unprofiled time, and what an epoch boundary costs (workers restarting).
 
-Medians throughout: one slow step (a long sequence, a garbage collection) must not move the answer.
+Throughput is total time over steps, so the speed and the consumer's time are means over the
+reference steps (with variable-length batches a long sequence is part of the real speed, not noise);
+the profiler's overhead compares medians, so that one slow step on either side does not move it.
 """
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
 
-from dlprof.manifest import EPOCH_SETTLE_STEPS, PHASE_AFTER, PHASE_PROFILED, LoaderConfig, Manifest
-#: Fewer reference steps than this make the unprofiled median unreliable.
+from dlprof.manifest import EPOCH_SETTLE_STEPS, PHASE_AFTER, PHASE_PROFILED, LoaderConfig, Manifest, StepClock
+#: Fewer reference steps than this make the unprofiled speed unreliable.
 MIN_REFERENCE_STEPS = 5
 
 
@@ -29,16 +31,21 @@ class EpochStats:
     boundaries_measured: int
     first_batch_ms: float | None  # median time from iterator creation to the first batch
     end_ms: float | None  # median time of the __next__ that ended an epoch (workers shut down)
+    #: Steps/s over one whole epoch timed after the window, its boundary included; None if none was.
+    whole_epoch_steps_per_s: float | None = None
+    #: A run without workers: what forking once cost the following steps (copy-on-write), as workers would.
+    fork_probe_ms: float | None = None
 
 
 @dataclass(frozen=True)
 class UnprofiledStats:
-    """Unprofiled steps (after the window) against profiled ones, from the step clock (ms, medians)."""
+    """Unprofiled steps (after the window) against profiled ones, from the step clock (ms; means, but the ``_p50`` fields)."""
 
     reference_steps: int
     step_ms: float
     profiled_steps: int
-    profiled_step_ms: float | None
+    step_ms_p50: float
+    profiled_step_ms: float | None  # median
     consumer_ms: float  # step less data wait and waiting for a core
     wait_ms: float
     cpu_ms: float  # main process CPU time (all threads) per step
@@ -51,12 +58,14 @@ class UnprofiledStats:
 
     @property
     def epoch_steps_per_s(self) -> float | None:
-        """Steps/s over whole epochs: the steady step plus the measured restart per epoch.
+        """Steps/s over whole epochs: one whole epoch as timed, else the steady step plus the measured restart.
 
         None when the epoch length is unknown, or when workers restart at every epoch but no
         boundary was timed after start-up.
         """
         epoch = self.epoch
+        if epoch is not None and epoch.whole_epoch_steps_per_s is not None:
+            return epoch.whole_epoch_steps_per_s
         if epoch is None or epoch.steps_per_epoch is None:
             return None
         if epoch.num_workers and not epoch.persistent_workers:
@@ -69,40 +78,56 @@ class UnprofiledStats:
 
     @property
     def overhead_pct(self) -> float | None:
-        """How much slower a profiled step was than an unprofiled one."""
+        """How much slower a profiled step was than an unprofiled one (medians)."""
         if self.profiled_step_ms is None:
             return None
-        return 100 * (self.profiled_step_ms / self.step_ms - 1)
+        return 100 * (self.profiled_step_ms / self.step_ms_p50 - 1)
 
 
-def _boundary_steps(epoch_start: tuple[bool, ...]) -> set[int]:
-    """Steps inside the settling period of an epoch start."""
+def _settling(flags: tuple[bool, ...]) -> set[int]:
+    """Steps inside the settling period of a flagged step (an epoch start, the fork probe)."""
     near = set()
-    for i, started in enumerate(epoch_start):
-        if started:
+    for i, flagged in enumerate(flags):
+        if flagged:
             near.update(range(i, i + EPOCH_SETTLE_STEPS))
     return near
 
 
-def _epoch_stats(manifest: Manifest, loader: LoaderConfig, batches_per_step: float, near: set[int]) -> EpochStats:
+def _whole_epoch(clock: StepClock) -> range | None:
+    """The last epoch timed whole and unprofiled: from one epoch start to the next, all after the window."""
+    starts = [i for i, started in enumerate(clock.epoch_start) if started and clock.phase[i] == PHASE_AFTER]
+    whole = [range(a, b) for a, b in zip(starts, starts[1:]) if not any(clock.fork_probe[a:b])]
+    return whole[-1] if whole else None
+
+
+def _excess_ms(clock: StepClock, start: int, baseline_ms: float) -> float | None:
+    """What the settling steps from ``start`` took beyond ``baseline_ms`` each; None if they ran in different phases."""
+    span = range(start, start + EPOCH_SETTLE_STEPS)
+    if span.stop > len(clock) or any(clock.phase[j] != clock.phase[start] for j in span):
+        return None
+    return max(0.0, sum(clock.wall_ms[j] - baseline_ms for j in span))
+
+
+def _epoch_stats(manifest: Manifest, loader: LoaderConfig, batches_per_step: float, near: set[int], steady_ms: float,
+                 whole: range | None) -> EpochStats:  # fmt: skip
     clock = manifest.step_clock
-    steady = {
-        phase: statistics.median(w for i, (p, w) in enumerate(zip(clock.phase, clock.wall_ms)) if p == phase and i not in near)
-        for phase in (PHASE_PROFILED, PHASE_AFTER)
-        if any(p == phase and i not in near for i, p in enumerate(clock.phase))
-    }
+    profiled = [w for i, (p, w) in enumerate(zip(clock.phase, clock.wall_ms)) if p == PHASE_PROFILED and i not in near]
     restarts = []
-    for i, started in enumerate(clock.epoch_start):
+    # Boundaries after start-up, against their phase's mean step (a mean: long batches among the settling
+    # steps are no excess on average). The whole epoch's own boundary, when there is one, is the one to use.
+    for i in [whole.start] if whole is not None else [i for i, started in enumerate(clock.epoch_start) if started]:
         phase = clock.phase[i]
-        span = range(i, min(i + EPOCH_SETTLE_STEPS, len(clock)))
-        # Only boundaries after start-up, whose settling steps all ran in one phase with a steady median.
-        if not started or phase not in steady or any(clock.phase[j] != phase for j in span) or len(span) < EPOCH_SETTLE_STEPS:
+        if phase == PHASE_AFTER:
+            extra = _excess_ms(clock, i, steady_ms)
+        elif phase == PHASE_PROFILED and profiled:
+            extra = _excess_ms(clock, i, statistics.fmean(profiled))
+            extra = None if extra is None else extra * steady_ms / statistics.fmean(profiled)  # the profiler slowed these too
+        else:
             continue
-        extra = sum(clock.wall_ms[j] - steady[phase] for j in span)
-        if phase == PHASE_PROFILED and PHASE_AFTER in steady:
-            extra *= steady[PHASE_AFTER] / steady[PHASE_PROFILED]  # the profiler slowed these steps too
-        restarts.append(max(0.0, extra))
-    # Restarts from after the window are unprofiled: prefer them.
+        if extra is not None:
+            restarts.append(extra)
+    probes = [i for i, probed in enumerate(clock.fork_probe) if probed]
+    fork_probe = _excess_ms(clock, probes[0], steady_ms) if probes else None
     firsts = [e.first_batch_ms for e in loader.epochs if e.first_batch_ms is not None]
     ends = [e.end_ms for e in loader.epochs if e.end_ms is not None]
     return EpochStats(
@@ -113,24 +138,35 @@ def _epoch_stats(manifest: Manifest, loader: LoaderConfig, batches_per_step: flo
         boundaries_measured=len(restarts),
         first_batch_ms=statistics.median(firsts) if firsts else None,
         end_ms=statistics.median(ends) if ends else None,
+        whole_epoch_steps_per_s=1000 * len(whole) / sum(clock.wall_ms[whole.start:whole.stop]) if whole is not None else None,
+        fork_probe_ms=fork_probe,
     )
 
 
 def unprofiled_stats(manifest: Manifest | None, batches_per_step: float) -> UnprofiledStats | None:
-    """Unprofiled speed of a run recorded with reference steps; ``None`` when it has too few of them."""
+    """Unprofiled speed of a run recorded with reference steps; ``None`` when it has too few of them.
+
+    When a whole epoch was timed after the window, the steady speed is that epoch's (every batch length
+    once); else all reference steps'. Steps settling after an epoch start or the fork probe are left out
+    of the steady speed: their excess is the restart's (or the fork's) cost.
+    """
     if manifest is None or not len(manifest.step_clock):
         return None
     clock = manifest.step_clock
-    near = _boundary_steps(clock.epoch_start)
-    after = [i for i, p in enumerate(clock.phase) if p == PHASE_AFTER and i not in near]
+    near = _settling(clock.epoch_start) | _settling(clock.fork_probe)
+    whole = _whole_epoch(clock)
+    candidates = whole if whole is not None else range(len(clock))
+    after = [i for i in candidates if clock.phase[i] == PHASE_AFTER and i not in near]
     if len(after) < MIN_REFERENCE_STEPS or statistics.median(clock.wall_ms[i] for i in after) <= 0:
         return None
     profiled = [clock.wall_ms[i] for i, p in enumerate(clock.phase) if p == PHASE_PROFILED and i not in near]
-    median = lambda column: statistics.median(column[i] for i in after)  # noqa: E731
-    consumer = statistics.median(max(0.0, clock.wall_ms[i] - clock.wait_ms[i] - clock.runq_ms[i]) for i in after)
-    epoch = _epoch_stats(manifest, manifest.loader, batches_per_step, near) if manifest.loader is not None else None
+    mean = lambda column: statistics.fmean(column[i] for i in after)  # noqa: E731
+    consumer = statistics.fmean(max(0.0, clock.wall_ms[i] - clock.wait_ms[i] - clock.runq_ms[i]) for i in after)
+    steady_ms = mean(clock.wall_ms)
+    epoch = _epoch_stats(manifest, manifest.loader, batches_per_step, near, steady_ms, whole) if manifest.loader is not None else None
     return UnprofiledStats(
-        reference_steps=len(after), step_ms=median(clock.wall_ms), profiled_steps=len(profiled),
-        profiled_step_ms=statistics.median(profiled) if profiled else None, consumer_ms=consumer, wait_ms=median(clock.wait_ms),
-        cpu_ms=median(clock.cpu_ms), runq_ms=median(clock.runq_ms), epoch=epoch,
+        reference_steps=len(after), step_ms=steady_ms, profiled_steps=len(profiled),
+        step_ms_p50=statistics.median(clock.wall_ms[i] for i in after),
+        profiled_step_ms=statistics.median(profiled) if profiled else None, consumer_ms=consumer, wait_ms=mean(clock.wait_ms),
+        cpu_ms=mean(clock.cpu_ms), runq_ms=mean(clock.runq_ms), epoch=epoch,
     )  # fmt: skip

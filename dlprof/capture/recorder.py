@@ -6,9 +6,12 @@ example inference), after each batch a DataLoader returns.
 """
 from __future__ import annotations
 
+import gc
 import json
+import multiprocessing
 import os
 import platform
+import signal
 import socket
 import sys
 import time
@@ -28,9 +31,13 @@ from dlprof.capture.schedule import Schedule
 #: a few, so that gradient accumulation over a handful of micro-batches is not mistaken for
 #: a script without an optimizer.
 BATCHES_BEFORE_BATCH_STEPPING = 16
-#: Reference steps go on until an epoch boundary has been timed when epochs are this short or shorter
-#: (in batches) and workers restart at each: that cost is then measured, not estimated.
+#: Reference steps go on through one whole epoch (and the boundaries around it) when epochs are this
+#: short or shorter, in batches: speed over whole epochs is then measured, restarts included.
 MAX_EPOCH_BATCHES_TO_CROSS = 400
+#: In a run without workers, the after-window step at which the training process forks once (the fork probe).
+FORK_PROBE_AFTER_STEP = 2
+#: How long the probe's child lives: longer than the settling steps, as a worker would.
+FORK_PROBE_CHILD_S = 2.0
 
 
 class TrainingStopped(SystemExit):
@@ -108,7 +115,7 @@ class Recorder:
         self.window_start_ns: int | None = None
         # Profiled steps' boundaries (wall, process CPU, run-queue): the main process's CPU per step.
         self.step_clock: list[tuple[int, int, int]] = []
-        # Every step, profiled or not: [phase, wall, cpu, runq, wait, batches, epoch_start] (ns).
+        # Every step, profiled or not: [phase, wall, cpu, runq, wait, batches, epoch_start, fork_probe] (ns).
         self.all_steps: list[list] = []
         # Run-queue wait of the training thread: time it was ready to run but the cores were busy
         # (with DataLoader workers, say), which stretches the step without being the step's own work.
@@ -118,7 +125,10 @@ class Recorder:
         self._step_batches = 0
         self._step_epoch_start = False
         self._steps_after_window = 0
-        self._after_epoch_start: int | None = None  # index among the after-window steps
+        self._after_epoch_starts = 0
+        self._fork_probed = False
+        self._fork_probe_pid: int | None = None
+        self._step_fork_probe = False
         # Run-queue wait of the training thread: time it was ready to run but the cores were busy
         # (with DataLoader workers, say), which stretches the step without being the step's own work.
         self._main_runq_ns = spanfile.run_queue_clock()
@@ -187,7 +197,7 @@ class Recorder:
         begin = self._step_begin
         self.all_steps.append([
             phase, reading[0] - begin[0], reading[1] - begin[1], reading[2] - begin[2],
-            self._step_wait_ns, self._step_batches, self._step_epoch_start,
+            self._step_wait_ns, self._step_batches, self._step_epoch_start, self._step_fork_probe,
         ])  # fmt: skip
         self._step_wait_ns = self._step_batches = 0
         self._step_epoch_start = False
@@ -201,36 +211,87 @@ class Recorder:
         if phase == manifest.PHASE_AFTER:
             self._steps_after_window += 1
             if self.all_steps[-1][6]:
-                self._after_epoch_start = self._steps_after_window
+                self._after_epoch_starts += 1
+        probed = self.exported and self._maybe_probe_fork()
         # The next step starts once the profiler's own work (an export, say) is done: not training's time.
         self._step_begin = self._clocks()
+        self._step_fork_probe = probed
         if self.exported and not self.run_to_end and self._reference_done():
             self.stopped_early = True
             raise TrainingStopped()
 
+    def _training_loader(self) -> loader_probe.LoaderRecord | None:
+        loaders = loader_probe.loader_records()
+        return max(loaders, key=lambda r: r.batches) if loaders else None
+
+    def _short_epochs(self, training: loader_probe.LoaderRecord | None) -> bool:
+        return training is not None and training.length is not None and training.length <= MAX_EPOCH_BATCHES_TO_CROSS
+
     def _reference_done(self) -> bool:
-        """Enough unprofiled steps: the reference steps, and an epoch boundary when one is near."""
+        """Enough unprofiled steps: the reference steps and, when epochs are short, one whole epoch.
+
+        A whole epoch timed unprofiled is what the user's training does over epochs: every batch
+        length once, and the epoch boundary (workers restarting) included.
+        """
         after = self._steps_after_window
         if after < self.reference_steps:
             return False
-        if self._after_epoch_start is not None:
-            return after - self._after_epoch_start + 1 >= manifest.EPOCH_SETTLE_STEPS
-        loaders = loader_probe.loader_records()
-        if not loaders:
+        training = self._training_loader()
+        if not self._short_epochs(training):
             return True
-        training = max(loaders, key=lambda r: r.batches)
-        restarts = training.config.get("num_workers") and not training.config.get("persistent_workers")
-        if not restarts or training.length is None or training.length > MAX_EPOCH_BATCHES_TO_CROSS:
+        if self._after_epoch_starts >= 2:  # a boundary, a whole epoch, and the next boundary
             return True
         batches_per_step = max(1.0, training.batches / max(1, self.steps))
-        # At most one more epoch and its settling steps: the boundary must have come by then.
-        return after >= self.reference_steps + training.length / batches_per_step + manifest.EPOCH_SETTLE_STEPS
+        # At most two more epochs: the boundaries must have come by then (a loader that stopped early).
+        return after >= self.reference_steps + 2 * training.length / batches_per_step + manifest.EPOCH_SETTLE_STEPS
+
+    def _maybe_probe_fork(self) -> bool:
+        """Fork once after the window in a run without workers: what starting forked workers costs training.
+
+        Forking marks the training process's memory copy-on-write: for a few steps after, each page it
+        writes is copied. Starting DataLoader workers does that at every epoch, which a num_workers=0 run
+        cannot show; a child that lives on like a worker (then exits without running anything) can.
+        """
+        if self._fork_probed or self._steps_after_window != FORK_PROBE_AFTER_STEP or not hasattr(os, "fork"):
+            return False
+        training = self._training_loader()
+        if training is None or training.config.get("num_workers") or multiprocessing.get_start_method(allow_none=True) not in (None, "fork"):
+            return False
+        if "fork" not in multiprocessing.get_all_start_methods():
+            return False
+        self._fork_probed = True
+        child = os.fork()
+        if child == 0:  # the child: live as long as the settling steps take, then leave without a trace
+            try:
+                time.sleep(FORK_PROBE_CHILD_S)
+            finally:
+                os._exit(0)
+        self._fork_probe_pid = child
+        return True
+
+    def _reap_fork_probe(self) -> None:
+        """Collect the probe's child: no zombie is left behind, whenever training ends."""
+        if self._fork_probe_pid is None:
+            return
+        try:
+            os.kill(self._fork_probe_pid, signal.SIGKILL)
+            os.waitpid(self._fork_probe_pid, 0)
+        except (ChildProcessError, ProcessLookupError):
+            pass
+        self._fork_probe_pid = None
 
     def _export(self, profiler: torch.profiler.profile) -> None:
         tmp = self.trace_path.with_suffix(".tmp")
         profiler.export_chrome_trace(str(tmp))
         os.replace(tmp, self.trace_path)
         self.exported = True
+        # The recorded events are saved: release them now, so that they weigh on no later step.
+        inner = getattr(profiler, "profiler", None)
+        if inner is not None:
+            inner.kineto_results = None
+            inner._function_events = None
+            inner._old_function_events = None
+        gc.collect()
 
     def step_clock_columns(self) -> dict:
         """:class:`dlprof.manifest.StepClock` of every step seen, in ms."""
@@ -239,11 +300,12 @@ class Recorder:
         return {
             "phase": [r[0] for r in rows], "wall_ms": [ms(r[1]) for r in rows], "cpu_ms": [ms(r[2]) for r in rows],
             "runq_ms": [ms(r[3]) for r in rows], "wait_ms": [ms(r[4]) for r in rows], "batches": [r[5] for r in rows],
-            "epoch_start": [r[6] for r in rows],
+            "epoch_start": [r[6] for r in rows], "fork_probe": [r[7] for r in rows],
         }  # fmt: skip
 
     def finish(self, status: str, error: str | None) -> dict:
         """Stop profiling (exporting what was recorded) and write this process's facts for the merge."""
+        self._reap_fork_probe()
         if self._hook is not None:
             self._hook.remove()
         if self._profiler is not None:

@@ -80,9 +80,10 @@ def unprofiled_line(run) -> str | None:
     u = run.unprofiled
     if u is None:
         return None
-    line = f"without the profiler: {u.step_ms:.2f} ms per step ({u.steps_per_s:.2f} steps/s), median of {u.reference_steps} reference steps"
+    line = f"without the profiler: {u.step_ms:.2f} ms per step ({u.steps_per_s:.2f} steps/s), mean of {u.reference_steps} reference steps"
     if u.overhead_pct is not None:
-        line += f"; profiling made steps {u.overhead_pct:.0f} % slower: {u.profiled_step_ms:.2f} ms profiled vs {u.step_ms:.2f} ms unprofiled"
+        line += (f"; profiling made steps {u.overhead_pct:.0f} % slower: {u.profiled_step_ms:.2f} ms profiled vs {u.step_ms_p50:.2f} ms "
+                 "unprofiled (medians)")  # fmt: skip
     return line
 
 

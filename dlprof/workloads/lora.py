@@ -175,10 +175,10 @@ def plan(workload: dict, wait: int, warmup: int, active: int | None, reference_s
             "raise --steps or lower --active"
         )
     if steps is None:
-        # Enough steps to reach an epoch boundary after the window too: `dlprof record` stops the
-        # workload once it has timed the reference steps (and that boundary, when workers restart).
+        # Enough steps for one whole epoch after the window too (and the boundaries around it): `dlprof
+        # record` stops the workload once it has timed the reference steps and that epoch.
         per_epoch = math.ceil(len(load_examples(workload.get("dataset") or DEFAULT_DATASET)) / max(1, workload.get("batch_size") or 1))
-        steps = wait + warmup + active + reference_steps + per_epoch + EPOCH_SETTLE_STEPS
+        steps = wait + warmup + active + reference_steps + 2 * per_epoch + EPOCH_SETTLE_STEPS
     options = WorkloadOptions(**{**workload, "steps": steps})
     check(options)
     return options, active
@@ -296,7 +296,7 @@ class SpeedLog:
             "epochs": sum(1 for steps, _ in self.epochs if steps == self.steps_per_epoch),
             "epochs_measured": len(whole),
             "steps_per_epoch": self.steps_per_epoch,
-            "epoch_s": [round(seconds, 4) for _, seconds in self.epochs],
+            "epoch_s": [round(seconds, 6) for _, seconds in self.epochs],
         }
 
 

@@ -81,27 +81,41 @@ def test_manifest_describes_the_run(workload_run_2):
     main_cpu = manifest["main_process_cpu"]
     assert main_cpu["cpu_ms_per_step"] > 0 and 0 <= main_cpu["runq_ms_per_step"] <= main_cpu["wall_ms_per_step"]
     # Every step is timed, profiled or not: start-up (1), the window (2 + 8), then unprofiled steps until 6 reference
-    # steps are done and, epochs being short (214 examples / 2 = 107 batches), one epoch boundary and 5 steps after it.
+    # steps are done and, epochs being short (214 examples / 2 = 107 batches), one whole epoch: from the boundary at
+    # step 107 to the next one, at step 214, the last step run.
     clock = manifest["step_clock"]
     phases = clock["phase"]
     assert phases[:11] == ["before"] + ["profiled"] * 10 and set(phases[11:]) == {"after"}
-    assert len(phases) == manifest["steps"]["run"] == 107 + 5 and manifest["stopped_early"] is True
-    assert clock["epoch_start"].count(True) == 2 and clock["epoch_start"][107]
+    assert len(phases) == manifest["steps"]["run"] == 2 * 107 + 1 and manifest["stopped_early"] is True
+    assert [i for i, started in enumerate(clock["epoch_start"]) if started] == [0, 107, 214]
+    assert not any(clock["fork_probe"])  # a run with workers needs no fork probe
     assert all(w > 0 for w in clock["wall_ms"]) and all(0 <= q <= w for q, w in zip(clock["wait_ms"], clock["wall_ms"]))
-    assert loader["length"] == 107 and [e["batches"] for e in loader["epochs"]] == [107, 5]
+    assert loader["length"] == 107 and [e["batches"] for e in loader["epochs"]] == [107, 107, 1]
     assert loader["epochs"][0]["end_ms"] > 0 and all(e["first_batch_ms"] > 0 for e in loader["epochs"])
     roles = [p["role"] for p in manifest["memory"]["processes"]]
-    assert roles.count("main") == 1 and roles.count("worker") == 4  # two workers per epoch
+    assert roles.count("main") == 1 and roles.count("worker") <= 6  # two workers per epoch, each if sampled
 
 
 def test_unprofiled_speed_and_overhead_reach_the_report(workload_run_2):
     report = analyze(workload_run_2).runs[0]
     unprofiled = report.unprofiled
-    assert unprofiled is not None and unprofiled.reference_steps >= 6 and unprofiled.overhead_pct is not None
+    # The whole epoch timed after the window, less the 5 steps settling after its start.
+    assert unprofiled is not None and unprofiled.reference_steps == 107 - 5 and unprofiled.overhead_pct is not None
     assert unprofiled.epoch.boundaries_measured == 1 and unprofiled.epoch.restart_ms >= 0
-    assert unprofiled.epoch.steps_per_epoch == 107
+    assert unprofiled.epoch.steps_per_epoch == 107 and unprofiled.epoch.whole_epoch_steps_per_s > 0
+    # Predicted for the recorded count over whole epochs: the whole epoch as measured (steady step + its restart).
+    assert report.advice.predicted[2].epoch_steps_per_s == pytest.approx(unprofiled.epoch_steps_per_s, rel=1e-6)
     prediction = report.advice.predicted[2]
     assert prediction.epoch_steps_per_s is not None and prediction.epoch_steps_per_s <= prediction.steps_per_s
+
+
+def test_a_run_without_workers_probes_what_forking_costs(workload_run_0):
+    manifest = load_trace(workload_run_0)[schema.MANIFEST_KEY]
+    probes = [i for i, probed in enumerate(manifest["step_clock"]["fork_probe"]) if probed]
+    assert probes == [11 + 2]  # the step that began after the 2nd unprofiled step
+    epoch = analyze(workload_run_0).runs[0].unprofiled.epoch
+    assert epoch.fork_probe_ms is not None and epoch.fork_probe_ms >= 0
+    assert leftover_processes("dlprof.workloads.lora") == []
 
 
 HOUR_LONG_SCRIPT = """
@@ -150,13 +164,18 @@ def test_run_to_end_lets_the_script_finish(tmp_path, user_script):
     assert manifest["stopped_early"] is False and manifest["steps"]["run"] == 20
 
 
-def test_memory_counters_sample_main_and_workers(workload_run_2):
+def test_memory_is_known_for_main_and_workers(workload_run_2):
     doc = load_trace(workload_run_2)
     counters = [e for e in doc["traceEvents"] if e.get("ph") == "C"]
-    # The workers that served the recorded window (later epochs' workers have no spans and no track in it).
-    worker_pids = {e["pid"] for e in doc["traceEvents"] if e.get("ph") == "M" and e["args"].get("name", "").startswith("DataLoader worker")}
-    assert len(worker_pids) == 2 and {c["pid"] for c in counters} >= worker_pids
-    assert all(c["args"]["pss_mib"] > 0 for c in counters)
+    assert counters and all(c["args"]["pss_mib"] > 0 for c in counters)
+    # Sampling reads one process at a time and backs off to 2 % of a core; every process is read at least
+    # once, a new worker first, so the report knows each worker's memory that served the window.
+    summary = {p["pid"]: p for p in doc[schema.MANIFEST_KEY]["memory"]["processes"]}
+    window_workers = {e["pid"] for e in doc["traceEvents"] if e.get("ph") == "M" and e["args"].get("name", "").startswith("DataLoader worker")}
+    assert len(window_workers) == 2 and window_workers <= set(summary)
+    assert all(summary[pid]["pss_mib_last"] > 0 for pid in window_workers)
+    loader = analyze(workload_run_2).runs[0].loader
+    assert all(w.pss_mib_last for w in loader.workers)
 
 
 def test_num_workers_0_spans_in_the_main_process(workload_run_0):

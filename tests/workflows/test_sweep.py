@@ -118,7 +118,7 @@ def test_check_counts_keeps_order():
 
 
 def _unprofiled(step_ms: float, wait_ms: float) -> UnprofiledStats:
-    return UnprofiledStats(reference_steps=10, step_ms=step_ms, profiled_steps=8, profiled_step_ms=step_ms * 1.5, consumer_ms=step_ms - wait_ms,
+    return UnprofiledStats(reference_steps=10, step_ms=step_ms, profiled_steps=8, step_ms_p50=step_ms, profiled_step_ms=step_ms * 1.5, consumer_ms=step_ms - wait_ms,
                            wait_ms=wait_ms, cpu_ms=step_ms, runq_ms=0.0, epoch=None)  # fmt: skip
 
 

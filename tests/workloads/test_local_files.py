@@ -46,7 +46,7 @@ def test_cuda_requested_without_cuda_is_one_line(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    done = run_dlprof("record", "--out", str(tmp_path), "--name", "nocuda", "--device", "cuda", "--steps", "29")
+    done = run_dlprof("record", "--out", str(tmp_path), "--name", "nocuda", "--device", "cuda", "--steps", "49")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == "dlprof: error: --device cuda: PyTorch sees no CUDA device here; use --device cpu (or auto)"
     assert "Traceback" not in done.stderr

@@ -36,8 +36,8 @@ def test_to_argv_spells_booleans():
 
 @pytest.mark.parametrize(
     ("steps", "active", "expected_steps", "expected_active"),
-    # Without --steps: the window, then enough for one more epoch (214 examples / 4 = 54 steps) and 5 settling steps.
-    [(None, None, 25 + 54 + 5, 20), (30, None, 30, 25), (None, 5, 10 + 54 + 5, 5), (6, None, 6, 1)],
+    # Without --steps: the window, then enough for two more epochs (214 examples / 4 = 54 steps) and 5 settling steps.
+    [(None, None, 25 + 2 * 54 + 5, 20), (30, None, 30, 25), (None, 5, 10 + 2 * 54 + 5, 5), (6, None, 6, 1)],
 )
 def test_plan_fits_steps_and_active(steps, active, expected_steps, expected_active):
     options, planned_active = plan({**CLI_DEFAULTS, "steps": steps}, 2, 3, active)

@@ -1,0 +1,45 @@
+"""Memory sampling from outside the training process: cheap for training, every process read."""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+from dlprof.capture import memory
+from dlprof.capture.memory import MemorySampler
+
+
+def test_every_process_is_read_and_new_ones_first():
+    children = [subprocess.Popen(["sleep", "5"]) for _ in range(2)]
+    try:
+        sampler = MemorySampler(os.getpid(), interval_ms=20)
+        sampler.start()
+        time.sleep(0.5)
+        samples = sampler.stop()
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+    read = {s.pid for s in samples}
+    assert {os.getpid(), *(c.pid for c in children)} <= read
+    assert all(s.pss_bytes > 0 and s.rss_bytes >= s.uss_bytes for s in samples)
+
+
+def test_sampling_backs_off_to_its_duty_limit(monkeypatch):
+    # A reading that costs 30 ms may come at most every 30 / MAX_DUTY_FRACTION ms once every process was read.
+    def slow_sample(self, root):
+        time.sleep(0.03)
+        return True, False
+
+    monkeypatch.setattr(MemorySampler, "sample_once", slow_sample)
+    sampler = MemorySampler(os.getpid(), interval_ms=1)
+    waits = []
+
+    def wait(seconds):
+        waits.append(seconds)
+        if len(waits) == 3:
+            sampler._stop.set()
+
+    monkeypatch.setattr(sampler._stop, "wait", wait)
+    sampler._run()
+    assert len(waits) == 3 and all(w >= 0.03 / memory.MAX_DUTY_FRACTION * 0.95 for w in waits)
