@@ -146,6 +146,9 @@ class Handoff:
 
     per_batch_ms: float
     per_tensor_ms: float
+    #: The worker's CPU to send a batch (its tensors moved to shared memory): ``worker_per_batch + tensors * worker_per_tensor``.
+    worker_per_batch_ms: float | None = None
+    worker_per_tensor_ms: float | None = None
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,8 @@ class ModelInputs:
     #: The main process's measured CPU already includes the hand-off (recorded with workers).
     cpu_includes_handoff: bool = True
     epoch: EpochModel | None = None
+    #: Per step with workers: the workers' CPU to send batches (shared memory; not in their spans).
+    worker_send_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,8 @@ def _raw(inputs: ModelInputs, num_workers: int) -> tuple[float, str]:
     bounds = {"consumer": inputs.consumer_ms + inputs.handoff_ms, "loader": per_step_loading / num_workers}
     if inputs.usable_cores:
         handoff_cpu = 0.0 if inputs.cpu_includes_handoff else inputs.handoff_ms
-        bounds["cpu"] = (inputs.main_cpu_ms + handoff_cpu + inputs.batches_per_step * inputs.batch_cpu_ms) / inputs.usable_cores
+        workers_cpu = inputs.batches_per_step * inputs.batch_cpu_ms + inputs.worker_send_ms
+        bounds["cpu"] = (inputs.main_cpu_ms + handoff_cpu + workers_cpu) / inputs.usable_cores
     bound = max(bounds, key=bounds.get)
     return bounds[bound], bound
 

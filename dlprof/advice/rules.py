@@ -117,7 +117,17 @@ def _model_inputs(
         worker_pss_mib=sum(pss) / len(pss) if pss else None, available_ram_mib=host.ram_available_mib if host else None,
         recorded_workers=recorded, measured_step_ms=unprofiled.step_ms if unprofiled else None,
         cpu_includes_handoff=bool(recorded), epoch=_epoch_model(unprofiled, host, basis),
+        worker_send_ms=_worker_send_ms(loader, host, batches_per_step),
     )  # fmt: skip
+
+
+def _worker_send_ms(loader: LoaderStats | None, host: Host | None, batches_per_step: float) -> float:
+    """Per step with workers: the workers' CPU to send batches (tensors moved to shared memory), from this machine's calibration."""
+    handoff = host.handoff if host else None
+    tensors = loader.tensors_per_batch if loader else 0.0
+    if handoff is None or handoff.worker_per_tensor_ms is None or not tensors:
+        return 0.0
+    return batches_per_step * ((handoff.worker_per_batch_ms or 0.0) + handoff.worker_per_tensor_ms * tensors)
 
 
 def _epoch_model(unprofiled: UnprofiledStats | None, host: Host | None, basis: list[str]) -> EpochModel | None:

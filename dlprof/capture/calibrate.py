@@ -39,32 +39,51 @@ class _Tensors(Dataset):
         return tuple(torch.zeros(16) for _ in range(self.count))
 
 
-def _ready_next_ms(tensors: int) -> float:
+def _process_cpu_ms(pid: int) -> float:
+    import psutil
+
+    times = psutil.Process(pid).cpu_times()
+    return (times.user + times.system) * 1000
+
+
+def _ready_next_ms(tensors: int) -> tuple[float, float]:
+    """The main process's cost of receiving a ready batch of ``tensors`` tensors, and the worker's CPU per batch sent."""
     context = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
     loader = DataLoader(
         _Tensors(tensors), batch_size=None, num_workers=1, prefetch_factor=TIMED_BATCHES + 2, multiprocessing_context=context,
-        timeout=WORKER_TIMEOUT_S,
+        timeout=WORKER_TIMEOUT_S, sampler=range(2 * TIMED_BATCHES + 4),
     )
     iterator = iter(loader)
     next(iterator)  # the worker is up
     time.sleep(FILL_S)
+    worker = iterator._workers[0].pid
+    worker_cpu = _process_cpu_ms(worker)
     timings = []
     for _ in range(TIMED_BATCHES):
         start = time.perf_counter_ns()
         next(iterator)
         timings.append((time.perf_counter_ns() - start) / 1e6)
+    time.sleep(FILL_S)  # the worker makes and sends as many batches again
+    sent_cpu_ms = (_process_cpu_ms(worker) - worker_cpu) / TIMED_BATCHES
     del iterator
-    return statistics.median(timings)
+    return statistics.median(timings), sent_cpu_ms
+
+
+def _per_batch_and_tensor(one: float, many: float) -> tuple[float, float]:
+    per_tensor = max(0.0, (many - one) / (MANY_TENSORS - 1))
+    return round(max(0.0, one - per_tensor), 4), round(per_tensor, 4)
 
 
 def measure_handoff() -> dict | None:
-    """``{"per_batch_ms", "per_tensor_ms"}``: a ready batch of ``t`` tensors costs ``per_batch + t * per_tensor``."""
+    """A batch of ``t`` tensors costs the main process ``per_batch + t * per_tensor`` to receive, and its
+    worker ``worker_per_batch + t * worker_per_tensor`` of CPU to send (moving tensors to shared memory)."""
     try:
-        one, many = _ready_next_ms(1), _ready_next_ms(MANY_TENSORS)
+        (one, one_sent), (many, many_sent) = _ready_next_ms(1), _ready_next_ms(MANY_TENSORS)
     except Exception:  # no worker processes possible here (sandboxes, no /dev/shm): leave it unknown
         return None
-    per_tensor = max(0.0, (many - one) / (MANY_TENSORS - 1))
-    return {"per_batch_ms": round(max(0.0, one - per_tensor), 4), "per_tensor_ms": round(per_tensor, 4)}
+    per_batch, per_tensor = _per_batch_and_tensor(one, many)
+    worker_per_batch, worker_per_tensor = _per_batch_and_tensor(one_sent, many_sent)
+    return {"per_batch_ms": per_batch, "per_tensor_ms": per_tensor, "worker_per_batch_ms": worker_per_batch, "worker_per_tensor_ms": worker_per_tensor}
 
 
 #: Worker counts timed for the start-up calibration (a line through them gives fixed + per-worker cost).

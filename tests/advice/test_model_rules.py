@@ -34,6 +34,8 @@ def test_cpu_bound_and_handoff():
     assert predict(model, 8).step_ms == pytest.approx(25.0)
     # The hand-off is the main process's own work: it lengthens the consumer (10 + 1 = 11 > 30/4, 40/4).
     assert predict(inputs(handoff_ms=1.0), 4).step_ms == pytest.approx(11.0) and predict(inputs(handoff_ms=1.0), 4).bound == "consumer"
+    # Workers' CPU to send their batches (shared memory) is no span's: the CPU bound adds it (20 + 30 + 10) / 2.
+    assert predict(inputs(usable_cores=2, main_cpu_ms=20.0, worker_send_ms=10.0), 4).step_ms == pytest.approx(30.0)
     # Recorded at num_workers=0, the measured main-process CPU has no hand-off in it: the CPU bound adds it.
     assert predict(inputs(usable_cores=2, main_cpu_ms=20.0, handoff_ms=2.0, cpu_includes_handoff=False), 4).step_ms == pytest.approx(26.0)
 
