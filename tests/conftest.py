@@ -84,3 +84,24 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="needs a CUDA device")
         for item in gpu_items:
             item.add_marker(skip)
+
+
+def invoke(*args):
+    """Run the ``dlprof`` Click group in-process, as a user would type the arguments."""
+    from click.testing import CliRunner
+
+    from dlprof.cli import cli
+
+    return CliRunner().invoke(cli, [str(a) for a in args], prog_name="dlprof")
+
+
+def assert_one_line_error(result, *fragments: str) -> str:
+    """The command failed with exit code 2 and one line on stderr, no traceback, naming every fragment."""
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.output and lines[0].startswith("dlprof"), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+

@@ -8,26 +8,14 @@ import subprocess
 import sys
 
 import pytest
-from click.testing import CliRunner
 
-from conftest import DATA_DIR
-from dlprof.cli import cli
+from conftest import DATA_DIR, assert_one_line_error, invoke
 
 TINY = DATA_DIR / "tiny_dlprof_trace.json"
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(cli, list(args), prog_name="dlprof")
 
 
-def assert_one_line_error(result, *fragments: str) -> str:
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.output and lines[0].startswith("dlprof")
-    for fragment in fragments:
-        assert fragment in lines[0]
-    return lines[0]
 
 
 def test_text_report_to_the_terminal():

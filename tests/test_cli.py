@@ -7,10 +7,10 @@ import textwrap
 import time
 
 import pytest
-from click.testing import CliRunner
 
 import dlprof
-from dlprof.cli import _default_run_name, cli
+from conftest import invoke
+from dlprof.cli import _default_run_name
 
 TRAIN_SCRIPT = """
 import torch
@@ -28,8 +28,6 @@ for x, y in loader:  # 8 steps
 """
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(cli, list(args), prog_name="dlprof")
 
 
 def test_help_lists_commands():

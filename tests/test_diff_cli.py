@@ -11,24 +11,13 @@ import subprocess
 import sys
 
 import pytest
-from click.testing import CliRunner
 
-from dlprof.cli import cli
+from conftest import assert_one_line_error, invoke
 from workflows.test_diff import ROW_KEYS, before_after
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(cli, list(map(str, args)), prog_name="dlprof")
 
 
-def assert_one_line_error(result, *fragments: str) -> str:
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.output and lines[0].startswith("dlprof")
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture

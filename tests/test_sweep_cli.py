@@ -5,10 +5,9 @@ import json
 import textwrap
 
 import pytest
-from click.testing import CliRunner
 
-from conftest import load_trace, trace_files
-from dlprof.cli import _default_run_name, cli
+from conftest import assert_one_line_error, invoke, load_trace, trace_files
+from dlprof.cli import _default_run_name
 
 #: A user script with a DataLoader that asks for num_workers=0: the sweep overrides it. 64 batches, far
 #: more than the 1 + 1 + 4 + 5 steps the sweep's runs need before dlprof stops them.
@@ -28,15 +27,8 @@ for x, y in loader:
 """
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(cli, list(args), prog_name="dlprof")
 
 
-def one_line_error(result) -> str:
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    return lines[0]
 
 
 @pytest.fixture
@@ -63,42 +55,42 @@ def test_sweep_help_shares_record_options():
      ("1.5,2", "comma-separated whole numbers")],
 )  # fmt: skip
 def test_bad_workers_values(tmp_path, script, value, problem):
-    line = one_line_error(invoke("sweep", "--out", str(tmp_path / "traces"), "--workers", value, "--", "python", str(script)))
+    line = assert_one_line_error(invoke("sweep", "--out", str(tmp_path / "traces"), "--workers", value, "--", "python", str(script)))
     assert line.startswith("dlprof sweep: error: Invalid value for '--workers'") and problem in line
     assert not (tmp_path / "traces").exists()
 
 
 def test_workers_is_required(tmp_path, script):
-    assert "Missing option '--workers'" in one_line_error(invoke("sweep", "--out", str(tmp_path), "--", "python", str(script)))
+    assert "Missing option '--workers'" in assert_one_line_error(invoke("sweep", "--out", str(tmp_path), "--", "python", str(script)))
 
 
 def test_num_workers_is_not_a_sweep_option(tmp_path):
-    assert "No such option '--num-workers'" in one_line_error(invoke("sweep", "--out", str(tmp_path), "--workers", "0,1", "--num-workers", "2"))
+    assert "No such option '--num-workers'" in assert_one_line_error(invoke("sweep", "--out", str(tmp_path), "--workers", "0,1", "--num-workers", "2"))
 
 
 def test_workload_options_with_a_command(tmp_path, script):
-    line = one_line_error(invoke("sweep", "--out", str(tmp_path / "t"), "--workers", "0,1", "--batch-size", "8", "--", "python", str(script)))
+    line = assert_one_line_error(invoke("sweep", "--out", str(tmp_path / "t"), "--workers", "0,1", "--batch-size", "8", "--", "python", str(script)))
     assert "--batch-size configures the built-in workload" in line
     assert not (tmp_path / "t").exists()
 
 
 def test_double_dash_without_command(tmp_path):
-    assert "no command after '--'" in one_line_error(invoke("sweep", "--out", str(tmp_path), "--workers", "0,1", "--"))
+    assert "no command after '--'" in assert_one_line_error(invoke("sweep", "--out", str(tmp_path), "--workers", "0,1", "--"))
 
 
 def test_missing_script_records_nothing(tmp_path):
-    line = one_line_error(invoke("sweep", "--out", str(tmp_path / "t"), "--name", "s", "--workers", "0,1", "--", "python", str(tmp_path / "nope.py")))
+    line = assert_one_line_error(invoke("sweep", "--out", str(tmp_path / "t"), "--name", "s", "--workers", "0,1", "--", "python", str(tmp_path / "nope.py")))
     assert line.startswith("dlprof: error: ") and "nope.py: no such script" in line
     assert not (tmp_path / "t").exists()
 
 
 def test_output_directory_must_exist(tmp_path, script):
-    line = one_line_error(invoke("sweep", "--out", str(tmp_path / "t"), "--workers", "0,1", "-o", str(tmp_path / "no" / "r.json"), "--", "python", str(script)))
+    line = assert_one_line_error(invoke("sweep", "--out", str(tmp_path / "t"), "--workers", "0,1", "-o", str(tmp_path / "no" / "r.json"), "--", "python", str(script)))
     assert "does not exist" in line and not (tmp_path / "t").exists()
 
 
 def test_output_extension_must_name_a_format(tmp_path, script):
-    line = one_line_error(invoke("sweep", "--out", str(tmp_path / "t"), "--workers", "0,1", "-o", str(tmp_path / "r.xyz"), "--", "python", str(script)))
+    line = assert_one_line_error(invoke("sweep", "--out", str(tmp_path / "t"), "--workers", "0,1", "-o", str(tmp_path / "r.xyz"), "--", "python", str(script)))
     assert "cannot tell the format" in line
 
 
