@@ -37,6 +37,14 @@ PHASES = (PHASE_BEFORE, PHASE_PROFILED, PHASE_AFTER)
 #: for a few steps (copy-on-write page faults), besides the wait for the first batch. The recorder times
 #: this many steps after a boundary; the analysis counts their excess as the restart's cost.
 EPOCH_SETTLE_STEPS = 5
+#: Short epochs are timed whole after the window, as many as make at least this many batches in all:
+#: one epoch's time varies with the way its samples fall into batches (dynamic padding).
+MIN_WHOLE_EPOCH_BATCHES = 100
+
+
+def whole_epochs_to_time(epoch_batches: int) -> int:
+    """How many whole epochs of ``epoch_batches`` batches the recorder times after the window."""
+    return max(1, -(-MIN_WHOLE_EPOCH_BATCHES // max(1, epoch_batches)))
 
 
 @dataclass(frozen=True)

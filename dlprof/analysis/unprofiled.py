@@ -31,7 +31,7 @@ class EpochStats:
     boundaries_measured: int
     first_batch_ms: float | None  # median time from iterator creation to the first batch
     end_ms: float | None  # median time of the __next__ that ended an epoch (workers shut down)
-    #: Steps/s over one whole epoch timed after the window, its boundary included; None if none was.
+    #: Steps/s over the whole epochs timed after the window, their boundaries included; None if none was.
     whole_epoch_steps_per_s: float | None = None
     #: A run without workers: what forking once cost the following steps (copy-on-write), as workers would.
     fork_probe_ms: float | None = None
@@ -58,7 +58,7 @@ class UnprofiledStats:
 
     @property
     def epoch_steps_per_s(self) -> float | None:
-        """Steps/s over whole epochs: one whole epoch as timed, else the steady step plus the measured restart.
+        """Steps/s over whole epochs: the whole epochs as timed, else the steady step plus the measured restart.
 
         None when the epoch length is unknown, or when workers restart at every epoch but no
         boundary was timed after start-up.
@@ -93,11 +93,12 @@ def _settling(flags: tuple[bool, ...]) -> set[int]:
     return near
 
 
-def _whole_epoch(clock: StepClock) -> range | None:
-    """The last epoch timed whole and unprofiled: from one epoch start to the next, all after the window."""
+def _whole_epochs(clock: StepClock) -> range | None:
+    """The epochs timed whole and unprofiled: from the first epoch start after the window to the last one."""
     starts = [i for i, started in enumerate(clock.epoch_start) if started and clock.phase[i] == PHASE_AFTER]
-    whole = [range(a, b) for a, b in zip(starts, starts[1:]) if not any(clock.fork_probe[a:b])]
-    return whole[-1] if whole else None
+    while len(starts) >= 2 and any(clock.fork_probe[starts[0]:starts[-1]]):
+        starts.pop(0)  # the fork probe's steps are not the training's own
+    return range(starts[0], starts[-1]) if len(starts) >= 2 else None
 
 
 def _excess_ms(clock: StepClock, start: int, baseline_ms: float) -> float | None:
@@ -114,8 +115,9 @@ def _epoch_stats(manifest: Manifest, loader: LoaderConfig, batches_per_step: flo
     profiled = [w for i, (p, w) in enumerate(zip(clock.phase, clock.wall_ms)) if p == PHASE_PROFILED and i not in near]
     restarts = []
     # Boundaries after start-up, against their phase's mean step (a mean: long batches among the settling
-    # steps are no excess on average). The whole epoch's own boundary, when there is one, is the one to use.
-    for i in [whole.start] if whole is not None else [i for i, started in enumerate(clock.epoch_start) if started]:
+    # steps are no excess on average). The whole epochs' own boundaries, when there are some, are the ones to use.
+    starts = [i for i, started in enumerate(clock.epoch_start) if started]
+    for i in [i for i in starts if i in whole] if whole is not None else starts:
         phase = clock.phase[i]
         if phase == PHASE_AFTER:
             extra = _excess_ms(clock, i, steady_ms)
@@ -146,15 +148,15 @@ def _epoch_stats(manifest: Manifest, loader: LoaderConfig, batches_per_step: flo
 def unprofiled_stats(manifest: Manifest | None, batches_per_step: float) -> UnprofiledStats | None:
     """Unprofiled speed of a run recorded with reference steps; ``None`` when it has too few of them.
 
-    When a whole epoch was timed after the window, the steady speed is that epoch's (every batch length
-    once); else all reference steps'. Steps settling after an epoch start or the fork probe are left out
+    When whole epochs were timed after the window, the steady speed is theirs (every batch length once
+    per epoch); else all reference steps'. Steps settling after an epoch start or the fork probe are left out
     of the steady speed: their excess is the restart's (or the fork's) cost.
     """
     if manifest is None or not len(manifest.step_clock):
         return None
     clock = manifest.step_clock
     near = _settling(clock.epoch_start) | _settling(clock.fork_probe)
-    whole = _whole_epoch(clock)
+    whole = _whole_epochs(clock)
     candidates = whole if whole is not None else range(len(clock))
     after = [i for i in candidates if clock.phase[i] == PHASE_AFTER and i not in near]
     if len(after) < MIN_REFERENCE_STEPS or statistics.median(clock.wall_ms[i] for i in after) <= 0:

@@ -239,11 +239,12 @@ class Recorder:
         training = self._training_loader()
         if not self._short_epochs(training):
             return True
-        if self._after_epoch_starts >= 2:  # a boundary, a whole epoch, and the next boundary
+        epochs = manifest.whole_epochs_to_time(training.length)
+        if self._after_epoch_starts >= epochs + 1:  # a boundary, the whole epochs, and the next boundary
             return True
         batches_per_step = max(1.0, training.batches / max(1, self.steps))
-        # At most two more epochs: the boundaries must have come by then (a loader that stopped early).
-        return after >= self.reference_steps + 2 * training.length / batches_per_step + manifest.EPOCH_SETTLE_STEPS
+        # The boundaries must have come by then (else the loader stopped early, or steps are not batches).
+        return after >= self.reference_steps + (epochs + 1) * training.length / batches_per_step + manifest.EPOCH_SETTLE_STEPS
 
     def _maybe_probe_fork(self) -> bool:
         """Fork once after the window in a run without workers: what starting forked workers costs training.

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from dlprof.capture.schedule import Schedule
 from dlprof.errors import InputError, UsageError
-from dlprof.manifest import EPOCH_SETTLE_STEPS
+from dlprof.manifest import EPOCH_SETTLE_STEPS, whole_epochs_to_time
 from dlprof.workloads.records import load_examples
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -175,10 +175,10 @@ def plan(workload: dict, wait: int, warmup: int, active: int | None, reference_s
             "raise --steps or lower --active"
         )
     if steps is None:
-        # Enough steps for one whole epoch after the window too (and the boundaries around it): `dlprof
-        # record` stops the workload once it has timed the reference steps and that epoch.
+        # Enough steps for the whole epochs the recorder times after the window (and the boundary before
+        # them): `dlprof record` stops the workload once it has timed the reference steps and those epochs.
         per_epoch = math.ceil(len(load_examples(workload.get("dataset") or DEFAULT_DATASET)) / max(1, workload.get("batch_size") or 1))
-        steps = wait + warmup + active + reference_steps + 2 * per_epoch + EPOCH_SETTLE_STEPS
+        steps = wait + warmup + active + reference_steps + (whole_epochs_to_time(per_epoch) + 1) * per_epoch + EPOCH_SETTLE_STEPS
     options = WorkloadOptions(**{**workload, "steps": steps})
     check(options)
     return options, active

@@ -53,3 +53,25 @@ def test_too_few_reference_steps_give_nothing():
     short = StepClock(*(column[:10] for column in dataclasses.astuple(clock)))
     assert unprofiled_stats(dataclasses.replace(manifest, step_clock=short), 1.0) is None
     assert unprofiled_stats(None, 1.0) is None
+
+
+def test_whole_epochs_after_the_window_are_the_speed():
+    manifest = _manifest()
+    clock = manifest.step_clock
+    # After the window: 2 steps, then two whole 8-step epochs (starts at +2, +10, +18), each 40 ms over 5
+    # settling steps (15 + 4 * 6.25 ms over a 5 ms step) and 5 ms otherwise; then one step of the next epoch.
+    epoch = [20.0, 11.25, 11.25, 11.25, 11.25, 5.0, 5.0, 5.0]
+    extra = [5.0, 5.0, *epoch, *epoch, 20.0]
+    starts = [False, False, True] + [False] * 7 + [True] + [False] * 7 + [True]
+    n = len(extra)
+    clock = StepClock(
+        phase=clock.phase + ("after",) * n, wall_ms=clock.wall_ms + tuple(extra), cpu_ms=clock.cpu_ms + (1.0,) * n,
+        runq_ms=clock.runq_ms + (0.0,) * n, wait_ms=clock.wait_ms + (0.5,) * n, batches=clock.batches + (1,) * n,
+        epoch_start=clock.epoch_start + tuple(starts), fork_probe=clock.fork_probe + (False,) * n,
+    )  # fmt: skip
+    loader = dataclasses.replace(manifest.loader, length=8)
+    stats = unprofiled_stats(dataclasses.replace(manifest, step_clock=clock, loader=loader), 1.0)
+    # Steady: the 3 + 3 unsettled steps of the two whole epochs; each boundary: 65 - 5 * 5 = 40 ms.
+    assert stats.reference_steps == 6 and stats.step_ms == pytest.approx(5.0) and stats.consumer_ms == pytest.approx(4.5)
+    assert stats.epoch.boundaries_measured == 2 and stats.epoch.restart_ms == pytest.approx(40.0)
+    assert stats.epoch_steps_per_s == pytest.approx(1000 * 16 / (2 * 80.0))

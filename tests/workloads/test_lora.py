@@ -36,8 +36,9 @@ def test_to_argv_spells_booleans():
 
 @pytest.mark.parametrize(
     ("steps", "active", "expected_steps", "expected_active"),
-    # Without --steps: the window, then enough for two more epochs (214 examples / 4 = 54 steps) and 5 settling steps.
-    [(None, None, 25 + 2 * 54 + 5, 20), (30, None, 30, 25), (None, 5, 10 + 2 * 54 + 5, 5), (6, None, 6, 1)],
+    # Without --steps: the window, then enough for three more epochs (214 examples / 4 = 54 steps: one to reach a
+    # boundary, two timed whole to make 100 batches) and 5 settling steps.
+    [(None, None, 25 + 3 * 54 + 5, 20), (30, None, 30, 25), (None, 5, 10 + 3 * 54 + 5, 5), (6, None, 6, 1)],
 )
 def test_plan_fits_steps_and_active(steps, active, expected_steps, expected_active):
     options, planned_active = plan({**CLI_DEFAULTS, "steps": steps}, 2, 3, active)
