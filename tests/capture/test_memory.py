@@ -14,7 +14,10 @@ def test_every_process_is_read_and_new_ones_first():
     try:
         sampler = MemorySampler(os.getpid(), interval_ms=20)
         sampler.start()
-        time.sleep(0.5)
+        wanted = {os.getpid(), *(c.pid for c in children)}
+        deadline = time.monotonic() + 10  # three readings; generous for a loaded machine
+        while time.monotonic() < deadline and not wanted <= {s.pid for s in sampler.samples}:
+            time.sleep(0.05)
         samples = sampler.stop()
     finally:
         for child in children:
