@@ -21,12 +21,15 @@ def _unprofiled(u: UnprofiledStats) -> dict:
     epoch = u.epoch
     return {
         "reference_steps": u.reference_steps, "step_ms": _r(u.step_ms), "steps_per_s": _r(u.steps_per_s),
-        "profiled_steps": u.profiled_steps, "profiled_step_ms": _r(u.profiled_step_ms), "overhead_pct": _r(u.overhead_pct, 2),
+        "step_ms_p50": _r(u.step_ms_p50), "profiled_steps": u.profiled_steps, "profiled_step_ms": _r(u.profiled_step_ms),
+        "overhead_pct": _r(u.overhead_pct, 2),
         "consumer_ms": _r(u.consumer_ms), "wait_ms": _r(u.wait_ms), "cpu_ms": _r(u.cpu_ms), "runq_ms": _r(u.runq_ms),
+        "epoch_steps_per_s": _r(u.epoch_steps_per_s),
         "epoch": None if epoch is None else {
             "steps_per_epoch": _r(epoch.steps_per_epoch), "persistent_workers": epoch.persistent_workers, "num_workers": epoch.num_workers,
             "restart_ms": _r(epoch.restart_ms), "boundaries_measured": epoch.boundaries_measured,
             "first_batch_ms": _r(epoch.first_batch_ms), "end_ms": _r(epoch.end_ms),
+            "whole_epoch_steps_per_s": _r(epoch.whole_epoch_steps_per_s), "fork_probe_ms": _r(epoch.fork_probe_ms),
         },
     }  # fmt: skip
 
