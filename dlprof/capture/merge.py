@@ -158,8 +158,18 @@ def span_events(found: SpanFiles, main_pid: int, base_ns: int, window: tuple[int
 
 
 def memory_events(samples: Iterable[MemorySample], pids: set[int], base_ns: int, window: tuple[int, int]) -> list[dict]:
-    """Counter events (``ph: C``) for the processes in ``pids``, inside ``window``."""
+    """Counter events (``ph: C``) for the processes in ``pids``: their readings inside ``window``, and
+    each one's last reading before it (sampling is sparse: a counter track then starts with its value)."""
     lo, hi = window
+    before: dict[int, MemorySample] = {}
+    kept = []
+    for s in samples:
+        if s.pid not in pids or s.time_ns > hi:
+            continue
+        if s.time_ns >= lo:
+            kept.append(s)
+        elif s.pid not in before or s.time_ns > before[s.pid].time_ns:
+            before[s.pid] = s
     return [
         {
             "ph": "C",
@@ -170,8 +180,7 @@ def memory_events(samples: Iterable[MemorySample], pids: set[int], base_ns: int,
             "ts": _us(s.time_ns, base_ns),
             "args": {"uss_mib": round(s.uss_bytes / _MIB, 2), "pss_mib": round(s.pss_bytes / _MIB, 2)},
         }
-        for s in samples
-        if s.pid in pids and lo <= s.time_ns <= hi
+        for s in sorted([*before.values(), *kept], key=lambda s: s.time_ns)
     ]
 
 

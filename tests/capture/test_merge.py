@@ -147,7 +147,8 @@ def test_batch_consumed_in_window_is_kept_even_if_produced_before(session):
 
 def test_memory_counters_inside_window_and_summary_over_whole_run(session):
     samples = [
-        MemorySample(BASE_NS + 100_000, MAIN_PID, 100 * MIB, 110 * MIB, 200 * MIB),  # before the window
+        MemorySample(BASE_NS + 50_000, MAIN_PID, 90 * MIB, 100 * MIB, 190 * MIB),  # before the window, superseded
+        MemorySample(BASE_NS + 100_000, MAIN_PID, 100 * MIB, 110 * MIB, 200 * MIB),  # the last before the window
         MemorySample(BASE_NS + 1_500_000, MAIN_PID, 120 * MIB, 130 * MIB, 220 * MIB),
         MemorySample(BASE_NS + 1_500_000, WORKER_PID, 10 * MIB, 50 * MIB, 150 * MIB),
         MemorySample(BASE_NS + 2_500_000, WORKER_PID, 14 * MIB, 52 * MIB, 151 * MIB),
@@ -155,14 +156,16 @@ def test_memory_counters_inside_window_and_summary_over_whole_run(session):
     ]
     doc = merged(session, samples)
     counters = [e for e in doc["traceEvents"] if e["ph"] == "C"]
+    # Sampling is sparse: each track starts with its process's last reading before the window.
     assert [(e["pid"], e["ts"], e["args"]) for e in counters] == [
+        (MAIN_PID, 100.0, {"uss_mib": 100.0, "pss_mib": 110.0}),
         (MAIN_PID, 1500.0, {"uss_mib": 120.0, "pss_mib": 130.0}),
         (WORKER_PID, 1500.0, {"uss_mib": 10.0, "pss_mib": 50.0}),
         (WORKER_PID, 2500.0, {"uss_mib": 14.0, "pss_mib": 52.0}),
     ]
     processes = {p["pid"]: p for p in doc[schema.MANIFEST_KEY]["memory"]["processes"]}
     assert set(processes) == {MAIN_PID, WORKER_PID}
-    assert (processes[MAIN_PID]["uss_mib_first"], processes[MAIN_PID]["uss_mib_last"]) == (100.0, 120.0)
+    assert (processes[MAIN_PID]["uss_mib_first"], processes[MAIN_PID]["uss_mib_last"]) == (90.0, 120.0)
     assert (processes[WORKER_PID]["role"], processes[WORKER_PID]["worker_id"]) == ("worker", 0)
     assert processes[WORKER_PID]["pss_mib_peak"] == 52.0
 
