@@ -190,15 +190,17 @@ def _timed_fetch(original: Callable) -> Callable:
         st.collate_start = st.collate_end = None
         st.in_loader = True
         cpu_ns, runq_ns = st.log.cpu_ns, st.log.runq_ns
+        # The CPU and run-queue clocks are read inside the wall-clock span: a wait for a core between
+        # the reads then never counts in the run-queue time without counting in the span (runq <= dur).
+        t0 = _time_ns()
         runq0 = runq_ns()
         cpu0 = cpu_ns()
-        t0 = _time_ns()
         try:
             return original(self, possibly_batched_index)
         finally:
-            t1 = _time_ns()
             cpu1 = cpu_ns()
             runq1 = runq_ns()
+            t1 = _time_ns()
             st.in_loader = False
             log, worker = st.log, st.worker_id
             loader, epoch = ctx.loader_id, ctx.epoch
