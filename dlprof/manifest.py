@@ -5,8 +5,8 @@ One versioned, frozen dataclass, the contract between the recorder (capture/, wh
 Past that boundary code reads typed fields, never string keys.
 
 Parsing is forgiving field by field: a field of the wrong type is read as unknown (``None``, or an
-empty collection) and named in :attr:`Manifest.problems`; a manifest of an older or newer version than
-this dlprof writes is reported there too, never silently taken for the current one.
+empty collection) and named among the problems :func:`parse_manifest` returns; a manifest of an older or
+newer version than this dlprof writes is reported there too, never silently taken for the current one.
 
 Like :mod:`dlprof.schema`, this module imports nothing but the standard library, so both sides can use it.
 """
@@ -231,14 +231,10 @@ class Manifest:
     overrides: dict[str, Any] = field(default_factory=dict)
     #: Training was stopped by dlprof once the window and the reference steps were done (not --run-to-end).
     stopped_early: bool = False
-    #: What parsing found wrong (wrong-typed fields, an unknown version); empty for a manifest dlprof wrote.
-    problems: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
-        """The JSON-ready form written into the trace (``problems`` is the reader's, never written)."""
-        document = dataclasses.asdict(self)
-        document.pop("problems")
-        return document
+        """The JSON-ready form written into the trace."""
+        return dataclasses.asdict(self)
 
 
 # ---------------------------------------------------------------------------------------- parsing
@@ -312,7 +308,7 @@ def _convert(value: Any, hint: Any, where: str, problems: list[str]) -> Any:
 def _build(cls: type, document: dict, where: str, problems: list[str]) -> Any:
     values = {}
     for name, hint in _hints(cls).items():
-        if name == "problems" or name not in document:
+        if name not in document:
             continue  # absent: the dataclass default (unknown), or _Invalid below for required fields
         try:
             values[name] = _convert(document[name], hint, f"{where}.{name}", problems)
@@ -358,11 +354,7 @@ def parse_manifest(document: Any) -> tuple[Manifest | None, tuple[str, ...]]:
             f"manifest version {version} (dlprof {manifest.dlprof_version or 'unknown'}): it has no unprofiled step times, "
             "so predictions are of profiled steps; record again with this dlprof for predictions of your unprofiled training"
         )
-    clock = manifest.step_clock
-    if len(clock) and not clock.fork_probe:  # written before the fork probe existed: none was made
-        manifest = dataclasses.replace(manifest, step_clock=dataclasses.replace(clock, fork_probe=(False,) * len(clock)))
     if len({len(getattr(manifest.step_clock, f.name)) for f in dataclasses.fields(StepClock)}) > 1:
         problems.append("manifest.step_clock columns differ in length: read as unknown")
         manifest = dataclasses.replace(manifest, step_clock=StepClock())
-    problems = tuple(problems)
-    return dataclasses.replace(manifest, problems=problems), problems
+    return manifest, tuple(problems)

@@ -17,13 +17,7 @@ import time
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-
-def burn_cpu(ms: float) -> None:
-    """Spin until this thread has used ``ms`` of CPU time."""
-    end = time.thread_time_ns() + int(ms * 1e6)
-    x = 0
-    while time.thread_time_ns() < end:
-        x += 1
+from dlprof.workloads.sft import burn_cpu
 
 
 class KnownCostDataset(Dataset):

@@ -109,10 +109,9 @@ def _excess_ms(clock: StepClock, start: int, baseline_ms: float) -> float | None
     return max(0.0, sum(clock.wall_ms[j] - baseline_ms for j in span))
 
 
-def _epoch_stats(manifest: Manifest, loader: LoaderConfig, batches_per_step: float, near: set[int], steady_ms: float,
+def _epoch_stats(clock: StepClock, loader: LoaderConfig, batches_per_step: float, profiled: list[float], steady_ms: float,
                  whole: range | None) -> EpochStats:  # fmt: skip
-    clock = manifest.step_clock
-    profiled = [w for i, (p, w) in enumerate(zip(clock.phase, clock.wall_ms)) if p == PHASE_PROFILED and i not in near]
+    """``profiled``: the profiled steps' wall times, settling steps left out; ``steady_ms``: the unprofiled mean step."""
     restarts = []
     # Boundaries after start-up, against their phase's mean step (a mean: long batches among the settling
     # steps are no excess on average). The whole epochs' own boundaries, when there are some, are the ones to use.
@@ -165,7 +164,7 @@ def unprofiled_stats(manifest: Manifest | None, batches_per_step: float) -> Unpr
     mean = lambda column: statistics.fmean(column[i] for i in after)  # noqa: E731
     consumer = statistics.fmean(max(0.0, clock.wall_ms[i] - clock.wait_ms[i] - clock.runq_ms[i]) for i in after)
     steady_ms = mean(clock.wall_ms)
-    epoch = _epoch_stats(manifest, manifest.loader, batches_per_step, near, steady_ms, whole) if manifest.loader is not None else None
+    epoch = _epoch_stats(clock, manifest.loader, batches_per_step, profiled, steady_ms, whole) if manifest.loader is not None else None
     return UnprofiledStats(
         reference_steps=len(after), step_ms=steady_ms, profiled_steps=len(profiled),
         step_ms_p50=statistics.median(clock.wall_ms[i] for i in after),

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.argv = [script, *script_args]
 
     from dlprof.capture import loader_probe
-    from dlprof.capture.recorder import Recorder, TrainingStopped
+    from dlprof.capture.recorder import Recorder
     from dlprof.capture.schedule import Schedule
 
     loader_probe.install(str(session_dir / "spans"), spans=config.get("loader_spans", True), overrides=config.get("overrides"))
@@ -63,9 +63,6 @@ def main(argv: list[str] | None = None) -> None:
     status, error = "complete", None
     try:
         run()
-    except TrainingStopped:
-        # dlprof stopped training at a step boundary once it had what it needs: a complete run, exit 0.
-        raise SystemExit(0) from None
     except DlprofError as failure:
         # dlprof's own one-line errors (the built-in workload's checks): `dlprof record` prints the
         # line, so no traceback here.

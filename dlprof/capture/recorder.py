@@ -31,8 +31,9 @@ from dlprof.capture.schedule import Schedule
 #: a few, so that gradient accumulation over a handful of micro-batches is not mistaken for
 #: a script without an optimizer.
 BATCHES_BEFORE_BATCH_STEPPING = 16
-#: Reference steps go on through one whole epoch (and the boundaries around it) when epochs are this
-#: short or shorter, in batches: speed over whole epochs is then measured, restarts included.
+#: Reference steps go on through whole epochs (manifest.whole_epochs_to_time, and the boundaries around
+#: them) when epochs are this short or shorter, in batches: speed over whole epochs is then measured,
+#: restarts included.
 MAX_EPOCH_BATCHES_TO_CROSS = 400
 #: In a run without workers, the after-window step at which the training process forks once (the fork probe).
 FORK_PROBE_AFTER_STEP = 2
@@ -129,9 +130,6 @@ class Recorder:
         self._fork_probed = False
         self._fork_probe_pid: int | None = None
         self._step_fork_probe = False
-        # Run-queue wait of the training thread: time it was ready to run but the cores were busy
-        # (with DataLoader workers, say), which stretches the step without being the step's own work.
-        self._main_runq_ns = spanfile.run_queue_clock()
         self.exported = False
         self._optimizer_id: int | None = None
         self._batches_since_step = 0
@@ -195,9 +193,10 @@ class Recorder:
         else:
             phase = manifest.PHASE_AFTER if self.exported else manifest.PHASE_BEFORE
         begin = self._step_begin
+        epoch_started = self._step_epoch_start
         self.all_steps.append([
             phase, reading[0] - begin[0], reading[1] - begin[1], reading[2] - begin[2],
-            self._step_wait_ns, self._step_batches, self._step_epoch_start, self._step_fork_probe,
+            self._step_wait_ns, self._step_batches, epoch_started, self._step_fork_probe,
         ])  # fmt: skip
         self._step_wait_ns = self._step_batches = 0
         self._step_epoch_start = False
@@ -210,7 +209,7 @@ class Recorder:
             self.step_clock.append(reading)
         if phase == manifest.PHASE_AFTER:
             self._steps_after_window += 1
-            if self.all_steps[-1][6]:
+            if epoch_started:
                 self._after_epoch_starts += 1
         probed = self.exported and self._maybe_probe_fork()
         # The next step starts once the profiler's own work (an export, say) is done: not training's time.
@@ -228,10 +227,10 @@ class Recorder:
         return training is not None and training.length is not None and training.length <= MAX_EPOCH_BATCHES_TO_CROSS
 
     def _reference_done(self) -> bool:
-        """Enough unprofiled steps: the reference steps and, when epochs are short, one whole epoch.
+        """Enough unprofiled steps: the reference steps and, when epochs are short, whole epochs.
 
-        A whole epoch timed unprofiled is what the user's training does over epochs: every batch
-        length once, and the epoch boundary (workers restarting) included.
+        Whole epochs timed unprofiled are what the user's training does over epochs: every batch
+        length once per epoch, and the epoch boundaries (workers restarting) included.
         """
         after = self._steps_after_window
         if after < self.reference_steps:

@@ -110,7 +110,7 @@ def trace_document(
         n = len(wall_ms)
         manifest["step_clock"] = {
             "phase": PHASES, "wall_ms": wall_ms, "cpu_ms": [0.5] * n, "runq_ms": [0.0] * n, "wait_ms": [0.05] * n,
-            "batches": [1] * n, "epoch_start": [False] * n,
+            "batches": [1] * n, "epoch_start": [False] * n, "fork_probe": [False] * n,
         }  # fmt: skip
         manifest["overrides"] = overrides or {}
     return {"schemaVersion": 1, "distributedInfo": {"rank": 0}, "dlprof": manifest, "traceEvents": events}
