@@ -6,7 +6,6 @@ Errors reach the user as one line and exit code 2 (DESIGN.md): Click's usage err
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import click
@@ -73,12 +72,11 @@ def _default_run_name(command: tuple[str, ...], out_dir: Path, prefix: str = "")
         if word.endswith(".py"):
             script = Path(word).stem
             break
-    base = f"{prefix}{script or 'lora'}-{time.strftime('%Y%m%d-%H%M%S')}"
-    name, n = base, 1
-    while (out_dir / name).exists():
-        n += 1
-        name = f"{base}-{n}"
-    return name
+    if script is None and command:  # a launcher or console script without a .py: its name (torchrun, swift)
+        script = Path(command[0]).name
+    from dlprof.capture.launcher import unique_run_name
+
+    return unique_run_name(out_dir, f"{prefix}{script or 'lora'}")
 
 
 def _record_options(name_help: str, num_workers: bool = True):
@@ -152,16 +150,22 @@ def record(ctx: click.Context, out_dir: Path, name: str | None, wait: int, warmu
     """Record training steps with torch.profiler, inside DataLoader workers too.
 
     With no COMMAND, runs the built-in LoRA fine-tune (offline). With '-- python train.py ARGS', runs
-    your script unchanged: one profiler step per optimizer step. Writes traces/<run>/*.pt.trace.json.gz
-    for TensorBoard (tensorboard --logdir traces) and Perfetto.
+    your script unchanged: one profiler step per optimizer step. Any launcher works too ('-- torchrun
+    --nproc-per-node 2 train.py', '-- accelerate launch train.py', '-- swift sft ...'): every process
+    that trains is recorded, one trace per rank. Writes traces/<run>/*.pt.trace.json.gz for TensorBoard
+    (tensorboard --logdir traces) and Perfetto.
     """
     from dlprof.capture.launcher import record as record_run
 
     request = _record_request(ctx, out_dir=out_dir, name=name, wait=wait, warmup=warmup, active=active, reference_steps=reference_steps,
                               run_to_end=run_to_end, loader_spans=loader_spans, command=command, **workload)  # fmt: skip
     result = record_run(request)
-    click.echo(f"dlprof: recorded {result.steps_recorded} steps ({result.status}), {result.workers_seen} DataLoader worker(s) seen")
-    click.echo(f"  trace: {result.trace_path}")
+    ranks = len(result.trace_paths)
+    per_rank = " per rank" if ranks > 1 else ""
+    click.echo(f"dlprof: recorded {result.steps_recorded} steps{per_rank} ({result.status}), {result.workers_seen} DataLoader worker(s) seen"
+               + (f", {ranks} ranks" if ranks > 1 else ""))  # fmt: skip
+    for trace_path in result.trace_paths:
+        click.echo(f"  trace: {trace_path}")
     click.echo(f"  view:  tensorboard --logdir {out_dir}   or open the file in https://ui.perfetto.dev")
     if result.stopped_early and ctx.params["command"]:
         click.echo(f"dlprof: stopped training after the window and {reference_steps} unprofiled reference steps; add --run-to-end to let it train to its end")

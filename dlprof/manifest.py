@@ -128,6 +128,8 @@ class LoaderConfig:
     length: int | None = None  # len(loader): batches per epoch, when the sampler has a length
     epochs: tuple[Epoch, ...] = ()
     num_workers_requested: int | None = None  # what the script asked for, when dlprof sweep overrode it
+    #: The training framework that created the DataLoader ("transformers", "ms-swift", "llamafactory"), None for the script's own.
+    created_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -215,6 +217,13 @@ class Manifest:
     script: tuple[str, ...] = ()
     rank: int | None = None
     world_size: int | None = None
+    #: Ranks on this rank's machine (``LOCAL_WORLD_SIZE``): they share its cores and RAM.
+    local_rank: int | None = None
+    local_world_size: int | None = None
+    #: The command line of this rank's own process (a launcher's worker: ``python -u train.py ...``).
+    process_argv: tuple[str, ...] = ()
+    #: The communication backend (``gloo``, ``nccl``) when the process group existed during the window.
+    backend: str | None = None
     schedule: Schedule | None = None
     steps: StepCounts | None = None
     main_process_cpu: MainProcessCpu | None = None

@@ -148,12 +148,13 @@ def test_missing_script(tmp_path, out):
 @pytest.mark.parametrize(
     ("command", "names", "fix"),
     [
-        (["ls", "-la"], "ls", "python SCRIPT.py"),
-        (["python", "-c", "print(1)"], "-c", "save the code to a .py file"),
+        (["no-such-launcher-xyz", "train.py"], "no-such-launcher-xyz", "no such command"),
+        (["ls", "-la"], "ls -la", "before any of its processes trained"),
+        (["python", "-c", "print(1)"], "python -c print(1)", "before any of its processes trained"),
         (["python", "-m"], "-m", "add the module name"),
         (["python", "-u"], "python -u", "add the path of your training script"),
     ],
-    ids=["not-python", "code-string", "no-module", "no-script"],
+    ids=["unknown-command", "never-trains", "code-string-never-trains", "no-module", "no-script"],
 )
 def test_bad_command(out, command, names, fix):
     last = assert_cli_error(invoke("record", "--out", str(out), "--name", RUN, "--", *command), out, names)

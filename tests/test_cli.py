@@ -82,6 +82,11 @@ def test_default_run_name_uses_module_name(tmp_path, fixed_time):
     assert name == "lora-20250102-030405"
 
 
+def test_default_run_name_of_a_launcher_is_the_script_else_the_launcher(tmp_path, fixed_time):
+    assert _default_run_name(("torchrun", "--nproc-per-node", "2", "train_ddp.py"), tmp_path) == "train_ddp-20250102-030405"
+    assert _default_run_name(("swift", "sft", "--model", "Qwen2.5-7B"), tmp_path) == "swift-20250102-030405"
+
+
 def test_default_run_name_is_real_time_stamp(tmp_path):
     name = _default_run_name(("python", "train.py"), tmp_path)
     assert name.startswith("train-") and len(name) == len("train-YYYYmmdd-HHMMSS")

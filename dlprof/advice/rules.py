@@ -45,6 +45,9 @@ class Advice:
     predicted: list[Prediction]
     evidence: list[str]
     basis: list[str] = field(default_factory=list)  # what the advice rests on, and what was unknown
+    #: The recommendation as Hugging Face ``TrainingArguments`` (``--dataloader_num_workers 2 ...``), when a
+    #: Trainer (or ms-swift, LLaMA-Factory, which take the same arguments) created the DataLoader; else None.
+    trainer_arguments: str | None = None
 
 
 def verdict_of(data_wait_pct: float) -> str:
@@ -61,8 +64,15 @@ def _model_inputs(
 ) -> ModelInputs | None:
     host = manifest.host if manifest else None
     cores = host.usable_cores if host else None
+    ram_mib = host.ram_available_mib if host else None
     if cores is None:
         basis.append("usable cores unknown (no dlprof manifest): the CPU bound is left out")
+    sharing = (manifest.local_world_size or 1) if manifest else 1
+    if sharing > 1 and cores is not None:
+        # Ranks on one machine share its cores and RAM: each rank's workers get their share.
+        cores = max(1, cores // sharing)
+        ram_mib = ram_mib / sharing if ram_mib else ram_mib
+        basis.append(f"{sharing} ranks share this machine: {cores} usable core(s) and 1/{sharing} of the available RAM per rank")
     if loader is not None:
         batch_ms = max(0.0, loader.batch.mean_ms - loader.batch_runq_ms_mean)
         batch_cpu_ms = loader.batch_cpu_ms_mean
@@ -114,7 +124,7 @@ def _model_inputs(
     return ModelInputs(
         consumer_ms=consumer, batches_per_step=batches_per_step, batch_ms=batch_ms, batch_cpu_ms=batch_cpu_ms,
         handoff_ms=handoff, usable_cores=cores, main_cpu_ms=main_cpu_ms,
-        worker_pss_mib=sum(pss) / len(pss) if pss else None, available_ram_mib=host.ram_available_mib if host else None,
+        worker_pss_mib=sum(pss) / len(pss) if pss else None, available_ram_mib=ram_mib,
         recorded_workers=recorded, measured_step_ms=unprofiled.step_ms if unprofiled else None,
         cpu_includes_handoff=bool(recorded), epoch=_epoch_model(unprofiled, host, basis),
         worker_send_ms=_worker_send_ms(loader, host, batches_per_step),
@@ -274,7 +284,33 @@ def advise(
             f"the tokenizer takes {loader.tokenize.mean_ms:.2f} of {loader.batch.mean_ms:.2f} ms per batch "
             f"({100 * loader.tokenize.mean_ms / loader.batch.mean_ms:.0f} %): pre-tokenize the dataset once (e.g. datasets.map) and load token ids"
         )
-    return Advice(verdict, num_workers, pin_memory, prefetch, persistent, bound, predicted, evidence, basis)
+    arguments = trainer_arguments(loader_config, num_workers, pin_memory, prefetch, persistent)
+    return Advice(verdict, num_workers, pin_memory, prefetch, persistent, bound, predicted, evidence, basis, arguments)
+
+
+def trainer_arguments(config: LoaderConfig | None, num_workers: int | None, pin_memory: bool | None, prefetch_factor: int | None,
+                      persistent_workers: bool | None) -> str | None:  # fmt: skip
+    """The advice as the ``TrainingArguments`` to set, for a DataLoader a training framework created (``config.created_by``).
+
+    Hugging Face's Trainer builds its DataLoader from ``--dataloader_num_workers``, ``--dataloader_pin_memory``,
+    ``--dataloader_persistent_workers`` and ``--dataloader_prefetch_factor``; ms-swift and LLaMA-Factory
+    take the same arguments. Settings the advice leaves unchanged (``None``) are left out; None when nothing is advised.
+    """
+    if config is None or config.created_by is None:
+        return None
+    words = []
+    if num_workers is not None:
+        words.append(f"--dataloader_num_workers {num_workers}")
+    if pin_memory is not None:
+        words.append(f"--dataloader_pin_memory {str(pin_memory).lower()}")
+    if persistent_workers is not None:
+        words.append(f"--dataloader_persistent_workers {str(persistent_workers).lower()}")
+    elif num_workers == 0 and config.persistent_workers:
+        # PyTorch rejects persistent_workers=True without workers: the run's setting must go with them.
+        words.append("--dataloader_persistent_workers false")
+    if prefetch_factor is not None:
+        words.append(f"--dataloader_prefetch_factor {prefetch_factor}")
+    return " ".join(words) or None
 
 
 def _pin_memory(gpu: GpuStats | None, config: LoaderConfig | None, evidence: list[str]) -> bool | None:

@@ -104,6 +104,19 @@ def step_segments(run: TraceRun, first: int, count: int) -> list[Segment]:
     return sorted(segments, key=lambda g: g.start_us)
 
 
+def segments_between(run: TraceRun, lo_us: float, hi_us: float) -> list[Segment]:
+    """Category segments of the steps that overlap ``[lo_us, hi_us]`` (the trace's clock), clipped to it."""
+    shown = [step for step in run.steps if step.end_us > lo_us and step.start_us < hi_us]
+    if not shown:
+        return []
+    claims, backward, host = _timelines(run, shown[0].start_us, shown[-1].end_us)
+    segments = []
+    for step in shown:
+        for category, intervals in _assign(step.start_us, step.end_us, claims, backward, host).items():
+            segments += [Segment(category, max(s, lo_us), min(e, hi_us)) for s, e in intervals if e > lo_us and s < hi_us]
+    return sorted(segments, key=lambda g: g.start_us)
+
+
 def step_breakdown(run: TraceRun) -> StepBreakdown:
     """Break every ProfilerStep of ``run`` down by category.
 

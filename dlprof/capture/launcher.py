@@ -1,10 +1,12 @@
-"""``dlprof record``: run a training command under the recorder and leave one finished trace.
+"""``dlprof record``: run a training command under the recorder and leave finished traces, one per rank.
 
-The training runs in a child process (the user's own interpreter, started on
-``dlprof.capture.inject``); this process samples memory from outside, waits, makes sure no
-DataLoader worker outlives the run, and merges what was recorded into ``traces/<run>/``. A run
-directory either holds a finished trace (manifest status ``complete``, or ``partial`` with the error
-when training failed midway) or no trace at all.
+The command runs in a child process: a Python script through ``dlprof.capture.inject``, any other
+command (``torchrun``, ``accelerate launch``, ``swift sft``, a shell script) as it is, followed into
+the Python processes that train by the bootstrap ``sitecustomize`` (:mod:`dlprof.capture.session`).
+This process samples the memory of every process the command starts, from outside them; waits; makes
+sure no rank or DataLoader worker outlives the run; and merges what each rank recorded into
+``traces/<run>/``. A run directory either holds finished traces, one per rank that trained (manifest
+status ``complete``, or ``partial`` with the error when training failed midway), or no trace at all.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import psutil
 
 from dlprof import schema
 from dlprof.capture import merge
-from dlprof.capture.inject import ERROR_FILE, SESSION_ENV
+from dlprof.capture.session import ENDED_FILE, ERROR_FILE, SESSION_ENV
 from dlprof.capture.memory import DEFAULT_INTERVAL_MS, MemorySampler
 from dlprof.capture.schedule import Schedule
 from dlprof.errors import InputError, RecordError, UsageError
@@ -75,6 +77,8 @@ class RecordResult:
     workers_seen: int
     #: Training was stopped after the window and the reference steps (not --run-to-end).
     stopped_early: bool = False
+    #: One trace per recorded rank, by rank (``trace_path`` is the first).
+    trace_paths: tuple[Path, ...] = ()
 
 
 def _is_python(executable: str) -> bool:
@@ -82,24 +86,29 @@ def _is_python(executable: str) -> bool:
 
 
 def child_argv(command: tuple[str, ...]) -> list[str]:
-    """The command that runs ``command`` (``python [opts] SCRIPT|-m MODULE ARGS``) under the recorder."""
+    """The command line that runs ``command`` under the recorder.
+
+    ``python [opts] SCRIPT|-m MODULE ARGS`` (or ``SCRIPT.py ARGS``) runs the script through
+    :mod:`dlprof.capture.inject`, which also sees how it exits. Any other command (a console script such
+    as ``torchrun``, ``accelerate`` or ``swift``, a shell script, ``python -c``) runs as it is: the
+    bootstrap ``sitecustomize`` on ``PYTHONPATH`` follows it into the Python processes that train.
+    """
     if not command:
         raise UsageError("dlprof record --: no command after '--'; give one, e.g. 'dlprof record -- python train.py'")
     words = list(command)
     if words[0].endswith(".py"):
         words.insert(0, sys.executable)
-    python = words[0]
-    if not _is_python(python):
-        raise UsageError(
-            f"dlprof record -- {python}: can only run Python scripts; write the command as "
-            f"'python SCRIPT.py ARGS' or 'python -m MODULE ARGS'"
-        )
-    if shutil.which(python) is None and not os.path.exists(python):
-        raise InputError(f"{python}: no such interpreter; use 'python' or the path of your environment's python")
+    program = words[0]
+    if shutil.which(program) is None:
+        if os.path.exists(program):
+            raise InputError(f"{program}: not executable; run it as 'bash {program}' or 'python {program}', or make it executable")
+        raise InputError(f"{program}: no such command; check that it runs without dlprof (is its environment activated?)")
+    if not _is_python(program):
+        return words
     options, i = [], 1
     while i < len(words) and words[i].startswith("-") and words[i] != "-m":
         if words[i] == "-c":
-            raise UsageError("dlprof record -- python -c: code strings are not supported; save the code to a .py file and run that")
+            return words  # code on the command line: followed by the bootstrap, as any command
         options.append(words[i])
         if words[i] in _PYTHON_OPTIONS_WITH_VALUE and i + 1 < len(words):
             options.append(words[i + 1])
@@ -113,7 +122,7 @@ def child_argv(command: tuple[str, ...]) -> list[str]:
             raise UsageError("dlprof record -- python -m: no module given; add the module name after -m")
     elif not os.path.isfile(target[0]):
         raise InputError(f"{target[0]}: no such script; give the path of your training script")
-    return [python, *options, "-m", "dlprof.capture.inject", *target]
+    return [program, *options, "-m", "dlprof.capture.inject", *target]
 
 
 def _become_subreaper() -> None:
@@ -197,18 +206,33 @@ def _prepare_run_dir(request: RecordRequest) -> Path:
     return run_dir
 
 
-def _fail(run_dir: Path, message: str, exit_code: int) -> RecordError:
-    """Remove what this run left (nothing may look like a run) and describe the failure."""
+def unique_run_name(out_dir: Path, stem: str) -> str:
+    """``<stem>-<date>-<time>``, with ``-2``, ``-3``, ... added when ``out_dir`` already holds that name."""
+    base = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name, n = base, 1
+    while (out_dir / name).exists():
+        n += 1
+        name = f"{base}-{n}"
+    return name
+
+
+def remove_unrecorded(run_dir: Path) -> None:
+    """Remove a run directory that holds no trace (its scratch files too): nothing may look like a run."""
     shutil.rmtree(run_dir / schema.SCRATCH_DIR, ignore_errors=True)
     try:
         run_dir.rmdir()
     except OSError:
-        pass
+        pass  # it holds something else
+
+
+def _fail(run_dir: Path, message: str, exit_code: int) -> RecordError:
+    """Remove what this run left (nothing may look like a run) and describe the failure."""
+    remove_unrecorded(run_dir)
     return RecordError(message, exit_code)
 
 
 def record(request: RecordRequest) -> RecordResult:
-    """Run ``request.command`` under the profiler and write ``<out_dir>/<name>/<host>_<pid>.<ms>.pt.trace.json.gz``.
+    """Run ``request.command`` under the profiler and write ``<out_dir>/<name>/<host>_<pid>.<ms>.pt.trace.json.gz`` per rank.
 
     Raises:
         UsageError, InputError: the command or options cannot work; nothing was run.
@@ -229,46 +253,121 @@ def record(request: RecordRequest) -> RecordResult:
             }
         )
     )
-    env = dict(os.environ)
-    env[SESSION_ENV] = str(scratch.resolve())
-    package_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    exit_code, samples = _run_child(argv, _child_env(scratch), request.memory_interval_ms)
+    return write_traces(
+        run_dir, list(request.command), exit_code, samples,
+        merge.MergeInputs(scratch, list(request.cli_argv), list(request.command), exit_code, samples, request.memory_interval_ms, request.overrides),
+        first_recorded_step=request.wait + request.warmup + 1, schedule_options=f"--wait {request.wait} --warmup {request.warmup}",
+        schedule_names="--wait/--warmup",
+    )  # fmt: skip
 
-    exit_code, samples = _run_child(argv, env, request.memory_interval_ms)
 
-    script = list(request.command)
+def write_traces(run_dir: Path, script: list[str], exit_code: int, samples: list, inputs: merge.MergeInputs, first_recorded_step: int,
+                 schedule_options: str, schedule_names: str) -> RecordResult:  # fmt: skip
+    """Turn what the processes left in the session directory into ``run_dir``'s traces, one per rank, and remove the session.
+
+    Args:
+        script: the command that trained (for messages).
+        first_recorded_step: the first step the profiler records (for the "too few steps" message).
+        schedule_options: how the user set the schedule (for the same message: "--wait 5 --warmup 3").
+        schedule_names: the settings to lower (for the same message: "--wait/--warmup").
+
+    Raises:
+        RecordError: nothing was recorded; the run directory is removed.
+    """
+    scratch = inputs.session_dir
     if (scratch / ERROR_FILE).exists():
         raise _fail(run_dir, (scratch / ERROR_FILE).read_text().strip(), 2)
-    result_path = scratch / "result-rank0.json"
-    if not result_path.exists():
-        raise _fail(run_dir, f"{' '.join(script)}: the training process ended (exit code {exit_code}) before dlprof could record; see its output above", 2)
-    result = json.loads(result_path.read_text())
-    if result["trace_file"] is None:
-        needed = request.wait + request.warmup + 1
+    results = _read_results(scratch)
+    if not results:
+        ended = scratch / ENDED_FILE
+        if ended.exists():
+            error = json.loads(ended.read_text()).get("error")
+            raise _fail(run_dir, f"{' '.join(script)}: failed before the profiler recorded a step ({error}); fix the error shown above and record again", 2)
+        raise _fail(
+            run_dir,
+            f"{' '.join(script)}: ended (exit code {exit_code}) before any of its processes trained (no optimizer step, "
+            "no DataLoader iterated); see its output above",
+            2,
+        )
+    traced = [r for r in results if r["trace_file"] is not None]
+    if not traced:
+        result = results[0]
         if result["status"] != schema.STATUS_COMPLETE:
             message = f"{' '.join(script)}: failed before the profiler recorded a step ({result['error']}); fix the error shown above and record again"
         else:
             message = (
-                f"{' '.join(script)}: ran {result['steps_run']} training steps but the profiler records from step {needed} on "
-                f"(--wait {request.wait} --warmup {request.warmup}); run more steps or lower --wait/--warmup"
+                f"{' '.join(script)}: ran {result['steps_run']} training steps but the profiler records from step {first_recorded_step} on "
+                f"({schedule_options}); run more steps or lower {schedule_names}"
             )
         raise _fail(run_dir, message, 2)
+    for result in results:
+        if result["trace_file"] is None:
+            print(f"dlprof: rank {result['rank']} (pid {result['pid']}) ran {result['steps_run']} steps, too few to record; "
+                  "its trace is left out", file=sys.stderr)  # fmt: skip
 
-    kineto = orjson.loads((scratch / result["trace_file"]).read_bytes())
-    inputs = merge.MergeInputs(scratch, list(request.cli_argv), script, exit_code, samples, request.memory_interval_ms, request.overrides)
-    document = merge.merge_rank(kineto, result, inputs)
-    host = result["host"]["hostname"] or socket.gethostname()
-    trace_path = run_dir / f"{host}_{result['pid']}.{time.time_ns() // 1_000_000}{schema.TRACE_SUFFIX}"
-    merge.write_gzip_json_atomically(document, trace_path, scratch)
+    _share_calibration(traced)
+    traces = []
+    for result in traced:
+        kineto = orjson.loads((scratch / result["trace_file"]).read_bytes())
+        document = merge.merge_rank(kineto, result, inputs)
+        host = result["host"]["hostname"] or socket.gethostname()
+        trace_path = run_dir / f"{host}_{result['pid']}.{time.time_ns() // 1_000_000}{schema.TRACE_SUFFIX}"
+        merge.write_gzip_json_atomically(document, trace_path, scratch)
+        traces.append((trace_path, document[schema.MANIFEST_KEY]))
     shutil.rmtree(scratch, ignore_errors=True)
-    manifest = document[schema.MANIFEST_KEY]
+    manifests = [m for _, m in traces]
     return RecordResult(
         run_dir=run_dir,
-        trace_path=trace_path,
-        status=manifest["status"],
+        trace_path=traces[0][0],
+        status=schema.STATUS_COMPLETE if all(m["status"] == schema.STATUS_COMPLETE for m in manifests) else schema.STATUS_PARTIAL,
         exit_code=exit_code,
-        error=manifest["error"],
-        steps_recorded=manifest["steps"]["recorded"],
-        workers_seen=len({(w["loader"], w["worker_id"]) for w in manifest["workers"]}),
-        stopped_early=manifest["stopped_early"],
+        error=next((f"rank {m['rank']}: {m['error']}" if len(manifests) > 1 else m["error"] for m in manifests if m["error"]), None),
+        steps_recorded=min(m["steps"]["recorded"] for m in manifests),
+        workers_seen=sum(len({(w["loader"], w["worker_id"]) for w in m["workers"]}) for m in manifests),
+        stopped_early=all(m["stopped_early"] for m in manifests),
+        trace_paths=tuple(path for path, _ in traces),
     )
+
+
+def _child_env(scratch: Path) -> dict:
+    """The command's environment: the session, and the bootstrap first on ``PYTHONPATH`` (it reaches every Python process the command starts)."""
+    env = dict(os.environ)
+    env[SESSION_ENV] = str(scratch.resolve())
+    package_root = str(Path(__file__).resolve().parents[2])
+    bootstrap = str(Path(__file__).resolve().parent / "bootstrap")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (bootstrap, package_root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _read_results(scratch: Path) -> list[dict]:
+    """The recorded processes' facts, one per rank (by rank).
+
+    Every process that trained recorded itself. Where several share a rank (a helper that iterated a
+    DataLoader before the training, say), the one that trained is kept: it stepped an optimizer, left
+    a trace, and ran the most steps.
+    """
+    by_rank: dict[int, list[dict]] = {}
+    for path in scratch.glob("result-rank*.json"):
+        result = json.loads(path.read_text())
+        by_rank.setdefault(result["rank"], []).append(result)
+    chosen = []
+    for rank, candidates in sorted(by_rank.items()):
+        candidates.sort(key=lambda r: (r["step_mode"] == "optimizer", r["trace_file"] is not None, r["steps_run"]), reverse=True)
+        chosen.append(candidates[0])
+        for other in candidates[1:]:
+            print(f"dlprof: pid {other['pid']} also iterated a DataLoader as rank {rank} ({other['steps_run']} steps, "
+                  f"no training like pid {candidates[0]['pid']}'s): its recording is left out", file=sys.stderr)  # fmt: skip
+    return chosen
+
+
+def _share_calibration(results: list[dict]) -> None:
+    """Ranks calibrate once per machine (local rank 0): give the others on that machine its numbers."""
+    keys = ("handoff", "worker_startup")
+    by_host = {r["host"].get("hostname"): r["host"] for r in results if any(k in r["host"] for k in keys)}
+    for result in results:
+        source = by_host.get(result["host"].get("hostname"))
+        if source is not None:
+            for key in keys:
+                if key not in result["host"] and key in source:
+                    result["host"][key] = source[key]

@@ -361,9 +361,13 @@ def _loader_config(loader: Any) -> dict:
     else:
         start_method = context if isinstance(context, str) else context.get_start_method()
     collate = loader.collate_fn
+    batch_size = loader.batch_size
+    if batch_size is None:
+        # accelerate re-creates a Trainer's DataLoader with a batch_sampler (its BatchSamplerShard knows the size).
+        batch_size = getattr(loader.batch_sampler, "batch_size", None)
     return {
         "num_workers": loader.num_workers,
-        "batch_size": loader.batch_size,
+        "batch_size": batch_size if isinstance(batch_size, int) and not isinstance(batch_size, bool) else None,
         "pin_memory": bool(loader.pin_memory),
         "prefetch_factor": loader.prefetch_factor,
         "persistent_workers": bool(loader.persistent_workers),
@@ -376,7 +380,30 @@ def _loader_config(loader: Any) -> dict:
         "iterable_dataset": loader._dataset_kind == 1,
         "sampler": type(loader.sampler).__qualname__ if loader.sampler is not None else None,
         "collate_fn": getattr(collate, "__qualname__", type(collate).__qualname__),
+        "created_by": created_by(),
     }
+
+
+#: Training frameworks that create DataLoaders, by the module of a frame on the stack as one is built
+#: (``frame.f_globals["__name__"]``), most specific first: ms-swift and LLaMA-Factory build theirs through
+#: Hugging Face's Trainer, so their frames and the Trainer's are on the stack together.
+#: A prefix ending in "." names a package ("swift." is not "swiftly"); "transformers.trainer" also covers
+#: trainer_seq2seq and the Trainer's helper modules.
+FRAMEWORK_MODULES = (("swift.", "ms-swift"), ("llamafactory.", "llamafactory"), ("transformers.trainer", "transformers"))
+
+
+def created_by() -> str | None:
+    """The training framework creating a DataLoader now (called inside its ``__init__``), or None for the user's own code."""
+    found = set()
+    frame = sys._getframe(1)
+    while frame is not None:
+        module = frame.f_globals.get("__name__")
+        if isinstance(module, str):
+            for prefix, name in FRAMEWORK_MODULES:
+                if module.startswith(prefix) or module == prefix.rstrip("."):
+                    found.add(name)
+        frame = frame.f_back
+    return next((name for _, name in FRAMEWORK_MODULES if name in found), None)
 
 
 def _record_of(loader: Any) -> LoaderRecord | None:
@@ -451,7 +478,7 @@ def _wrap_iter(original: Callable) -> Callable:
         iterator._dlprof_ctx = LoaderContext(_STATE.spans_dir or "", record.loader_id, record.iterations)
         iterator._dlprof_epoch = epoch
         record.iterations += 1
-        for callback in _LOADER_CALLBACKS:
+        for callback in tuple(_LOADER_CALLBACKS):
             callback(EVENT_EPOCH_START, epoch.iter_ns)
         return iterator
 
@@ -572,6 +599,11 @@ def add_loader_callback(callback: Callable[[str, int], None]) -> None:
     """Call ``callback(event, ns)`` in the main process for each :data:`EVENT_BATCH`, :data:`EVENT_EPOCH_START`
     and :data:`EVENT_EPOCH_END`, with the nanoseconds the main thread spent in the DataLoader for it."""
     _LOADER_CALLBACKS.append(callback)
+
+
+def in_worker() -> bool:
+    """Whether this process is a DataLoader worker (instrumented by dlprof)."""
+    return _STATE.worker_id >= 0
 
 
 def loader_records() -> list[LoaderRecord]:

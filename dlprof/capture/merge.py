@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import gzip
+import json
 import os
 import statistics
 import sys
@@ -23,6 +24,7 @@ import orjson
 from dlprof import schema
 from dlprof.manifest import MANIFEST_VERSION, parse_manifest
 from dlprof.capture.memory import MemorySample
+from dlprof.capture.session import spans_dir_of
 from dlprof.capture.spanfile import NextCall, SpanFiles, WorkerStart, read_span_files
 
 #: A main-process ``__next__`` span dlprof measured and the Kineto event inside it are matched when
@@ -243,7 +245,7 @@ def write_gzip_json_atomically(document: dict, final_path: Path, scratch_dir: Pa
     tmp = scratch_dir / (final_path.name + ".partial")
     with open(tmp, "wb") as raw:
         with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=GZIP_LEVEL, mtime=0) as gz:
-            gz.write(orjson.dumps(document))
+            gz.write(dumps_trace(document))
         raw.flush()
         os.fsync(raw.fileno())
     os.replace(tmp, final_path)
@@ -267,7 +269,7 @@ def merge_rank(kineto: dict, result: dict, inputs: MergeInputs) -> dict:
     events: list[dict] = kineto.setdefault("traceEvents", [])
     base_ns = int(kineto.get("baseTimeNanoseconds", 0))
     main_pid = int(result["pid"])
-    found = read_span_files(inputs.session_dir / "spans")
+    found = read_span_files(spans_dir_of(inputs.session_dir, main_pid))
     alignment = link_next_events(events, base_ns, found.next_calls)
     next_events = [e for e in events if e.get("ph") == "X" and schema.is_dataloader_next(e.get("name", ""))]
     steps_recorded = sum(1 for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
@@ -284,7 +286,10 @@ def merge_rank(kineto: dict, result: dict, inputs: MergeInputs) -> dict:
     events.extend(span_events(found, main_pid, base_ns, window, consumed))
     events.extend(memory_events(inputs.memory_samples, {main_pid, *(w.pid for w in found.workers)}, base_ns, window))
 
-    kineto.setdefault("distributedInfo", {"backend": None, "rank": result["rank"], "world_size": result["world_size"]})
+    # torch.profiler writes distributedInfo only when the process group existed as the window opened
+    # (often not yet): dlprof always writes the rank and world size it knows from the launcher.
+    distributed = kineto.get("distributedInfo") if isinstance(kineto.get("distributedInfo"), dict) else {}
+    kineto["distributedInfo"] = {**distributed, "backend": distributed.get("backend"), "rank": result["rank"], "world_size": result["world_size"]}
     manifest, problems = parse_manifest({
         "manifest_version": MANIFEST_VERSION,
         "dlprof_version": result["versions"].get("dlprof"),
@@ -295,6 +300,10 @@ def merge_rank(kineto: dict, result: dict, inputs: MergeInputs) -> dict:
         "script": inputs.script,
         "rank": result["rank"],
         "world_size": result["world_size"],
+        "local_rank": result.get("local_rank"),
+        "local_world_size": result.get("local_world_size"),
+        "process_argv": result.get("process_argv") or [],
+        "backend": distributed.get("backend"),
         "schedule": {**result["schedule"], "step_mode": result["step_mode"]},
         "steps": {"run": result["steps_run"], "recorded": steps_recorded},
         "main_process_cpu": _main_cpu(result.get("step_clock") or [], window),
@@ -323,6 +332,21 @@ def merge_rank(kineto: dict, result: dict, inputs: MergeInputs) -> dict:
     for problem in problems:  # the writer and the dataclass disagree: a dlprof bug (tests check for none)
         print(f"dlprof: internal: {problem}", file=sys.stderr)
     kineto[schema.MANIFEST_KEY] = manifest.to_dict()
-    # Metadata before the events: HTA reads a trace's rank from the text before "traceEvents", and a
-    # reader can take the manifest from the first kilobytes without parsing every event.
-    return {**{k: v for k, v in kineto.items() if k != "traceEvents"}, "traceEvents": events}
+    # distributedInfo first and metadata before the events: HTA reads a trace's rank from its first
+    # lines, and a reader can take the manifest from the first kilobytes without parsing every event.
+    head = {"distributedInfo": kineto["distributedInfo"]}
+    return {**head, **{k: v for k, v in kineto.items() if k not in ("traceEvents", "distributedInfo")}, "traceEvents": events}
+
+
+def dumps_trace(document: dict) -> bytes:
+    """The trace document as JSON: compact, but for a first line that holds ``distributedInfo`` spelled ``"rank": N``.
+
+    HTA finds a file's rank with the regex ``"rank":\\s+(\\d+)`` on the first line that matches: in
+    compact JSON (``"rank":1``) it finds none, reads every file as rank 0 and keeps one of them.
+    """
+    info = document.get("distributedInfo")
+    rest = orjson.dumps({k: v for k, v in document.items() if k != "distributedInfo"})
+    if not isinstance(info, dict):
+        return rest
+    head = b'{"distributedInfo": ' + json.dumps(info, separators=(", ", ": ")).encode()
+    return head + (b",\n" + rest[1:] if rest != b"{}" else b"}")

@@ -17,15 +17,14 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from dlprof import __version__, manifest
 from dlprof.capture import loader_probe, spanfile
 from dlprof.capture.calibrate import measure_handoff, measure_worker_startup
 from dlprof.capture.schedule import Schedule
+from dlprof.capture.session import env_int
 
 #: Batches returned with no optimizer step in between before the profiler steps per batch instead:
 #: a few, so that gradient accumulation over a handful of micro-batches is not mistaken for
@@ -98,19 +97,24 @@ def calibrate() -> dict:
 class Recorder:
     """Runs ``torch.profiler`` over the training steps of this process and exports the trace."""
 
-    def __init__(self, schedule: Schedule, session_dir: Path, rank: int = 0, reference_steps: int = 0, run_to_end: bool = True):
+    def __init__(self, schedule: Schedule, session_dir: Path, rank: int = 0, reference_steps: int = 0, run_to_end: bool = True,
+                 top_level: bool = True):  # fmt: skip
         """
         Args:
             reference_steps: unprofiled steps to time after the window before training is stopped.
             run_to_end: let training run to its own end instead of stopping it after the reference steps.
+            top_level: this is the process ``dlprof record`` started. Another process (a launcher's
+                rank, a helper) is stopped early only if it steps an optimizer: a helper that merely
+                iterates a DataLoader must run its course.
         """
         self.schedule = schedule
         self.session_dir = session_dir
         self.rank = rank
         self.reference_steps = reference_steps
         self.run_to_end = run_to_end
+        self.top_level = top_level
         self.stopped_early = False
-        self.trace_path = session_dir / f"kineto-rank{rank}.json"
+        self.trace_path = session_dir / f"kineto-rank{rank}-{os.getpid()}.json"
         self.steps = 0
         self.step_mode: str | None = None
         self.window_start_ns: int | None = None
@@ -133,10 +137,10 @@ class Recorder:
         self.exported = False
         self._optimizer_id: int | None = None
         self._batches_since_step = 0
-        self._hook: Any = None
         self._profiler: torch.profiler.profile | None = None
 
     def start(self) -> None:
+        """Start the profiler; the caller forwards optimizer steps and loader events (:class:`dlprof.capture.session.Session`)."""
         activities = [torch.profiler.ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -148,14 +152,13 @@ class Recorder:
             on_trace_ready=self._export,
         )
         self._profiler.start()
-        self._hook = register_optimizer_step_post_hook(self._after_optimizer_step)
-        loader_probe.add_loader_callback(self._on_loader)
         self._step_begin = self._clocks()
 
     def _clocks(self) -> tuple[int, int, int]:
         return time.time_ns(), time.process_time_ns(), self._main_runq_ns()
 
-    def _on_loader(self, event: str, ns: int) -> None:
+    def on_loader_event(self, event: str, ns: int) -> None:
+        """A DataLoader event in this process (:func:`loader_probe.add_loader_callback`)."""
         self._step_wait_ns += ns
         if event == loader_probe.EVENT_EPOCH_START:
             self._step_epoch_start = True
@@ -163,7 +166,8 @@ class Recorder:
             self._step_batches += 1
             self._after_batch()
 
-    def _after_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    def on_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """An optimizer stepped (a global post-hook): the first optimizer to step marks the training steps."""
         if self.step_mode == "batch":
             return
         if self._optimizer_id is None:
@@ -215,7 +219,8 @@ class Recorder:
         # The next step starts once the profiler's own work (an export, say) is done: not training's time.
         self._step_begin = self._clocks()
         self._step_fork_probe = probed
-        if self.exported and not self.run_to_end and self._reference_done():
+        may_stop = self.top_level or self.step_mode == "optimizer"
+        if self.exported and not self.run_to_end and may_stop and self.reference_done():
             self.stopped_early = True
             raise TrainingStopped()
 
@@ -226,7 +231,7 @@ class Recorder:
     def _short_epochs(self, training: loader_probe.LoaderRecord | None) -> bool:
         return training is not None and training.length is not None and training.length <= MAX_EPOCH_BATCHES_TO_CROSS
 
-    def _reference_done(self) -> bool:
+    def reference_done(self) -> bool:
         """Enough unprofiled steps: the reference steps and, when epochs are short, whole epochs.
 
         Whole epochs timed unprofiled are what the user's training does over epochs: every batch
@@ -306,8 +311,6 @@ class Recorder:
     def finish(self, status: str, error: str | None) -> dict:
         """Stop profiling (exporting what was recorded) and write this process's facts for the merge."""
         self._reap_fork_probe()
-        if self._hook is not None:
-            self._hook.remove()
         if self._profiler is not None:
             self._profiler.stop()  # mid-window (a failure, a short script): exports the steps so far
         loader_probe.flush()
@@ -317,7 +320,10 @@ class Recorder:
             "status": status,
             "error": error,
             "rank": self.rank,
-            "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+            "world_size": env_int("WORLD_SIZE", 1),
+            "local_rank": env_int("LOCAL_RANK", 0),
+            "local_world_size": env_int("LOCAL_WORLD_SIZE", 1),
+            "process_argv": list(getattr(sys, "orig_argv", sys.argv)),
             "pid": os.getpid(),
             "trace_file": self.trace_path.name if self.exported else None,
             "steps_run": self.steps,
@@ -333,11 +339,12 @@ class Recorder:
                  "epochs": [e.as_manifest() for e in r.epochs]}
                 for r in loaders
             ],  # fmt: skip
-            # Calibrate only after a run that completed: a failing process should exit promptly.
-            "host": {**host_facts(), **(calibrate() if self.exported and loaders and status == "complete" else {})},
+            # Calibrate only after a run that completed (a failing process should exit promptly), and once
+            # per machine: the merge gives the other ranks on it the same numbers.
+            "host": {**host_facts(), **(calibrate() if self.exported and loaders and status == "complete" and env_int("LOCAL_RANK", 0) == 0 else {})},
             "versions": versions(),
         }
-        path = self.session_dir / f"result-rank{self.rank}.json"
+        path = self.session_dir / f"result-rank{self.rank}-{os.getpid()}.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(result, indent=1))
         os.replace(tmp, path)

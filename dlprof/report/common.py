@@ -106,3 +106,33 @@ def predicted_rows(advice, mark: str = "") -> list[list[str]]:
     """One row per predicted num_workers; ``mark`` is appended to the recommended count."""
     return [[str(p.num_workers) + (mark if p.num_workers == advice.num_workers else ""), ms(p.step_ms), f"{p.steps_per_s:.2f}",
              "-" if p.epoch_steps_per_s is None else f"{p.epoch_steps_per_s:.2f}", p.bound] for p in advice.predicted]  # fmt: skip
+
+
+RANKS_HEADER = ["rank", "step ms", "data wait ms", "wait %", "collectives ms", "own work ms", "loader ms/batch", "worker PSS MiB", "num_workers"]
+
+
+def rank_rows(ranks, mark: str = "") -> list[list[str]]:
+    """One row per rank; ``mark`` is appended to the slowest rank."""
+    return [[str(r.rank) + (mark if r.rank == ranks.slowest_rank else ""), ms(r.step_ms), ms(r.data_wait_ms), f"{r.data_wait_pct:.1f}",
+             ms(r.collective_ms), ms(r.own_ms), ms(r.loader_batch_ms), "-" if r.worker_pss_mib is None else f"{r.worker_pss_mib:.1f}",
+             known(r.num_workers)] for r in ranks.ranks]  # fmt: skip
+
+
+def ranks_line(ranks) -> str:
+    """The cross-rank effect in one line: who is slowest, why, and who waited for it where."""
+    slowest = next(r for r in ranks.ranks if r.rank == ranks.slowest_rank)
+    if ranks.slowest_reason == "data":
+        why = f"rank {slowest.rank} waited {slowest.data_wait_ms:.2f} ms per step for data ({ranks.extra_data_wait_ms:.2f} ms more than the other ranks)"
+    else:
+        why = (f"rank {slowest.rank} is the slowest: its own work takes {slowest.own_ms:.2f} ms per step (compute, not data: it waited "
+               f"{slowest.data_wait_ms:.2f} ms per step for data)")  # fmt: skip
+    where = f"in {ranks.collectives[0]}" if ranks.collectives else "(no collectives seen)"
+    waited = sorted(ranks.waited_ms.items())
+    if not waited:
+        return why
+    if len(waited) == 1:
+        (rank, value), = waited
+        return f"{why}; rank {rank} waited {value:.2f} ms per step for rank {slowest.rank} {where}"
+    values = [v for _, v in waited]
+    return (f"{why}; ranks {', '.join(str(r) for r, _ in waited)} waited {min(values):.2f}-{max(values):.2f} ms per step "
+            f"(mean {sum(values) / len(values):.2f}) for rank {slowest.rank} {where}")  # fmt: skip

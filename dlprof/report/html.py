@@ -13,8 +13,8 @@ from html import escape
 
 from dlprof.analysis.steps import CATEGORIES
 from dlprof.report.common import (
-    CATEGORY_LABELS, PREDICTED_HEADER, breakdown_rows, epoch_line, known, loader_rows, ms, predicted_rows, recommendation_line, setting,
-    unprofiled_line, verdict_line,
+    CATEGORY_LABELS, PREDICTED_HEADER, RANKS_HEADER, breakdown_rows, epoch_line, known, loader_rows, ms, predicted_rows, rank_rows, ranks_line,
+    recommendation_line, setting, unprofiled_line, verdict_line,
 )  # fmt: skip
 from dlprof.workflows.analyze import Report, RunReport, TimelinePicture
 
@@ -70,6 +70,7 @@ tr.chosen td { background: #eaf2fb; font-weight: 600; }
 .rec .settings { font-size: 1.05em; margin: 4px 0 8px; }
 .rec ul { margin: 4px 0 8px; padding-left: 22px; }
 .rec h3 { margin-top: 4px; }
+tr.slowest td { font-weight: 600; background: #fff4e5; }
 figure { margin: 20px 0; }
 figcaption { color: #5b6570; font-size: 0.9em; margin-top: 4px; }
 svg { width: 100%; height: auto; display: block; }
@@ -477,8 +478,17 @@ def _run(run: RunReport, index: int) -> str:
         parts.append(f'<p class="note">Note: the recording is {_e(info.status)}.</p>')
     parts.append(f'<p class="verdict {VERDICT_CLASS.get(advice.verdict, "warn")}">{_e(verdict_line(run))}</p>')
     parts.append(_facts(run))
+    if run.ranks is not None:
+        ranks = run.ranks
+        parts.append(f"<h3>Ranks ({len(ranks.ranks)}; ms per step, profiled)</h3>")
+        parts.append(_table(RANKS_HEADER, rank_rows(ranks, " (slowest)"),
+                            ["slowest" if r.rank == ranks.slowest_rank else "" for r in ranks.ranks], cls="ranks"))  # fmt: skip
+        parts.append(f'<p class="ranks-line">{_e(ranks_line(ranks))}. The rest of this report is rank {ranks.slowest_rank}\'s: '
+                     "num_workers is set per rank, and the slowest sets the pace.</p>")  # fmt: skip
     parts.append('<div class="rec"><h3>Recommendation</h3>')
     parts.append(f'<p class="settings"><code>{_e(recommendation_line(advice))}</code></p>')
+    if advice.trainer_arguments:  # a Trainer (or ms-swift, LLaMA-Factory) created the DataLoader
+        parts.append(f'<p class="settings">Trainer arguments: <code>{_e(advice.trainer_arguments)}</code></p>')
     parts.append("<p>Evidence:</p><ul>" + "".join(f"<li>{_e(e)}</li>" for e in advice.evidence) + "</ul>")
     if advice.basis:
         parts.append("<p>What this rests on:</p><ul>" + "".join(f"<li>{_e(b)}</li>" for b in advice.basis) + "</ul>")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+from dlprof.analysis.ranks import RankComparison
 from dlprof.analysis.steps import CATEGORIES
 from dlprof.analysis.stats import Summary
 from dlprof.analysis.unprofiled import UnprofiledStats
@@ -34,6 +35,20 @@ def _unprofiled(u: UnprofiledStats) -> dict:
     }  # fmt: skip
 
 
+def _ranks(ranks: RankComparison) -> dict:
+    return {
+        "slowest_rank": ranks.slowest_rank, "slowest_reason": ranks.slowest_reason, "extra_data_wait_ms": _r(ranks.extra_data_wait_ms),
+        "collectives": ranks.collectives,
+        "ranks": [
+            {"rank": r.rank, "trace_file": r.trace_file, "steps": r.steps, "step_ms": _r(r.step_ms), "data_wait_ms": _r(r.data_wait_ms),
+             "data_wait_pct": _r(r.data_wait_pct, 2), "collective_ms": _r(r.collective_ms), "own_ms": _r(r.own_ms),
+             "loader_batch_ms": _r(r.loader_batch_ms), "worker_pss_mib": _r(r.worker_pss_mib), "num_workers": r.num_workers,
+             "unprofiled_step_ms": _r(r.unprofiled_step_ms), "waited_for_slowest_ms": _r(ranks.waited_ms.get(r.rank))}
+            for r in ranks.ranks
+        ],
+    }  # fmt: skip
+
+
 def run_document(run: RunReport) -> dict:
     info, steps, loader, gpu, advice = run.info, run.steps, run.loader, run.gpu, run.advice
     return {
@@ -52,6 +67,7 @@ def run_document(run: RunReport) -> dict:
             ],
         },
         "unprofiled": None if run.unprofiled is None else _unprofiled(run.unprofiled),
+        "ranks": None if run.ranks is None else _ranks(run.ranks),
         "breakdown_ms": {c: _r(steps.categories[c].mean_ms) for c in CATEGORIES},
         "breakdown_p90_ms": {c: _r(steps.categories[c].p90_ms) for c in CATEGORIES},
         "loader": None if loader is None else {
@@ -77,6 +93,8 @@ def run_document(run: RunReport) -> dict:
         "recommendation": {
             "num_workers": advice.num_workers, "pin_memory": advice.pin_memory, "prefetch_factor": advice.prefetch_factor,
             "persistent_workers": advice.persistent_workers, "bound": advice.bound, "verdict": advice.verdict,
+            # Only when a Trainer (or ms-swift, LLaMA-Factory) created the DataLoader.
+            **({"trainer_arguments": advice.trainer_arguments} if advice.trainer_arguments else {}),
             "predicted": [
                 {"num_workers": p.num_workers, "step_ms": _r(p.step_ms), "steps_per_s": _r(p.steps_per_s), "bound": p.bound,
                  "epoch_steps_per_s": _r(p.epoch_steps_per_s), "restart_ms": _r(p.restart_ms)}

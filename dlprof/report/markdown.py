@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from dlprof.report.common import (
-    PREDICTED_HEADER, breakdown_rows, epoch_line, known, loader_rows, ms, predicted_rows, recommendation_line, setting, unprofiled_line,
-    verdict_line,
+    PREDICTED_HEADER, RANKS_HEADER, breakdown_rows, epoch_line, known, loader_rows, ms, predicted_rows, rank_rows, ranks_line,
+    recommendation_line, setting, unprofiled_line, verdict_line,
 )  # fmt: skip
 from dlprof.workflows.analyze import Report, RunReport
 
@@ -24,7 +24,13 @@ def _run(run: RunReport) -> list[str]:
          ["steps", f"{len(steps.steps)} recorded, {steps.step.mean_ms:.2f} ms mean (p90 {steps.step.p90_ms:.2f}), {1000 / steps.step.mean_ms:.2f} steps/s (profiled)"],
          *[[label, line] for label, line in (("unprofiled", unprofiled_line(run)), ("epochs", epoch_line(run))) if line]],
     )  # fmt: skip
+    if run.ranks is not None:
+        lines += ["", f"**Ranks** ({len(run.ranks.ranks)}; ms per step, profiled; ★ the slowest, which sets the job's pace):", ""]
+        lines += _table(RANKS_HEADER, rank_rows(run.ranks, " ★"))
+        lines += ["", f"**{ranks_line(run.ranks)}.** The rest of this report is rank {run.ranks.slowest_rank}'s."]
     lines += ["", "**Recommendation:** `" + recommendation_line(advice) + "`", ""]
+    if advice.trainer_arguments:  # a Trainer (or ms-swift, LLaMA-Factory) created the DataLoader
+        lines += ["**Trainer arguments:** `" + advice.trainer_arguments + "`", ""]
     lines += [f"- {e}" for e in advice.evidence]
     if advice.predicted:
         lines += ["", "Predicted throughput:", ""]

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from dlprof.report.common import (
-    PREDICTED_HEADER, breakdown_rows, epoch_line, loader_rows, ms, predicted_rows, recommendation_line, run_line, setting, unprofiled_line,
-    verdict_line,
+    PREDICTED_HEADER, RANKS_HEADER, breakdown_rows, epoch_line, loader_rows, ms, predicted_rows, rank_rows, ranks_line, recommendation_line,
+    run_line, setting, unprofiled_line, verdict_line,
 )  # fmt: skip
 from dlprof.workflows.analyze import Report, RunReport
 
@@ -23,6 +23,7 @@ def _run(run: RunReport) -> list[str]:
         f"steps: {len(steps.steps)}, {steps.step.mean_ms:.2f} ms mean (p50 {steps.step.p50_ms:.2f}, p90 {steps.step.p90_ms:.2f}), "
         f"{1000 / steps.step.mean_ms:.2f} steps/s (profiled)",
         *[line for line in (unprofiled_line(run), epoch_line(run)) if line],
+        *_ranks(run),
         "",
         f"Verdict: {verdict_line(run)}",
         "",
@@ -55,13 +56,25 @@ def _run(run: RunReport) -> list[str]:
             f"  host-to-device copies {gpu.h2d.mean_ms:.2f} ms, {gpu.h2d_mib_per_step:.1f} MiB per step; "
             f"{gpu.h2d_copies} copies, {gpu.h2d_pageable_copies} from pageable memory",
         ]
-    lines += ["", "Recommendation", "  " + recommendation_line(advice), "  Evidence:"]
+    lines += ["", "Recommendation", "  " + recommendation_line(advice)]
+    if advice.trainer_arguments:  # a Trainer (or ms-swift, LLaMA-Factory) created the DataLoader
+        lines.append(f"  Trainer arguments: {advice.trainer_arguments}")
+    lines.append("  Evidence:")
     lines += [f"   - {e}" for e in advice.evidence]
     if advice.predicted:
         lines += ["", "Predicted"]
         lines += _table(predicted_rows(advice, " <"), PREDICTED_HEADER)
     if advice.basis:
         lines += ["", "What this rests on"] + [f"  - {b}" for b in advice.basis]
+    return lines
+
+
+def _ranks(run: RunReport) -> list[str]:
+    if run.ranks is None:
+        return []
+    lines = ["", f"Ranks ({len(run.ranks.ranks)}; ms per step, profiled; * the slowest, which sets the job's pace)"]
+    lines += _table(rank_rows(run.ranks, "*"), RANKS_HEADER)
+    lines += [f"  {ranks_line(run.ranks)}", f"  The rest of this report is rank {run.ranks.slowest_rank}'s: num_workers is set per rank, and the slowest sets the pace."]
     return lines
 
 

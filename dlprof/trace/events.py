@@ -27,6 +27,11 @@ MEMCPY_RUNTIME_PREFIXES = ("cudaMemcpy", "hipMemcpy", "cuMemcpy")
 #: "(Host -> Device)" on ROCm.
 H2D_MEMCPY_PREFIX = "Memcpy HtoD"
 PINNED_MARK = "Pinned"
+#: Collectives on the host: c10d's dispatcher ops (``c10d::allreduce_``) and the backends' own
+#: annotations (``gloo:all_reduce``, ``nccl:all_reduce``); ``record_param_comms`` on newer torch.
+COLLECTIVE_PREFIXES = ("c10d::", "gloo:", "nccl:", "record_param_comms")
+#: NCCL's (and RCCL's) device kernels: ``ncclDevKernel_AllReduce_Sum_f32_RING_LL``, ``ncclKernel_...``.
+COLLECTIVE_KERNEL_PREFIX = "nccl"
 
 
 def category(event: dict) -> str:
@@ -63,3 +68,22 @@ def is_h2d_memcpy(name: str) -> bool:
 
 def is_memcpy_runtime(name: str) -> bool:
     return name.startswith(MEMCPY_RUNTIME_PREFIXES)
+
+
+def is_collective(name: str) -> bool:
+    return name.startswith(COLLECTIVE_PREFIXES)
+
+
+def is_collective_kernel(name: str) -> bool:
+    return name.startswith(COLLECTIVE_KERNEL_PREFIX)
+
+
+def collective_kind(name: str) -> str:
+    """``c10d::allreduce_`` / ``gloo:all_reduce`` / ``nccl:all_reduce`` / ``ncclDevKernel_AllReduce_Sum_f32_RING_LL`` -> ``all_reduce``."""
+    if is_collective_kernel(name) and "_" in name:
+        name = name.split("_")[1]  # ncclDevKernel_AllReduce_... -> AllReduce
+    kind = name.split(":")[-1].strip("_").lower()
+    for plain, spelled in (("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reduce_scatter", "reduce_scatter"), ("alltoall", "all_to_all")):
+        if kind.startswith(plain):
+            return spelled + kind[len(plain):]
+    return kind

@@ -103,6 +103,12 @@ class TraceRun:
     launches: list[Launch]
     loader_spans: list[LoaderSpan]
     memory: list[MemorySample]
+    #: Collectives of the training process (any thread, and NCCL kernels), named by kind (``all_reduce``):
+    #: communication, and waiting for the other ranks.
+    collectives: list[Span] = field(default_factory=list)
+    #: The trace clock's zero in µs since the Unix epoch (``baseTimeNanoseconds``; 0 on old traces, whose
+    #: ``ts`` are absolute): lines up the ranks of one job, whose traces each have their own base.
+    base_us: float = 0.0
     process_names: dict[int, str] = field(default_factory=dict)
     event_count: int = 0
     #: What was wrong with the manifest (wrong-typed fields read as unknown, an unreadable version).
@@ -148,7 +154,7 @@ def _batch_key(args: dict) -> tuple[int, int, int] | None:
 def build_run(document: dict, path: Path, name: str) -> TraceRun:
     """Index the events of one trace document."""
     raw_steps, raw_next, raw_host, raw_backward, raw_optimizer = [], [], [], [], []
-    raw_gpu, raw_runtime, raw_loader, raw_memory, copy_ops = [], [], [], [], []
+    raw_gpu, raw_runtime, raw_loader, raw_memory, copy_ops, raw_collectives = [], [], [], [], [], []
     process_names: dict[int, str] = {}
     for event in document["traceEvents"]:
         if not isinstance(event, dict):
@@ -179,6 +185,8 @@ def build_run(document: dict, path: Path, name: str) -> TraceRun:
                 raw_next.append(event)
             else:
                 raw_host.append(event)
+                if ev.is_collective(event_name):
+                    raw_collectives.append(event)
                 if ev.is_backward(event_name):
                     raw_backward.append(event)
                 elif ev.is_optimizer(event_name):
@@ -202,6 +210,9 @@ def build_run(document: dict, path: Path, name: str) -> TraceRun:
     host_ops = sorted((Span(e["name"], *_span(e)) for e in raw_host if on_main(e)), key=lambda s: s.start_us)
     backward = sorted((Span(e["name"], *_span(e)) for e in raw_backward if e.get("pid") == main_pid), key=lambda s: s.start_us)
     optimizer = sorted((Span(e["name"], *_span(e)) for e in raw_optimizer if e.get("pid") == main_pid), key=lambda s: s.start_us)
+    # Any thread of the training process: gloo runs a collective on its own threads while the training
+    # thread waits for it (DDP's backward ends by waiting for its gradient all-reduce).
+    collectives = [Span(ev.collective_kind(e["name"]), *_span(e)) for e in raw_collectives if e.get("pid") == main_pid]
 
     gpu = []
     h2d_correlations = set()
@@ -221,6 +232,9 @@ def build_run(document: dict, path: Path, name: str) -> TraceRun:
             )
         )  # fmt: skip
     gpu.sort(key=lambda g: g.start_us)
+    # NCCL's kernels run (and wait for the other ranks) on the GPU.
+    collectives += [Span(ev.collective_kind(g.name), g.start_us, g.end_us) for g in gpu if g.kind == "kernel" and ev.is_collective_kernel(g.name)]
+    collectives.sort(key=lambda s: s.start_us)
     launches = sorted(
         (Launch(str(e.get("name", "")), *_span(e), correlation=e.get("args", {}).get("correlation"), tid=e.get("tid"))
          for e in raw_runtime if e.get("pid") == main_pid),
@@ -259,9 +273,17 @@ def build_run(document: dict, path: Path, name: str) -> TraceRun:
     return TraceRun(
         name=name, path=path, manifest=manifest, rank=rank, main_pid=main_pid, main_tid=main_tid, steps=steps,
         next_calls=next_calls, host_ops=host_ops, backward=backward, optimizer=optimizer, h2d_host=h2d_host, gpu=gpu,
-        launches=launches, loader_spans=loader_spans, memory=memory, process_names=process_names,
+        launches=launches, loader_spans=loader_spans, memory=memory, collectives=collectives, base_us=_base_us(document),
+        process_names=process_names,
         event_count=len(document["traceEvents"]), manifest_problems=manifest_problems,
     )  # fmt: skip
+
+
+def _base_us(document: dict) -> float:
+    try:
+        return int(document.get("baseTimeNanoseconds", 0)) / 1000
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def is_trace_file(path: Path) -> bool:

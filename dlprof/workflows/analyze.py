@@ -1,15 +1,17 @@
 """``dlprof analyze``: trace -> analysis -> advice, into the Report every renderer takes. Renderers only format it."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Sequence
 
 from dlprof.advice.rules import Advice, advise
 from dlprof.analysis.gpu import GpuStats, gpu_stats
 from dlprof.analysis.loader import LoaderStats, loader_stats
 from dlprof import schema
 from dlprof.analysis.intervals import Timeline
-from dlprof.analysis.steps import StepBreakdown, step_breakdown, step_segments
+from dlprof.analysis.ranks import RankComparison, collective_ms_per_step, compare_ranks, rank_stats
+from dlprof.analysis.steps import StepBreakdown, segments_between, step_breakdown, step_segments
 from dlprof.analysis.unprofiled import UnprofiledStats, unprofiled_stats
 from dlprof.manifest import Manifest
 from dlprof.trace.run import TraceRun, find_traces, load_run
@@ -73,6 +75,9 @@ class RunReport:
     unprofiled: UnprofiledStats | None = None
     #: The run's manifest as parsed (None for a trace dlprof did not record).
     manifest: Manifest | None = None
+    #: A run of several ranks: every rank side by side. The rest of this report is then the slowest
+    #: rank's (it sets the job's pace, and num_workers is set per rank).
+    ranks: RankComparison | None = None
 
 
 @dataclass(frozen=True)
@@ -111,12 +116,19 @@ def _info(run: TraceRun, batches_per_step: float) -> RunInfo:
 TIMELINE_STEPS = 3
 
 
-def _timeline(run: TraceRun) -> TimelinePicture:
+def _timeline(run: TraceRun, other_ranks: Sequence[TraceRun] = ()) -> TimelinePicture:
+    """A few steps of ``run``; with ``other_ranks``, their training threads over the same stretch of time, as lanes."""
     first = 1 if len(run.steps) > TIMELINE_STEPS else 0  # the first recorded step often carries warm-up
     shown = run.steps[first : first + TIMELINE_STEPS]
     lo, hi = shown[0].start_us, shown[-1].end_us
     rel = lambda us: round((us - lo) / 1000, 4)  # noqa: E731
-    lanes = [Lane("main thread", [(g.category, rel(g.start_us), rel(g.end_us)) for g in step_segments(run, first, TIMELINE_STEPS)])]
+    main_label = f"rank {run.rank} main thread" if other_ranks else "main thread"
+    lanes = [Lane(main_label, [(g.category, rel(g.start_us), rel(g.end_us)) for g in step_segments(run, first, TIMELINE_STEPS)])]
+    for other in other_ranks:
+        # Each trace counts from its own base time; on one clock (CLOCK_REALTIME) the shift lines them up.
+        shift = other.base_us - run.base_us
+        segments = segments_between(other, lo - shift, hi - shift)
+        lanes.append(Lane(f"rank {other.rank} main thread", [(g.category, rel(g.start_us + shift), rel(g.end_us + shift)) for g in segments]))
     by_pid: dict[int, list] = {}
     for span in run.loader_spans:
         if span.name != schema.SPAN_BATCH and span.end_us > lo and span.start_us < hi:
@@ -142,11 +154,35 @@ def analyze_run(run: TraceRun) -> RunReport:
     return RunReport(_info(run, batches_per_step), steps, loader, gpu, advice, _timeline(run), unprofiled, run.manifest)
 
 
+def analyze_job(runs: Sequence[TraceRun]) -> RunReport:
+    """A run of several ranks: the slowest rank's report, with every rank side by side (``ranks``)."""
+    reports = {run.rank: analyze_run(run) for run in runs}
+    by_rank = {run.rank: run for run in runs}
+    kinds: list[str] = []
+    rows = []
+    for run in runs:
+        report = reports[run.rank]
+        rows.append(rank_stats(run, report.steps, report.loader, report.unprofiled.step_ms if report.unprofiled else None))
+        kinds += [k for k in collective_ms_per_step(run)[1] if k not in kinds]
+    comparison = compare_ranks(rows, kinds)
+    pace = by_rank[comparison.slowest_rank]
+    others = [by_rank[r.rank] for r in comparison.ranks if r.rank != comparison.slowest_rank]
+    return replace(reports[comparison.slowest_rank], timeline=_timeline(pace, others), ranks=comparison)
+
+
+def _distinct_ranks(runs: list[TraceRun]) -> list[TraceRun]:
+    """One trace per rank (a second file claiming a rank is left out, as HTA does), by rank."""
+    seen: dict[int, TraceRun] = {}
+    for run in runs:
+        seen.setdefault(run.rank if run.rank is not None else 0, run)
+    return [seen[rank] for rank in sorted(seen)]
+
+
 def build_report(path: Path) -> Report:
-    """Analyse a run directory, a trace file, or a directory of runs (each run's first rank)."""
+    """Analyse a run directory (all its ranks), a trace file, or a directory of runs."""
     reports = []
     for files in find_traces(path):
-        trace = files[0]
-        name = trace.name if path.is_file() else trace.parent.name
-        reports.append(analyze_run(load_run(trace, name)))
+        name = files[0].name if path.is_file() else files[0].parent.name
+        runs = _distinct_ranks([load_run(trace, name) for trace in files])
+        reports.append(analyze_run(runs[0]) if len(runs) == 1 else analyze_job(runs))
     return Report(reports)

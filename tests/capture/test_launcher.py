@@ -1,4 +1,4 @@
-"""``child_argv``: how ``dlprof record -- COMMAND`` becomes the recorder's command line."""
+"""``child_argv``: how ``dlprof record -- COMMAND`` becomes the command line that runs under the recorder."""
 from __future__ import annotations
 
 import sys
@@ -44,20 +44,34 @@ def test_interpreter_by_path(in_tmp):
     assert child_argv((sys.executable, "train.py"))[:3] == [sys.executable, *INJECT]
 
 
+def test_any_other_command_runs_as_it_is(in_tmp):
+    # Launchers and shell scripts are followed by the bootstrap sitecustomize, not wrapped.
+    assert child_argv(("torchrun", "--nproc-per-node", "2", "train.py")) == ["torchrun", "--nproc-per-node", "2", "train.py"]
+    assert child_argv(("bash", "run.sh", "--x")) == ["bash", "run.sh", "--x"]
+    assert child_argv(("python", "-c", "print(1)")) == ["python", "-c", "print(1)"]
+
+
+def test_an_executable_script_by_path_runs_as_it_is(in_tmp):
+    launcher = in_tmp / "launch.sh"
+    launcher.write_text("#!/bin/sh\nexec python train.py\n")
+    launcher.chmod(0o755)
+    assert child_argv((str(launcher), "a")) == [str(launcher), "a"]
+
+
 @pytest.mark.parametrize(
     ("command", "error", "message"),
     [
         ((), UsageError, "no command after '--'"),
-        (("python", "-c", "print(1)"), UsageError, "code strings are not supported"),
-        (("ls", "-la"), UsageError, "can only run Python scripts"),
-        (("bash", "train.py"), UsageError, "can only run Python scripts"),
+        (("no-such-launcher-xyz", "train.py"), InputError, "no-such-launcher-xyz: no such command"),
+        (("train.sh",), InputError, "train.sh: not executable; run it as 'bash train.sh'"),
         (("python", "missing.py"), InputError, "missing.py: no such script"),
         (("python", "-u"), UsageError, "no script given"),
         (("python", "-m"), UsageError, "no module given"),
-        (("python3.0.99", "train.py"), InputError, "no such interpreter"),
+        (("python3.0.99", "train.py"), InputError, "python3.0.99: no such command"),
     ],
-    ids=["empty", "code-string", "not-python", "bash", "missing-script", "no-script", "no-module", "no-interpreter"],
+    ids=["empty", "unknown-command", "not-executable", "missing-script", "no-script", "no-module", "no-interpreter"],
 )
 def test_errors(in_tmp, command, error, message):
+    (in_tmp / "train.sh").write_text("python train.py\n")
     with pytest.raises(error, match=message):
         child_argv(command)

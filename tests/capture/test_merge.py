@@ -8,6 +8,7 @@ import pytest
 from dlprof import schema
 from dlprof.capture import merge, spanfile
 from dlprof.capture.memory import MemorySample
+from dlprof.capture.session import spans_dir_of
 
 BASE_NS = 1_700_000_000_000_000_000
 MAIN_PID, WORKER_PID = 100, 201
@@ -58,8 +59,8 @@ def main_records() -> bytes:
 
 @pytest.fixture
 def session(tmp_path: Path) -> Path:
-    spans = tmp_path / "spans"
-    spans.mkdir()
+    spans = spans_dir_of(tmp_path, MAIN_PID)  # the training process's spans and its workers'
+    spans.mkdir(parents=True)
     (spans / f"{WORKER_PID}.spans").write_bytes(span_records())
     (spans / f"{MAIN_PID}.spans").write_bytes(main_records())
     return tmp_path
@@ -89,7 +90,7 @@ def merged(session: Path, samples: list[MemorySample] | None = None) -> dict:
 
 
 def test_read_span_files_parses_each_kind_and_counts_broken_records(session):
-    found = spanfile.read_span_files(session / "spans")
+    found = spanfile.read_span_files(spans_dir_of(session, MAIN_PID))
     assert [(w.pid, w.worker_id, w.num_workers) for w in found.workers] == [(WORKER_PID, 0, 2)]
     assert len(found.spans) == 6
     assert [c.batch for c in found.next_calls] == [3, 4]
@@ -113,7 +114,7 @@ def test_alignment_slack_is_measured_in_microseconds(session):
 
 
 def test_a_next_event_outside_every_span_stays_unmatched(session):
-    (session / "spans" / f"{MAIN_PID}.spans").write_bytes(main_records()[: spanfile.RECORD.size])
+    (spans_dir_of(session, MAIN_PID) / f"{MAIN_PID}.spans").write_bytes(main_records()[: spanfile.RECORD.size])
     alignment = merged(session)[schema.MANIFEST_KEY]["clock"]["alignment"]
     assert alignment["next_events_matched"] == 1
     assert alignment["next_events_unmatched"] == 1
@@ -139,7 +140,7 @@ def test_worker_spans_become_a_named_process_on_kineto_clock(session):
 def test_batch_consumed_in_window_is_kept_even_if_produced_before(session):
     early = spanfile.RECORD.pack(spanfile.KIND_SPAN, spanfile.SPAN_CODE["batch"], us(100), us(200), 1, 0, 0, 0, 3, 0)
     late = spanfile.RECORD.pack(spanfile.KIND_SPAN, spanfile.SPAN_CODE["batch"], us(100), us(200), 1, 0, 0, 0, 7, 0)
-    (session / "spans" / f"{WORKER_PID}.spans").write_bytes(early + late)
+    (spans_dir_of(session, MAIN_PID) / f"{WORKER_PID}.spans").write_bytes(early + late)
     spans = [e for e in merged(session)["traceEvents"] if e.get("cat") == schema.CATEGORY and e["name"] == "batch"]
     # batch 3 was returned by a traced __next__; batch 7 was not
     assert [(e["args"][schema.ARG_BATCH], e["ts"]) for e in spans] == [(3, 100.0)]

@@ -242,7 +242,7 @@ def test_ctrl_c_leaves_a_partial_trace_and_no_worker(tmp_path, user_script):
     try:
         deadline = time.monotonic() + 120
         spans_dir = tmp_path / "interrupted" / schema.SCRATCH_DIR / "spans"
-        while time.monotonic() < deadline and len(list(spans_dir.glob("*.spans"))) < 3:  # main + 2 workers logging
+        while time.monotonic() < deadline and len(list(spans_dir.glob("*/*.spans"))) < 3:  # main + 2 workers logging (spans/<pid>/)
             time.sleep(0.2)
         time.sleep(2.0)  # well inside the recorded window
         os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group

@@ -1,0 +1,110 @@
+"""A job of several ranks: each rank's costs, the rank that sets the pace, and what waiting for it cost the others.
+
+With data-parallel training every rank meets the others in a collective (DDP's gradient all-reduce)
+each step. A rank that is late (starved of data, say) makes every other rank wait there: their time
+shows up inside the collective, not in the DataLoader. So each rank's step is split into the time in
+collectives and the rest, its *own* work; the rank with the most own work per step is the one the
+others wait for, and what each other rank spends in collectives beyond that rank's own collective
+time is waiting for it.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from dlprof.analysis.intervals import Timeline
+from dlprof.analysis.loader import LoaderStats
+from dlprof.analysis.steps import StepBreakdown
+from dlprof.trace.run import TraceRun
+
+#: The slowest rank is called data-starved when its extra data wait (over the other ranks' median)
+#: explains at least this share of its extra own work per step; else the extra is its compute.
+DATA_REASON_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class RankStats:
+    """One rank's profiled steps (ms per step, means over its recorded steps)."""
+
+    rank: int
+    trace_file: str
+    steps: int
+    step_ms: float
+    data_wait_ms: float
+    data_wait_pct: float
+    #: The training thread inside collectives (communicating, and waiting for the other ranks).
+    collective_ms: float
+    #: The step without its collectives: the rank's own work (loading included).
+    own_ms: float
+    #: Wall time to produce a batch in the rank's loader processes (None without dlprof's spans).
+    loader_batch_ms: float | None
+    #: Its DataLoader workers' memory, summed (PSS, last reading); None when unknown or no workers.
+    worker_pss_mib: float | None
+    num_workers: int | None
+    #: The unprofiled step (reference steps), when recorded.
+    unprofiled_step_ms: float | None
+
+
+@dataclass(frozen=True)
+class RankComparison:
+    """Every rank side by side, and the cross-rank effect."""
+
+    ranks: list[RankStats]
+    #: The rank the others wait for: the most own work per step.
+    slowest_rank: int
+    #: Why it is slowest: "data" (its extra own time is mostly data wait) or "compute".
+    slowest_reason: str
+    #: Its data wait per step beyond the other ranks' median.
+    extra_data_wait_ms: float
+    #: Per other rank: time per step in collectives beyond the slowest rank's own, i.e. waiting for it.
+    waited_ms: dict[int, float]
+    #: The collectives seen (``all_reduce``, ``broadcast``, ...), most time first.
+    collectives: list[str]
+
+
+def collective_ms_per_step(run: TraceRun) -> tuple[float, list[str]]:
+    """Mean time per profiled step the training thread spent in collectives, and their kinds (most time first)."""
+    if not run.steps:
+        return 0.0, []
+    busy = Timeline((c.start_us, c.end_us) for c in run.collectives)
+    total_us = sum(sum(e - s for s, e in busy.clip(step.start_us, step.end_us)) for step in run.steps)
+    by_kind: dict[str, float] = {}
+    for c in run.collectives:
+        by_kind[c.name] = by_kind.get(c.name, 0.0) + c.dur_us
+    return total_us / 1000 / len(run.steps), sorted(by_kind, key=by_kind.get, reverse=True)
+
+
+def rank_stats(run: TraceRun, steps: StepBreakdown, loader: LoaderStats | None, unprofiled_step_ms: float | None) -> RankStats:
+    """One rank's row."""
+    collective_ms, _ = collective_ms_per_step(run)
+    workers = [w.pss_mib_last for w in (loader.workers if loader else []) if w.worker >= 0 and w.pss_mib_last is not None]
+    config = run.manifest.loader if run.manifest else None
+    return RankStats(
+        rank=run.rank if run.rank is not None else 0,
+        trace_file=run.path.name,
+        steps=len(steps.steps),
+        step_ms=steps.step.mean_ms,
+        data_wait_ms=steps.categories["data_wait"].mean_ms,
+        data_wait_pct=steps.data_wait_pct,
+        collective_ms=collective_ms,
+        own_ms=max(0.0, steps.step.mean_ms - collective_ms),
+        loader_batch_ms=loader.batch.mean_ms if loader else None,
+        worker_pss_mib=sum(workers) if workers else None,
+        num_workers=config.num_workers if config else None,
+        unprofiled_step_ms=unprofiled_step_ms,
+    )
+
+
+def compare_ranks(rows: list[RankStats], collectives: list[str]) -> RankComparison:
+    """The slowest rank, why, and how long each other rank waited for it per step."""
+    rows = sorted(rows, key=lambda r: r.rank)
+    slowest = max(rows, key=lambda r: r.own_ms)
+    others = [r for r in rows if r.rank != slowest.rank]
+    if others:
+        extra_wait = max(0.0, slowest.data_wait_ms - statistics.median(r.data_wait_ms for r in others))
+        extra_own = max(0.0, slowest.own_ms - statistics.median(r.own_ms for r in others))
+    else:
+        extra_wait = extra_own = 0.0
+    reason = "data" if extra_own > 0 and extra_wait >= DATA_REASON_SHARE * extra_own else "compute"
+    waited = {r.rank: max(0.0, r.collective_ms - slowest.collective_ms) for r in others}
+    return RankComparison(rows, slowest.rank, reason, extra_wait, waited, collectives)

@@ -1,0 +1,288 @@
+"""``DlprofCallback``: record a Hugging Face ``Trainer`` run from inside the process, for notebooks and code ``dlprof record`` cannot wrap.
+
+It leaves the same run directory as ``dlprof record`` (``<out_dir>/<name>/<host>_<pid>.<ms>.pt.trace.json.gz``),
+DataLoader worker spans and memory included, through the same machinery: a
+:class:`dlprof.capture.session.Session` for this process, and :func:`dlprof.capture.launcher.write_traces`
+to merge it. What differs is who starts and ends it:
+
+* The callback's constructor creates the run directory and instruments DataLoaders: the Trainer builds
+  its DataLoader inside ``train()``, *before* ``on_train_begin``, so the probe must be in place by then.
+* Recording starts with the first DataLoader iteration or optimizer step after ``on_train_begin``
+  (nothing the notebook does before ``train()`` is recorded) and is finished at ``on_train_end``.
+* Memory is sampled on a thread of this process (``dlprof record`` samples from outside it).
+* Training is never stopped with ``SystemExit`` (it would end a notebook's kernel): with
+  ``stop_after_window=True`` the callback sets ``control.should_training_stop`` instead.
+
+One callback records one ``train()``, and one callback at a time records in a process (the DataLoader
+probe is process-wide). Errors after training are printed, not raised: training's result is never lost
+to the profiler.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from dlprof import schema
+from dlprof.capture import launcher, loader_probe, merge
+from dlprof.capture import session as session_module
+from dlprof.capture.memory import DEFAULT_INTERVAL_MS, MemorySampler
+from dlprof.capture.schedule import Schedule
+from dlprof.errors import DlprofError, UsageError
+
+#: What the callback's messages call the training command (``dlprof record`` names the user's script).
+TRAIN_CALL = "trainer.train()"
+#: The manifest's status error for a ``train()`` that ended without ``on_train_end`` (an exception, Ctrl-C).
+INTERRUPTED = "train() ended without reaching on_train_end (interrupted, or it raised)"
+
+# States of a callback.
+_ARMED = "armed"  # DataLoaders instrumented, waiting for train()
+_TRAINING = "training"  # inside train(): recording from its first step
+_FINISHED = "finished"  # recorded (result or error set)
+_REPLACED = "replaced"  # a newer callback took over the process's probe before this one trained
+_INACTIVE = "inactive"  # this process is recorded another way (dlprof record), or is not rank 0
+
+#: The callback whose session this process's DataLoader probe serves.
+_ACTIVE: "DlprofCallback | None" = None
+
+
+def default_run_name(out_dir: Path) -> str:
+    """``<script>-<date>-<time>``, as ``dlprof record`` names runs (``notebook-...`` in Jupyter), made unique in ``out_dir``."""
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    if "ipykernel" in sys.modules or not argv0.endswith(".py"):
+        script = "notebook" if "ipykernel" in sys.modules else "trainer"
+    else:
+        path = Path(argv0)
+        script = path.parent.name if path.stem == "__main__" else path.stem  # python -m package: the package's name
+    return launcher.unique_run_name(out_dir, script)
+
+
+class DlprofCallback(TrainerCallback):
+    """Record a ``Trainer``'s training as ``dlprof record`` would, into ``<out_dir>/<name>/``.
+
+    Create it right before the Trainer that uses it: it instruments the DataLoaders created from then on.
+    Example::
+
+        from dlprof.hf import DlprofCallback
+
+        callback = DlprofCallback(name="baseline")
+        trainer = Trainer(model=model, args=args, train_dataset=dataset, callbacks=[callback])
+        trainer.train()                   # prints: dlprof: trace traces/baseline/<host>_<pid>.<ms>.pt.trace.json.gz ...
+        report = dlprof.analyze(callback.result.run_dir)
+
+    One callback records one ``train()``. A second ``train()`` with the same callback raises
+    :class:`~dlprof.errors.UsageError` before training starts (add a new ``DlprofCallback`` instead). A
+    newer callback replaces one that has not trained yet (re-running a notebook cell); one whose
+    ``train()`` was interrupted is finished as ``partial`` then, or by :meth:`finish`. Under
+    ``dlprof record``, or in a process whose ``RANK`` is not 0, the callback does nothing: there the
+    process is recorded by ``dlprof record``, or by rank 0's callback.
+
+    Attributes:
+        result: the :class:`~dlprof.capture.launcher.RecordResult` once ``train()`` has ended (None before,
+            and when nothing could be recorded).
+        error: why no trace was written (a :class:`~dlprof.errors.DlprofError`), else None.
+        run_dir: the run directory (None when the callback does nothing).
+    """
+
+    def __init__(self, out_dir: str | os.PathLike = "traces", name: str | None = None, wait: int = 5, warmup: int = 3, active: int = 20,
+                 reference_steps: int = 40, stop_after_window: bool = False, loader_spans: bool = True):  # fmt: skip
+        """
+        Args:
+            out_dir: directory that receives the run directory.
+            name: run directory name (letters, digits, ``.``, ``_``, ``-``); default ``<script>-<date>-<time>``.
+            wait, warmup, active: the profiler schedule, in training (optimizer) steps.
+            reference_steps: unprofiled steps timed after the window: the training's real speed, which
+                ``dlprof analyze`` calibrates its predictions to.
+            stop_after_window: stop training (``control.should_training_stop``) once the window and the
+                reference steps are recorded; by default training runs to its own end.
+            loader_spans: record dataset fetch, tokenizer and collate spans in the loader processes.
+
+        Raises:
+            UsageError: a bad schedule or name, or a run directory that already holds a recorded run.
+        """
+        global _ACTIVE
+        self.out_dir = Path(out_dir)
+        self.wait, self.warmup, self.active = wait, warmup, active
+        self.reference_steps = reference_steps
+        self.stop_after_window = stop_after_window
+        self.loader_spans = loader_spans
+        self.result: launcher.RecordResult | None = None
+        self.error: DlprofError | None = None
+        self.run_dir: Path | None = None
+        self._session: session_module.Session | None = None
+        self._sampler: MemorySampler | None = None
+        try:
+            Schedule(wait, warmup, active).check()
+        except UsageError as error:
+            # Said as the callback's arguments ("active=0"), not as dlprof record's options ("--active 0").
+            raise UsageError("DlprofCallback: " + re.sub(r"--(\w+) ", r"\1=", str(error)).replace("--", "")) from None
+        if reference_steps < 0:
+            raise UsageError(f"DlprofCallback: reference_steps={reference_steps}: must be >= 0")
+        current = session_module.current()
+        if current is not None and not current.finished and (_ACTIVE is None or current is not _ACTIVE._session):
+            print("dlprof: DlprofCallback does nothing here: dlprof record is recording this process already", file=sys.stderr)
+            self._state = _INACTIVE
+            return
+        if stop_after_window and session_module.env_int("WORLD_SIZE", 1) > 1:
+            raise UsageError("DlprofCallback: stop_after_window=True would stop rank 0 only, and the other ranks would hang: "
+                             "drop it, or record with 'dlprof record -- torchrun ...', which stops every rank")  # fmt: skip
+        if session_module.env_int("RANK", 0) != 0:
+            self._state = _INACTIVE  # rank 0's callback records; one trace of a rank stands for the others
+            return
+        name = name or default_run_name(self.out_dir)
+        if not launcher._RUN_NAME.match(name):
+            raise UsageError(f"DlprofCallback: name={name!r}: use letters, digits, '.', '_' and '-' only")
+        if _ACTIVE is not None:  # first: an interrupted recording it ends may be this name's
+            _ACTIVE._make_way()
+        run_dir = self.out_dir / name
+        if run_dir.exists() and any(run_dir.glob("*" + schema.TRACE_SUFFIX)):
+            raise UsageError(f"DlprofCallback: {run_dir} already holds a recorded run; pass another name= or delete that directory")
+        self.name = name
+        request = launcher.RecordRequest((), self.out_dir, name, wait, warmup, active, loader_spans=loader_spans,
+                                         reference_steps=reference_steps, run_to_end=True)  # fmt: skip
+        self.run_dir = launcher._prepare_run_dir(request)
+        scratch = self.run_dir / schema.SCRATCH_DIR
+        # As dlprof record writes it. run_to_end: the recorder never raises SystemExit here (it would
+        # end a notebook's kernel); stop_after_window stops training through the Trainer's control.
+        config = {
+            "schedule": {"wait": wait, "warmup": warmup, "active": active},
+            "loader_spans": loader_spans,
+            "reference_steps": reference_steps,
+            "run_to_end": True,
+            "overrides": {},
+        }
+        (scratch / "config.json").write_text(json.dumps(config))
+        try:
+            self._session = session_module.start_in_process(scratch, config)
+        except BaseException:
+            launcher.remove_unrecorded(self.run_dir)
+            raise
+        # Not before train(): a DataLoader iterated or an optimizer stepped in the notebook meanwhile
+        # must not start the recording. (The session's "helper" state records nothing.)
+        self._session.helper = True
+        self._state = _ARMED
+        _ACTIVE = self
+
+    # ------------------------------------------------------------------------------------- Trainer events
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._state == _INACTIVE:
+            return
+        if self._state == _TRAINING:  # the previous train() was interrupted: keep what it recorded
+            self._finish_run(INTERRUPTED)
+        if self._state == _REPLACED:
+            raise UsageError("DlprofCallback: this callback was replaced by one created after it (one records at a time); "
+                             "pass the newer one to the Trainer")  # fmt: skip
+        if self._state == _FINISHED:
+            where = f"into {self.run_dir}" if self.result is not None else "(no trace)"
+            raise UsageError(f"DlprofCallback: this callback recorded one train() already {where}; to record another, "
+                             "replace it: trainer.remove_callback(DlprofCallback); trainer.add_callback(DlprofCallback(name=...))")  # fmt: skip
+        self._sampler = MemorySampler(os.getpid(), DEFAULT_INTERVAL_MS)
+        self._sampler.start()
+        self._state = _TRAINING
+        self._session.helper = False  # the first DataLoader iteration or optimizer step from now on starts recording
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._state != _TRAINING or not self.stop_after_window:
+            return
+        recorder = self._session.recorder
+        if recorder is not None and recorder.exported and recorder.reference_done():
+            recorder.stopped_early = True
+            control.should_training_stop = True
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._state == _TRAINING:
+            self._finish_run(None)
+
+    # ------------------------------------------------------------------------------------- finishing
+
+    def finish(self) -> launcher.RecordResult | None:
+        """Finish now: after a ``train()`` that was interrupted (its trace is then ``partial``), or to drop
+        a callback that never trained (its empty run directory is removed). ``on_train_end`` calls this
+        itself; calling it again does nothing.
+
+        Returns:
+            :attr:`result`.
+        """
+        if self._state == _TRAINING:
+            self._finish_run(INTERRUPTED)
+        elif self._state == _ARMED:
+            self._make_way()
+        return self.result
+
+    def _make_way(self) -> None:
+        """Give up this process's probe to a newer callback (or to nobody): end a recording left unfinished."""
+        global _ACTIVE
+        if self._state == _TRAINING:
+            self._finish_run(INTERRUPTED)
+        elif self._state == _ARMED:
+            self._session.finished = True
+            self._detach()
+            launcher.remove_unrecorded(self.run_dir)
+            self._state = _REPLACED
+        if _ACTIVE is self:
+            _ACTIVE = None
+
+    def _finish_run(self, error: str | None) -> None:
+        """End the recording, merge it into the run directory and say where the trace is (never raises)."""
+        session = self._session
+        self._state = _FINISHED
+        if error is not None:
+            session.fail(error)
+        try:
+            session.finish(top_level=True)
+        finally:
+            samples = self._sampler.stop() if self._sampler is not None else []
+            self._detach()
+        command = ["dlprof.hf.DlprofCallback", f"out_dir={self.out_dir}", f"name={self.name}", f"wait={self.wait}", f"warmup={self.warmup}",
+                   f"active={self.active}", f"reference_steps={self.reference_steps}", f"stop_after_window={self.stop_after_window}",
+                   f"loader_spans={self.loader_spans}"]  # fmt: skip
+        inputs = merge.MergeInputs(session.session_dir, command, list(sys.argv), 0, samples, DEFAULT_INTERVAL_MS)
+        try:
+            self.result = launcher.write_traces(
+                self.run_dir, [TRAIN_CALL], 0, samples, inputs, first_recorded_step=self.wait + self.warmup + 1,
+                schedule_options=f"wait={self.wait}, warmup={self.warmup}", schedule_names="wait/warmup",
+            )  # fmt: skip
+        except DlprofError as failure:
+            self.error = failure
+            print(f"dlprof: no trace written: {failure}", file=sys.stderr)
+            return
+        except Exception as failure:  # a dlprof bug must not cost the user the training's result
+            self.error = DlprofError(f"could not write the trace: {type(failure).__name__}: {failure}")
+            print(f"dlprof: {self.error}", file=sys.stderr)
+            return
+        result = self.result
+        status = result.status if result.error is None else f"{result.status}: {result.error}"
+        print(f"dlprof: trace {result.trace_path} ({result.steps_recorded} steps recorded, {status}, {result.workers_seen} DataLoader "
+              f"worker(s) seen); analyse it with: dlprof analyze {result.run_dir}")  # fmt: skip
+
+    def _detach(self) -> None:
+        """Leave this process as it was: no DataLoader probe, no optimizer hook, no SIGTERM handler of ours."""
+        session = self._session
+        if session is None:
+            return
+        session.recorder = None  # a finished session ignores optimizer steps and loader events from now on
+        loader_probe.uninstall()  # idempotent; the recorder already did it if it recorded
+        try:
+            # The session's global optimizer post-hook (outside any optimizer step here, so safe to remove).
+            from torch.optim import optimizer as optimizer_module
+
+            hooks = optimizer_module._global_optimizer_post_hooks
+            for key, hook in list(hooks.items()):
+                if getattr(hook, "__self__", None) is session:
+                    del hooks[key]
+        except Exception:
+            pass  # the hook stays, and does nothing
+        if threading.current_thread() is threading.main_thread():
+            try:
+                if signal.getsignal(signal.SIGTERM) == session._terminated:
+                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            except (ValueError, OSError):
+                pass
