@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typing
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = ["__version__", "analyze"]
 

@@ -181,9 +181,9 @@ def record(ctx: click.Context, out_dir: Path, name: str | None, wait: int, warmu
 def analyze(path: Path, fmt: str | None, output: Path | None) -> None:
     """Where each step's time goes, and the DataLoader settings to use.
 
-    PATH is a run directory (traces/<run>), a trace file (.json or .json.gz), or a directory of
-    runs (each analysed, then compared). Works on any PyTorch profiler trace; dlprof's own runs add
-    what happens inside the DataLoader workers.
+    PATH is a run directory (traces/<run>; with several ranks, every rank side by side), a trace
+    file (.json or .json.gz), or a directory of runs (each analysed, then compared). Works on any
+    PyTorch profiler trace; dlprof's own runs add what happens inside the DataLoader workers.
     """
     from dlprof.report import pick_format, renderer, write_report
     from dlprof import analyze as build_report

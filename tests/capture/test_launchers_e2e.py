@@ -88,6 +88,23 @@ def test_torchrun_gives_one_trace_per_rank_with_rank_and_world_size(torchrun_run
     _no_process_left(str(DDP))
 
 
+def test_analyze_names_the_data_starved_rank_and_the_wait_in_all_reduce(torchrun_run):
+    """Rank 1's Dataset is slower: rank 1 waits for data, rank 0 waits for rank 1 in DDP's all-reduce."""
+    from dlprof import analyze
+
+    (job,) = analyze(torchrun_run).runs
+    ranks = job.ranks
+    assert ranks.slowest_rank == 1 and ranks.slowest_reason == "data"
+    assert "all_reduce" in ranks.collectives
+    rows = {r.rank: r for r in ranks.ranks}
+    # Rank 1's wait for data shows up in rank 0 as time in the collective.
+    assert rows[1].data_wait_ms > 2 * rows[0].data_wait_ms
+    assert ranks.waited_ms[0] > 0.5 * ranks.extra_data_wait_ms
+    assert job.info.trace_file.endswith(rows[1].trace_file)  # the report is the slowest rank's
+    # Two ranks share this machine's cores: the model gives each its share.
+    assert any("2 ranks share this machine" in line for line in job.advice.basis)
+
+
 def test_hta_reads_every_rank(torchrun_run):
     from hta.trace_analysis import TraceAnalysis
 
