@@ -5,6 +5,7 @@ Errors reach the user as one line and exit code 2 (DESIGN.md): Click's usage err
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -76,7 +77,9 @@ def _default_run_name(command: tuple[str, ...], out_dir: Path, prefix: str = "")
         script = Path(command[0]).name
     from dlprof.capture.launcher import unique_run_name
 
-    return unique_run_name(out_dir, f"{prefix}{script or 'lora'}")
+    # Any script name (spaces, "my träin.py") gives a name that --name's own check accepts.
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", script or "lora").strip("._-") or "run"
+    return unique_run_name(out_dir, f"{prefix}{safe}")
 
 
 def _record_options(name_help: str, num_workers: bool = True):
@@ -137,9 +140,11 @@ def _record_request(ctx: click.Context, *, out_dir: Path, name: str | None, wait
         command = ("python", "-m", "dlprof.workloads.lora", *options.to_argv())
         # Without --steps the built-in workload trains until dlprof has what it needs.
         run_to_end = workload.get("steps") is not None
+    made_up = name is None
     name = name or _default_run_name(command, out_dir, name_prefix)
     return RecordRequest(command, out_dir, name, wait, warmup, DEFAULT_ACTIVE if active is None else active, tuple(sys.argv),
-                         loader_spans=loader_spans, reference_steps=reference_steps, run_to_end=run_to_end)  # fmt: skip
+                         loader_spans=loader_spans, reference_steps=reference_steps, run_to_end=run_to_end,
+                         fresh_name_if_taken=made_up)  # fmt: skip
 
 
 @cli.command(cls=RecordCommand)
@@ -187,14 +192,17 @@ def analyze(path: Path, fmt: str | None, output: Path | None) -> None:
     """
     from dlprof.report import pick_format, renderer, write_report
     from dlprof import analyze as build_report
+    from dlprof.errors import printable
+    from dlprof.workflows.analyze import check_output
 
     fmt = pick_format(fmt, output)
+    check_output(output, path)
     rendered = renderer(fmt)(build_report(path))
     if output is None:
         click.echo(rendered, nl=False)
     else:
         write_report(output, rendered)
-        click.echo(f"dlprof: wrote {output}", err=True)
+        click.echo(f"dlprof: wrote {printable(str(output))}", err=True)
 
 
 # --- sweep command (dlprof/workflows/sweep.py) ---

@@ -5,10 +5,22 @@ Every message names the file (or option), the problem and the fix.
 from __future__ import annotations
 
 
+def printable(text: str) -> str:
+    """``text`` with lone surrogates replaced: a path that is not UTF-8 (a directory named on another
+    system) comes back from the OS with surrogate escapes, which no terminal or UTF-8 file can take."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeEncodeError:  # a surrogate that is no escaped byte
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+
 class DlprofError(Exception):
     """Base of every error dlprof reports to the user."""
 
     exit_code = 2
+
+    def __init__(self, message: str = "", *args: object):
+        super().__init__(printable(message) if isinstance(message, str) else message, *args)
 
 
 class UsageError(DlprofError):

@@ -267,6 +267,17 @@ class _Invalid(Exception):
     pass
 
 
+#: Integer fields that may be negative (a process killed by a signal exits with -N); every other
+#: integer is a count, size, id or time and is read as unknown when negative.
+SIGNED_INTS = frozenset({"exit_code"})
+#: Larger integers are no count, size or nanosecond time (int64 is what JSON writers produce), and would
+#: overflow a float downstream.
+MAX_INT = 2**63 - 1
+#: Larger floats are no duration (ms: 30,000 years), size (MiB) or rate this manifest holds; they would
+#: overflow to infinity once summed or multiplied downstream.
+MAX_FLOAT = 1e15
+
+
 def _convert(value: Any, hint: Any, where: str, problems: list[str]) -> Any:
     inner, optional = _optional_of(hint)
     if value is None:
@@ -299,12 +310,13 @@ def _convert(value: Any, hint: Any, where: str, problems: list[str]) -> Any:
         if isinstance(value, bool):
             return value
     elif inner is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
         if isinstance(value, float) and value.is_integer():
-            return int(value)
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_INT:
+            if value >= 0 or where.rsplit(".", 1)[-1] in SIGNED_INTS:
+                return value
     elif inner is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 <= value <= MAX_FLOAT:
             return float(value)
     elif inner is str:
         if isinstance(value, str):
@@ -351,7 +363,8 @@ def parse_manifest(document: Any) -> tuple[Manifest | None, tuple[str, ...]]:
     if not isinstance(version, int) or isinstance(version, bool) or version not in READABLE_VERSIONS:
         newer = isinstance(version, int) and not isinstance(version, bool) and version > MANIFEST_VERSION
         fix = "upgrade dlprof to read it" if newer else "record the run again with this dlprof"
-        return None, (f"manifest version {version!r} is not one this dlprof reads ({', '.join(map(str, READABLE_VERSIONS))}): "
+        shown = version if isinstance(version, int) else repr(str(version)[:40])  # quoted: a NaN read as text, not a number
+        return None, (f"manifest version {shown} is not one this dlprof reads ({', '.join(map(str, READABLE_VERSIONS))}): "
                       f"analysed as a trace without dlprof's manifest; {fix}",)  # fmt: skip
     problems: list[str] = []
     try:

@@ -50,6 +50,8 @@ STATUS_PARTIAL = "partial"
 
 #: Sub-folder of a run directory for scratch files while recording; gone when the run is complete.
 SCRATCH_DIR = ".dlprof-scratch"
+#: In the scratch folder: ``{"pid": N}``, the process recording the run (one record per run directory).
+SCRATCH_OWNER_FILE = "owner.json"
 #: Suffix every trace file has; TensorBoard's plugin and HTA look for it.
 TRACE_SUFFIX = ".pt.trace.json.gz"
 

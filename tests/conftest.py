@@ -105,3 +105,16 @@ def assert_one_line_error(result, *fragments: str) -> str:
         assert fragment in lines[0], lines[0]
     return lines[0]
 
+
+def leftover_processes(marker: str) -> list[int]:
+    """Pids of processes whose command line mentions ``marker``: none may outlive a ``dlprof record``."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if any(marker in part for part in process.info["cmdline"] or []):
+                found.append(process.pid)
+        except psutil.Error:
+            continue
+    return found

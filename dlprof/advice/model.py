@@ -25,6 +25,9 @@ from dataclasses import dataclass
 MIN_CANDIDATES = 8
 #: Never predict beyond this many workers (DataLoader start-up and memory make more impractical).
 MAX_CANDIDATES = 64
+#: No predicted step is shorter than a trace can resolve (1 µs): a consumer and producers measured at 0
+#: would otherwise predict infinitely many steps per second.
+MIN_STEP_MS = 0.001
 
 
 @dataclass(frozen=True)
@@ -122,12 +125,13 @@ def predict(inputs: ModelInputs, num_workers: int) -> Prediction:
         at_recorded, _ = _raw(inputs, recorded)
         if at_recorded > 0:
             step_ms *= inputs.measured_step_ms / at_recorded
+    step_ms = max(step_ms, MIN_STEP_MS)
     restart = restart_ms(inputs, num_workers)
     epoch_rate = None
-    if inputs.epoch is not None and step_ms > 0:
+    if inputs.epoch is not None:
         steps = inputs.epoch.steps_per_epoch
-        epoch_rate = 1000 * steps / (steps * step_ms + restart)
-    return Prediction(num_workers, step_ms, 1000 / step_ms if step_ms > 0 else math.inf, bound, epoch_rate, restart)
+        epoch_rate = 1000 * steps / (steps * step_ms + restart) if steps > 0 else None
+    return Prediction(num_workers, step_ms, 1000 / step_ms, bound, epoch_rate, restart)
 
 
 def candidate_counts(inputs: ModelInputs) -> list[int]:

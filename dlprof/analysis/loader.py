@@ -48,8 +48,8 @@ class WorkerStats:
     batches: int
     batch_ms_mean: float
     cpu_ms_mean: float
-    #: Batches per second this worker can produce when it never waits for a free slot.
-    capacity_per_s: float
+    #: Batches per second this worker can produce when it never waits for a free slot (None: its batches took no measurable time).
+    capacity_per_s: float | None
     pss_mib_last: float | None
     pss_growth_mib_per_min: float | None
 
@@ -115,11 +115,12 @@ def _batch_costs(spans: list[LoaderSpan]) -> list[BatchCost]:
             BatchCost(
                 batch=key, worker=whole.worker, pid=pid, end_us=whole.end_us,
                 wall_ms=whole.dur_us / 1000, cpu_ms=whole.cpu_us / 1000, runq_ms=whole.runq_us / 1000,
-                fetch_ms=(fetch.dur_us / 1000 - wall(tok_in_fetch)) if fetch else 0.0,
-                fetch_cpu_ms=(fetch.cpu_us / 1000 - cpu(tok_in_fetch)) if fetch else 0.0,
+                # Clamped: overlapping or repeated tokenizer spans can sum to more than the stage holding them.
+                fetch_ms=max(0.0, fetch.dur_us / 1000 - wall(tok_in_fetch)) if fetch else 0.0,
+                fetch_cpu_ms=max(0.0, fetch.cpu_us / 1000 - cpu(tok_in_fetch)) if fetch else 0.0,
                 tokenize_ms=wall(tokens), tokenize_cpu_ms=cpu(tokens),
-                collate_ms=(collate.dur_us / 1000 - wall(tok_in_collate)) if collate else 0.0,
-                collate_cpu_ms=(collate.cpu_us / 1000 - cpu(tok_in_collate)) if collate else 0.0,
+                collate_ms=max(0.0, collate.dur_us / 1000 - wall(tok_in_collate)) if collate else 0.0,
+                collate_cpu_ms=max(0.0, collate.cpu_us / 1000 - cpu(tok_in_collate)) if collate else 0.0,
                 tensors=collate.tensors if collate else 0,
             )
         )  # fmt: skip
@@ -180,7 +181,7 @@ def loader_stats(run: TraceRun) -> LoaderStats | None:
             WorkerStats(
                 worker=mine[0].worker, pid=pid, batches=len(mine), batch_ms_mean=mean_ms,
                 cpu_ms_mean=sum(c.cpu_ms for c in mine) / len(mine),
-                capacity_per_s=1000 / mean_ms if mean_ms > 0 else float("inf"),
+                capacity_per_s=1000 / mean_ms if mean_ms > 0 else None,
                 pss_mib_last=pss[0], pss_growth_mib_per_min=pss[1],
             )
         )  # fmt: skip

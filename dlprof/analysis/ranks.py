@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from dlprof.analysis.intervals import Timeline
 from dlprof.analysis.loader import LoaderStats
 from dlprof.analysis.steps import StepBreakdown
-from dlprof.trace.run import TraceRun
+from dlprof.trace.run import TraceRun, display
 
 #: The slowest rank is called data-starved when its extra data wait (over the other ranks' median)
 #: explains at least this share of its extra own work per step; else the extra is its compute.
@@ -81,7 +81,7 @@ def rank_stats(run: TraceRun, steps: StepBreakdown, loader: LoaderStats | None, 
     config = run.manifest.loader if run.manifest else None
     return RankStats(
         rank=run.rank if run.rank is not None else 0,
-        trace_file=run.path.name,
+        trace_file=display(run.path.name),
         steps=len(steps.steps),
         step_ms=steps.step.mean_ms,
         data_wait_ms=steps.categories["data_wait"].mean_ms,

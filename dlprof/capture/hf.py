@@ -147,7 +147,7 @@ class DlprofCallback(TrainerCallback):
         self.name = name
         request = launcher.RecordRequest((), self.out_dir, name, wait, warmup, active, loader_spans=loader_spans,
                                          reference_steps=reference_steps, run_to_end=True)  # fmt: skip
-        self.run_dir = launcher._prepare_run_dir(request)
+        self.run_dir = launcher.prepare_run_dir(request)
         scratch = self.run_dir / schema.SCRATCH_DIR
         # As dlprof record writes it. run_to_end: the recorder never raises SystemExit here (it would
         # end a notebook's kernel); stop_after_window stops training through the Trainer's control.

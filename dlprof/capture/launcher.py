@@ -28,7 +28,7 @@ import psutil
 
 from dlprof import schema
 from dlprof.capture import merge
-from dlprof.capture.session import ENDED_FILE, ERROR_FILE, SESSION_ENV
+from dlprof.capture.session import ENDED_FILE, ERROR_FILE, SESSION_ENV, SIGNALLED_PREFIX
 from dlprof.capture.memory import DEFAULT_INTERVAL_MS, MemorySampler
 from dlprof.capture.schedule import Schedule
 from dlprof.errors import InputError, RecordError, UsageError
@@ -38,8 +38,11 @@ _PYTHON_OPTIONS_WITH_VALUE = {"-W", "-X", "--check-hash-based-pycs"}
 _PR_SET_CHILD_SUBREAPER = 36
 #: Seconds a leftover process gets after SIGTERM before SIGKILL.
 _TERMINATE_GRACE_S = 3.0
-#: Seconds the training process gets after Ctrl-C to save its recording and exit.
+#: Seconds the training process gets after Ctrl-C (or SIGTERM) to save its recording and exit.
 INTERRUPT_GRACE_S = 15.0
+#: After SIGINT or SIGTERM reached dlprof record, how long the training process has to show it got the
+#: signal too (a terminal's Ctrl-C reaches the whole process group) before dlprof passes it on.
+FORWARD_AFTER_S = 1.0
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -62,6 +65,8 @@ class RecordRequest:
     run_to_end: bool = True
     #: DataLoader settings imposed on the script (dlprof sweep): {"num_workers": n}.
     overrides: dict | None = None
+    #: The name was made up by dlprof: if it is taken, take the next free one instead of failing.
+    fresh_name_if_taken: bool = False
 
 
 @dataclass(frozen=True)
@@ -151,59 +156,138 @@ def _end_leftovers() -> None:
     psutil.wait_procs(alive, timeout=_TERMINATE_GRACE_S)
 
 
-def _wait(child: subprocess.Popen, interrupted: list[float]) -> int:
-    """Wait for the training process; after Ctrl-C, give it INTERRUPT_GRACE_S to finish, then stop it.
+class _Signals:
+    """SIGINT and SIGTERM that reached ``dlprof record``, in order, with when."""
 
-    A KeyboardInterrupt that lands while DataLoader workers shut down can leave the training process
-    hung at exit (a queue's feeder thread waiting on dead workers): the recording is already saved by
-    then, and the user must not need a second Ctrl-C.
+    def __init__(self) -> None:
+        self.received: list[tuple[int, float]] = []
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.received.append((signum, time.monotonic()))
+
+    @property
+    def first(self) -> int | None:
+        return self.received[0][0] if self.received else None
+
+
+def _trainer_saw_signal(scratch: Path) -> bool:
+    """Whether a recorded process got the signal itself (its handler leaves a marker): then it must not get it twice."""
+    return any(scratch.glob(SIGNALLED_PREFIX + "*"))
+
+
+def _wait(child: subprocess.Popen, signals: _Signals, scratch: Path) -> int:
+    """Wait for the command; after SIGINT or SIGTERM, make sure it got the signal, give it INTERRUPT_GRACE_S, then stop it.
+
+    A terminal's Ctrl-C (and a scheduler's signal to the process group) reaches the training process
+    itself; ``kill -INT <dlprof pid>`` or ``timeout`` reach this process alone, so the signal is passed
+    on once when the training process shows no sign of it after FORWARD_AFTER_S. A KeyboardInterrupt
+    that lands while DataLoader workers shut down can leave the training process hung at exit (a queue's
+    feeder thread waiting on dead workers): the recording is already saved by then, and the user must
+    not need a second Ctrl-C.
     """
+    forwarded = False
     while True:
         try:
             return child.wait(timeout=0.2)
         except subprocess.TimeoutExpired:
             pass
-        if interrupted and time.monotonic() - interrupted[0] > INTERRUPT_GRACE_S:
+        if not signals.received:
+            continue
+        signum, since = signals.received[0]
+        elapsed = time.monotonic() - since
+        if not forwarded and elapsed > FORWARD_AFTER_S:
+            forwarded = True
+            if not _trainer_saw_signal(scratch):
+                try:
+                    child.send_signal(signum)
+                except ProcessLookupError:
+                    pass
+        if elapsed > INTERRUPT_GRACE_S:
             child.terminate()
             try:
                 child.wait(timeout=_TERMINATE_GRACE_S)
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
-            return 128 + signal.SIGINT
+            return 128 + signum
 
 
-def _run_child(argv: list[str], env: dict, memory_interval_ms: int) -> tuple[int, list]:
+def _run_child(argv: list[str], env: dict, memory_interval_ms: int, scratch: Path) -> tuple[int, list, int | None]:
+    """Run the command to its end; returns its exit code (as a shell reports it), the memory samples, and the signal that stopped dlprof, if one did."""
     _become_subreaper()
-    # Ctrl-C reaches the whole process group; the training process turns it into a partial trace,
-    # and this process must live on to merge it. A handler, not SIG_IGN: an ignored SIGINT would be
-    # inherited through exec and the training process would never see Ctrl-C.
-    interrupted: list[float] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(time.monotonic()))
+    # The training process turns SIGINT and SIGTERM into a partial trace, and this process must live on
+    # to merge it. Handlers, not SIG_IGN: an ignored signal would be inherited through exec and the
+    # training process would never see it.
+    signals = _Signals()
+    previous = {signum: signal.signal(signum, signals) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         child = subprocess.Popen(argv, env=env)
         sampler = MemorySampler(child.pid, memory_interval_ms)
         sampler.start()
-        exit_code = _wait(child, interrupted)
+        exit_code = _wait(child, signals, scratch)
         samples = sampler.stop()
         if exit_code < 0:  # killed by a signal: report it as a shell does (SIGINT -> 130)
             exit_code = 128 - exit_code
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         _end_leftovers()
-    return exit_code, samples
+    return exit_code, samples, signals.first
 
 
-def _prepare_run_dir(request: RecordRequest) -> Path:
+
+
+def scratch_owner(scratch: Path) -> int | None:
+    """The pid of the live process recording into ``scratch``; None when it is gone (or unknown)."""
+    try:
+        pid = int(json.loads((scratch / schema.SCRATCH_OWNER_FILE).read_text())["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return pid if psutil.pid_exists(pid) and pid != os.getpid() else None
+
+
+def _claim_run_dir(run_dir: Path) -> str | None:
+    """Make ``run_dir`` this record's (its scratch folder, created exclusively); else why it is taken."""
+    if run_dir.exists() and any(run_dir.glob("*" + schema.TRACE_SUFFIX)):
+        return "already holds a recorded run"
+    scratch = run_dir / schema.SCRATCH_DIR
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        scratch.mkdir()  # exclusive: two records never share a scratch folder
+    except FileExistsError:
+        owner = scratch_owner(scratch)
+        if owner is not None:
+            return f"is being recorded by another dlprof record (pid {owner})"
+        return f"holds the scratch files of a record that did not finish ({scratch}); delete that folder"
+    except OSError as error:
+        raise InputError(f"{run_dir}: cannot create the run directory ({error.strerror}); choose a writable --out") from None
+    try:
+        (scratch / schema.SCRATCH_OWNER_FILE).write_text(json.dumps({"pid": os.getpid()}))
+        (scratch / "spans").mkdir()
+    except OSError as error:
+        remove_unrecorded(run_dir)
+        raise InputError(f"{run_dir}: cannot write there ({error.strerror}); choose another --out") from None
+    return None
+
+
+def prepare_run_dir(request: RecordRequest) -> Path:
+    """Create ``out_dir/name`` and its scratch folder for this record alone.
+
+    A name in use (a finished run, or one being written) gets a fresh name (``-2``, ``-3``, ...)
+    when the user did not choose it (``request.fresh_name_if_taken``), else a one-line error.
+    """
     if not _RUN_NAME.match(request.name):
         raise UsageError(f"--name {request.name!r}: use letters, digits, '.', '_' and '-' only")
-    run_dir = request.out_dir / request.name
-    if run_dir.exists() and any(run_dir.glob("*" + schema.TRACE_SUFFIX)):
-        raise UsageError(f"{run_dir}: already holds a recorded run; choose another --name or delete that directory")
-    scratch = run_dir / schema.SCRATCH_DIR
-    shutil.rmtree(scratch, ignore_errors=True)
-    (scratch / "spans").mkdir(parents=True)
-    return run_dir
+    name, n = request.name, 1
+    while True:
+        run_dir = request.out_dir / name
+        taken = _claim_run_dir(run_dir)
+        if taken is None:
+            return run_dir
+        if not request.fresh_name_if_taken:
+            raise UsageError(f"{run_dir}: {taken}; choose another --name")
+        n += 1
+        name = f"{request.name}-{n}"
 
 
 def unique_run_name(out_dir: Path, stem: str) -> str:
@@ -240,7 +324,7 @@ def record(request: RecordRequest) -> RecordResult:
     """
     Schedule(request.wait, request.warmup, request.active).check()
     argv = child_argv(request.command)
-    run_dir = _prepare_run_dir(request)
+    run_dir = prepare_run_dir(request)
     scratch = run_dir / schema.SCRATCH_DIR
     (scratch / "config.json").write_text(
         json.dumps(
@@ -253,17 +337,17 @@ def record(request: RecordRequest) -> RecordResult:
             }
         )
     )
-    exit_code, samples = _run_child(argv, _child_env(scratch), request.memory_interval_ms)
+    exit_code, samples, stopped_by = _run_child(argv, _child_env(scratch), request.memory_interval_ms, scratch)
     return write_traces(
         run_dir, list(request.command), exit_code, samples,
         merge.MergeInputs(scratch, list(request.cli_argv), list(request.command), exit_code, samples, request.memory_interval_ms, request.overrides),
         first_recorded_step=request.wait + request.warmup + 1, schedule_options=f"--wait {request.wait} --warmup {request.warmup}",
-        schedule_names="--wait/--warmup",
+        schedule_names="--wait/--warmup", stopped_by=stopped_by,
     )  # fmt: skip
 
 
 def write_traces(run_dir: Path, script: list[str], exit_code: int, samples: list, inputs: merge.MergeInputs, first_recorded_step: int,
-                 schedule_options: str, schedule_names: str) -> RecordResult:  # fmt: skip
+                 schedule_options: str, schedule_names: str, stopped_by: int | None = None) -> RecordResult:  # fmt: skip
     """Turn what the processes left in the session directory into ``run_dir``'s traces, one per rank, and remove the session.
 
     Args:
@@ -271,24 +355,36 @@ def write_traces(run_dir: Path, script: list[str], exit_code: int, samples: list
         first_recorded_step: the first step the profiler records (for the "too few steps" message).
         schedule_options: how the user set the schedule (for the same message: "--wait 5 --warmup 3").
         schedule_names: the settings to lower (for the same message: "--wait/--warmup").
+        stopped_by: the signal (SIGINT, SIGTERM) that stopped ``dlprof record``, if one did: the exit
+            code is then 130 or 143, recorded or not.
 
     Raises:
         RecordError: nothing was recorded; the run directory is removed.
     """
     scratch = inputs.session_dir
+    failed = 128 + stopped_by if stopped_by is not None else 2
     if (scratch / ERROR_FILE).exists():
-        raise _fail(run_dir, (scratch / ERROR_FILE).read_text().strip(), 2)
+        raise _fail(run_dir, (scratch / ERROR_FILE).read_text().strip(), failed)
     results = _read_results(scratch)
+    for result in results:
+        if result.get("provisional"):
+            # Written when the window was exported; the process never finished its recording.
+            result["error"] = f"the training process {_how_it_ended(exit_code, stopped_by)} before dlprof finished its recording"
+    export_errors = [r["export_error"] for r in results if r.get("export_error")]
+    if export_errors and not any(r["trace_file"] for r in results):
+        raise _fail(run_dir, f"{' '.join(script)}: could not save the recorded steps ({export_errors[0]}); free disk space or choose another --out", 2)
     if not results:
+        if _disk_full(scratch):
+            raise _fail(run_dir, f"{scratch}: no space left on device, nothing could be recorded; free disk space or choose another --out", 2)
         ended = scratch / ENDED_FILE
         if ended.exists():
             error = json.loads(ended.read_text()).get("error")
-            raise _fail(run_dir, f"{' '.join(script)}: failed before the profiler recorded a step ({error}); fix the error shown above and record again", 2)
+            raise _fail(run_dir, f"{' '.join(script)}: failed before the profiler recorded a step ({error}); fix the error shown above and record again", failed)
         raise _fail(
             run_dir,
-            f"{' '.join(script)}: ended (exit code {exit_code}) before any of its processes trained (no optimizer step, "
+            f"{' '.join(script)}: {_how_it_ended(exit_code, stopped_by)} before any of its processes trained (no optimizer step, "
             "no DataLoader iterated); see its output above",
-            2,
+            failed,
         )
     traced = [r for r in results if r["trace_file"] is not None]
     if not traced:
@@ -300,7 +396,7 @@ def write_traces(run_dir: Path, script: list[str], exit_code: int, samples: list
                 f"{' '.join(script)}: ran {result['steps_run']} training steps but the profiler records from step {first_recorded_step} on "
                 f"({schedule_options}); run more steps or lower {schedule_names}"
             )
-        raise _fail(run_dir, message, 2)
+        raise _fail(run_dir, message, failed)
     for result in results:
         if result["trace_file"] is None:
             print(f"dlprof: rank {result['rank']} (pid {result['pid']}) ran {result['steps_run']} steps, too few to record; "
@@ -309,11 +405,20 @@ def write_traces(run_dir: Path, script: list[str], exit_code: int, samples: list
     _share_calibration(traced)
     traces = []
     for result in traced:
-        kineto = orjson.loads((scratch / result["trace_file"]).read_bytes())
+        try:
+            kineto = orjson.loads((scratch / result["trace_file"]).read_bytes())
+        except (OSError, orjson.JSONDecodeError) as error:  # written in part: the disk filled up during the export
+            raise _fail(run_dir, f"{' '.join(script)}: rank {result['rank']}'s recorded steps are incomplete ({error}; no space left on "
+                                 "the device?); free disk space or choose another --out", 2) from None  # fmt: skip
         document = merge.merge_rank(kineto, result, inputs)
         host = result["host"]["hostname"] or socket.gethostname()
         trace_path = run_dir / f"{host}_{result['pid']}.{time.time_ns() // 1_000_000}{schema.TRACE_SUFFIX}"
-        merge.write_gzip_json_atomically(document, trace_path, scratch)
+        try:
+            merge.write_gzip_json_atomically(document, trace_path, scratch)
+        except OSError as error:
+            for written, _ in traces:  # all ranks or none: a run is never half there
+                written.unlink(missing_ok=True)
+            raise _fail(run_dir, f"{trace_path}: could not write the trace ({error.strerror}); free disk space or choose another --out", 2) from None
         traces.append((trace_path, document[schema.MANIFEST_KEY]))
     shutil.rmtree(scratch, ignore_errors=True)
     manifests = [m for _, m in traces]
@@ -321,13 +426,32 @@ def write_traces(run_dir: Path, script: list[str], exit_code: int, samples: list
         run_dir=run_dir,
         trace_path=traces[0][0],
         status=schema.STATUS_COMPLETE if all(m["status"] == schema.STATUS_COMPLETE for m in manifests) else schema.STATUS_PARTIAL,
-        exit_code=exit_code,
+        exit_code=128 + stopped_by if stopped_by is not None else exit_code,
         error=next((f"rank {m['rank']}: {m['error']}" if len(manifests) > 1 else m["error"] for m in manifests if m["error"]), None),
         steps_recorded=min(m["steps"]["recorded"] for m in manifests),
         workers_seen=sum(len({(w["loader"], w["worker_id"]) for w in m["workers"]}) for m in manifests),
         stopped_early=all(m["stopped_early"] for m in manifests),
         trace_paths=tuple(path for path, _ in traces),
     )
+
+
+def _how_it_ended(exit_code: int, stopped_by: int | None) -> str:
+    """How the command ended, for messages: "was killed by SIGKILL (out of memory?)", "ended (exit code 1)"."""
+    if stopped_by is not None:
+        return f"was stopped ({signal.Signals(stopped_by).name} to dlprof record)"
+    if exit_code == 128 + signal.SIGKILL:
+        return "was killed by SIGKILL (out of memory?)"
+    if 128 < exit_code < 128 + signal.NSIG:
+        return f"was killed by {signal.Signals(exit_code - 128).name}"
+    return f"ended (exit code {exit_code})"
+
+
+def _disk_full(path: Path) -> bool:
+    """Whether the file system of ``path`` has (almost) no space left: why nothing could be written."""
+    try:
+        return shutil.disk_usage(path).free < 1 << 20
+    except OSError:
+        return False
 
 
 def _child_env(scratch: Path) -> dict:

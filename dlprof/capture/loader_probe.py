@@ -53,7 +53,7 @@ class LoaderContext:
 class SpanLog:
     """Append-only span file of one process; records are buffered and written once per batch."""
 
-    __slots__ = ("path", "cpu_ns", "runq_ns", "records", "_fd")
+    __slots__ = ("path", "cpu_ns", "runq_ns", "records", "write_failed", "_fd")
 
     def __init__(self, path: str, cpu_ns: Callable[[], int]):
         self.path = path
@@ -61,6 +61,7 @@ class SpanLog:
         self.runq_ns = spanfile.run_queue_clock()
         #: Tuples in :data:`spanfile.RECORD` order; appended to directly on the hot paths.
         self.records: list[tuple] = []
+        self.write_failed = False
         self._fd: int | None = None
 
     def flush(self) -> None:
@@ -69,11 +70,23 @@ class SpanLog:
         if self._fd is None:
             # A raw descriptor, not a buffered file object: a forked child inherits no Python buffer
             # that could be written twice.
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            except OSError as error:
+                self.records.clear()
+                if not self.write_failed:
+                    print(f"dlprof: could not write DataLoader spans to {self.path} ({error.strerror}); they are left out", file=sys.stderr)
+                self.write_failed = True
+                return
         pack = spanfile.RECORD.pack
         data = b"".join([pack(*record) for record in self.records])
         self.records.clear()
-        os.write(self._fd, data)
+        try:
+            os.write(self._fd, data)
+        except OSError as error:  # a full disk loses these spans, never the user's training
+            if not self.write_failed:
+                print(f"dlprof: could not write DataLoader spans to {self.path} ({error.strerror}); they are left out", file=sys.stderr)
+            self.write_failed = True
 
 
 class _ProcessState:

@@ -34,6 +34,8 @@ BATCHES_BEFORE_BATCH_STEPPING = 16
 #: them) when epochs are this short or shorter, in batches: speed over whole epochs is then measured,
 #: restarts included.
 MAX_EPOCH_BATCHES_TO_CROSS = 400
+#: Why a file the profiler should have written is missing, as far as dlprof can tell.
+UNWRITTEN_CAUSE = "no space left on the device, or a file-size limit?"
 #: In a run without workers, the after-window step at which the training process forks once (the fork probe).
 FORK_PROBE_AFTER_STEP = 2
 #: How long the probe's child lives: longer than the settling steps, as a worker would.
@@ -135,6 +137,7 @@ class Recorder:
         self._fork_probe_pid: int | None = None
         self._step_fork_probe = False
         self.exported = False
+        self.export_error: str | None = None
         self._optimizer_id: int | None = None
         self._batches_since_step = 0
         self._profiler: torch.profiler.profile | None = None
@@ -286,10 +289,25 @@ class Recorder:
         self._fork_probe_pid = None
 
     def _export(self, profiler: torch.profiler.profile) -> None:
+        """Save the window's events (profiler's ``on_trace_ready``), inside the training's step: never raise into it."""
         tmp = self.trace_path.with_suffix(".tmp")
-        profiler.export_chrome_trace(str(tmp))
-        os.replace(tmp, self.trace_path)
+        try:
+            profiler.export_chrome_trace(str(tmp))
+            if not tmp.is_file():  # Kineto reports a failed write on stderr only
+                raise OSError(f"torch.profiler could not write it ({UNWRITTEN_CAUSE})")
+            os.replace(tmp, self.trace_path)
+        except Exception as error:  # a full disk must not kill the user's training from inside optimizer.step()
+            self.export_error = f"{tmp}: {getattr(error, 'strerror', None) or error}"
+            print(f"dlprof: could not save the recorded steps ({self.export_error}); training goes on unrecorded", file=sys.stderr)
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+            return
         self.exported = True
+        # If this process dies from here on (SIGKILL, the out-of-memory killer), the window is kept:
+        # these facts stand in for the ones finish() would have written.
+        self._write_result({**self._result("partial", None), "provisional": True})
         # The recorded events are saved: release them now, so that they weigh on no later step.
         inner = getattr(profiler, "profiler", None)
         if inner is not None:
@@ -314,9 +332,19 @@ class Recorder:
         if self._profiler is not None:
             self._profiler.stop()  # mid-window (a failure, a short script): exports the steps so far
         loader_probe.flush()
-        loaders = loader_probe.loader_records()
+        result = self._result(status, error)
         loader_probe.uninstall()  # the calibration's own DataLoader must not be recorded
-        result = {
+        # Calibrate only after a run that completed (a failing process should exit promptly), and once per
+        # machine: the merge gives the other ranks on it the same numbers.
+        if self.exported and result["loaders"] and status == "complete" and env_int("LOCAL_RANK", 0) == 0:
+            result["host"].update(calibrate())
+        self._write_result(result)
+        return result
+
+    def _result(self, status: str, error: str | None) -> dict:
+        """This process's facts for the merge."""
+        loaders = loader_probe.loader_records()
+        return {
             "status": status,
             "error": error,
             "rank": self.rank,
@@ -326,6 +354,7 @@ class Recorder:
             "process_argv": list(getattr(sys, "orig_argv", sys.argv)),
             "pid": os.getpid(),
             "trace_file": self.trace_path.name if self.exported else None,
+            "export_error": self.export_error,
             "steps_run": self.steps,
             "step_mode": self.step_mode,
             "schedule": asdict(self.schedule),
@@ -339,13 +368,15 @@ class Recorder:
                  "epochs": [e.as_manifest() for e in r.epochs]}
                 for r in loaders
             ],  # fmt: skip
-            # Calibrate only after a run that completed (a failing process should exit promptly), and once
-            # per machine: the merge gives the other ranks on it the same numbers.
-            "host": {**host_facts(), **(calibrate() if self.exported and loaders and status == "complete" and env_int("LOCAL_RANK", 0) == 0 else {})},
+            "host": host_facts(),
             "versions": versions(),
         }
+
+    def _write_result(self, result: dict) -> None:
         path = self.session_dir / f"result-rank{self.rank}-{os.getpid()}.json"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(result, indent=1))
-        os.replace(tmp, path)
-        return result
+        try:
+            tmp.write_text(json.dumps(result, indent=1))
+            os.replace(tmp, path)
+        except OSError as error:  # a full disk: dlprof record says so; the training must not fail for it
+            print(f"dlprof: could not save the recording's facts ({path}: {error.strerror})", file=sys.stderr)

@@ -37,6 +37,9 @@ SESSION_ENV = "DLPROF_SESSION"
 ERROR_FILE = "error.txt"
 #: How the top-level process ended when it failed without recording (``{"status", "error"}``).
 ENDED_FILE = "ended.json"
+#: A recorded process that got SIGINT or SIGTERM leaves ``signalled-<pid>``: ``dlprof record`` then
+#: knows the signal arrived and does not pass it on a second time.
+SIGNALLED_PREFIX = "signalled-"
 #: Session sub-folder of span files: ``spans/<pid>/`` holds a training process's and its workers' spans.
 SPANS_DIR = "spans"
 
@@ -134,20 +137,36 @@ class Session:
             return True
 
     def _stop_cleanly_on_sigterm(self) -> None:
-        """torchrun (and schedulers) stop ranks with SIGTERM: end as after Ctrl-C, leaving a partial trace."""
+        """torchrun (and schedulers) stop ranks with SIGTERM: end as after Ctrl-C, leaving a partial trace.
+
+        Both signals also leave a marker for ``dlprof record`` (:data:`SIGNALLED_PREFIX`). Handlers the
+        script installed itself are left alone.
+        """
         if threading.current_thread() is not threading.main_thread():
             return
         try:
-            if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-                return  # the script handles SIGTERM itself
-            signal.signal(signal.SIGTERM, self._terminated)
+            if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, self._terminated)
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                signal.signal(signal.SIGINT, self._interrupted)
         except (ValueError, OSError):
+            pass
+
+    def _mark_signalled(self) -> None:
+        try:
+            (self.session_dir / f"{SIGNALLED_PREFIX}{os.getpid()}").touch()
+        except OSError:
             pass
 
     def _terminated(self, signum: int, frame: Any) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the export short
+        self._mark_signalled()
         self.fail(f"stopped by {signal.Signals(signum).name}")
         raise SystemExit(128 + signum)
+
+    def _interrupted(self, signum: int, frame: Any) -> None:
+        self._mark_signalled()
+        signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as without dlprof
 
     # --------------------------------------------------------------------------------- finishing
 

@@ -45,7 +45,10 @@ def write_report(path: Path, text: str) -> None:
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
         raise InputError(f"{path}: the directory {directory} does not exist; create it or choose another -o")
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".partial")
+    except OSError as error:
+        raise InputError(f"{path}: cannot write into {directory} ({error.strerror}); choose a writable directory") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -53,6 +56,9 @@ def write_report(path: Path, text: str) -> None:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a report is for sharing
         os.replace(tmp, path)
+    except OSError as error:
+        os.unlink(tmp)
+        raise InputError(f"{path}: cannot write it ({error.strerror}); choose another -o") from None
     except BaseException:
         os.unlink(tmp)
         raise

@@ -19,6 +19,21 @@ def ms(value: float | None) -> str:
     return UNKNOWN if value is None else f"{value:.2f}"
 
 
+def per_s(step_ms: float) -> str:
+    """Steps (or batches) per second from ms each; "-" when nothing measurable."""
+    return f"{1000 / step_ms:.2f}" if step_ms > 0 else "-"
+
+
+def rate(value: float | None) -> str:
+    """A rate per second measured elsewhere; "-" when unknown."""
+    return "-" if value is None else f"{value:.1f}"
+
+
+def skipped_line(skipped) -> str:
+    """One line for a run (or file) the report left out."""
+    return f"skipped {skipped.path}: {skipped.reason}"
+
+
 def pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:.1f}" if whole else "-"
 

@@ -14,7 +14,7 @@ from html import escape
 from dlprof.analysis.steps import CATEGORIES
 from dlprof.report.common import (
     CATEGORY_LABELS, PREDICTED_HEADER, RANKS_HEADER, breakdown_rows, epoch_line, known, loader_rows, ms, predicted_rows, rank_rows, ranks_line,
-    recommendation_line, setting, unprofiled_line, verdict_line,
+    recommendation_line, setting, skipped_line, unprofiled_line, verdict_line,
 )  # fmt: skip
 from dlprof.workflows.analyze import Report, RunReport, TimelinePicture
 
@@ -432,7 +432,7 @@ def _loader_tables(run: RunReport) -> str:
     parts.append(
         _table(["process", "pid", "batches", "ms/batch", "batches/s", "PSS MiB", "PSS growth MiB/min"],
                [["main process" if w.worker < 0 else f"worker {w.worker}", str(w.pid), str(w.batches), ms(w.batch_ms_mean),
-                 f"{w.capacity_per_s:.1f}", ms(w.pss_mib_last), ms(w.pss_growth_mib_per_min)] for w in loader.workers])  # fmt: skip
+                 "-" if w.capacity_per_s is None else f"{w.capacity_per_s:.1f}", ms(w.pss_mib_last), ms(w.pss_growth_mib_per_min)] for w in loader.workers])  # fmt: skip
     )
     return "".join(parts)
 
@@ -543,6 +543,8 @@ def render(report: Report) -> str:
     title = f"dlprof report: {names[0]}" if len(names) == 1 else f"dlprof report: {len(names)} runs"
     body = [_comparison(report)] if len(report.runs) > 1 else []
     body += [_run(run, i) for i, run in enumerate(report.runs, 1)]
+    if report.skipped:
+        body.append("<h2>Skipped</h2><ul>" + "".join(f"<li>{_e(skipped_line(s))}</li>" for s in report.skipped) + "</ul>")
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en">\n<head>\n<meta charset="utf-8">\n'

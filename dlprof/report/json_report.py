@@ -111,4 +111,5 @@ def render(report: Report) -> str:
         document = {"schema": report.schema, **run_document(report.runs[0])}
     else:
         document = {"schema": report.schema, "runs": [run_document(r) for r in report.runs]}
-    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    document["skipped"] = [{"path": s.path, "reason": s.reason} for s in report.skipped]
+    return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n"

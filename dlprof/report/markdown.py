@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from dlprof.report.common import (
-    PREDICTED_HEADER, RANKS_HEADER, breakdown_rows, epoch_line, known, loader_rows, ms, predicted_rows, rank_rows, ranks_line,
-    recommendation_line, setting, unprofiled_line, verdict_line,
+    PREDICTED_HEADER, RANKS_HEADER, breakdown_rows, epoch_line, known, loader_rows, ms, per_s, predicted_rows, rank_rows, ranks_line, rate,
+    recommendation_line, setting, skipped_line, unprofiled_line, verdict_line,
 )  # fmt: skip
 from dlprof.workflows.analyze import Report, RunReport
 
@@ -21,7 +21,7 @@ def _run(run: RunReport) -> list[str]:
          ["DataLoader", f"num_workers={known(info.num_workers)}, batch_size={known(info.batch_size)}, pin_memory={known(info.pin_memory)}, "
                         f"prefetch_factor={known(info.prefetch_factor)}, persistent_workers={known(info.persistent_workers)}"],
          ["usable cores", known(info.usable_cores)],
-         ["steps", f"{len(steps.steps)} recorded, {steps.step.mean_ms:.2f} ms mean (p90 {steps.step.p90_ms:.2f}), {1000 / steps.step.mean_ms:.2f} steps/s (profiled)"],
+         ["steps", f"{len(steps.steps)} recorded, {steps.step.mean_ms:.2f} ms mean (p90 {steps.step.p90_ms:.2f}), {per_s(steps.step.mean_ms)} steps/s (profiled)"],
          *[[label, line] for label, line in (("unprofiled", unprofiled_line(run)), ("epochs", epoch_line(run))) if line]],
     )  # fmt: skip
     if run.ranks is not None:
@@ -46,7 +46,7 @@ def _run(run: RunReport) -> list[str]:
                       f"{'main process' if loader.in_main_process else f'{loader.workers_observed} workers'}."]  # fmt: skip
         workers = [w for w in loader.workers]
         lines += [""] + _table(["process", "batches", "ms/batch", "batches/s", "PSS MiB", "PSS growth MiB/min"],
-                               [["main" if w.worker < 0 else f"worker {w.worker}", str(w.batches), ms(w.batch_ms_mean), f"{w.capacity_per_s:.1f}",
+                               [["main" if w.worker < 0 else f"worker {w.worker}", str(w.batches), ms(w.batch_ms_mean), rate(w.capacity_per_s),
                                  ms(w.pss_mib_last), ms(w.pss_growth_mib_per_min)] for w in workers])  # fmt: skip
     if gpu is not None:
         lines += ["", *_table(["GPU, ms per step", "mean", "p90"],
@@ -66,9 +66,10 @@ def render(report: Report) -> str:
     if len(report.runs) > 1:
         lines += ["### dlprof: runs compared", ""]
         lines += _table(["run", "num_workers", "step ms", "steps/s", "data wait %", "input-bound", "recommended num_workers"],
-                        [[f"`{r.info.name}`", setting(r.info.num_workers), ms(r.steps.step.mean_ms), f"{1000 / r.steps.step.mean_ms:.2f}",
+                        [[f"`{r.info.name}`", setting(r.info.num_workers), ms(r.steps.step.mean_ms), per_s(r.steps.step.mean_ms),
                           f"{r.steps.data_wait_pct:.1f}", r.advice.verdict, setting(r.advice.num_workers)] for r in report.runs])  # fmt: skip
         lines.append("")
     for run in report.runs:
         lines += _run(run) + [""]
+    lines += [f"- {skipped_line(s)}" for s in report.skipped]
     return "\n".join(lines).rstrip() + "\n"

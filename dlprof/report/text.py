@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from dlprof.report.common import (
-    PREDICTED_HEADER, RANKS_HEADER, breakdown_rows, epoch_line, loader_rows, ms, predicted_rows, rank_rows, ranks_line, recommendation_line,
-    run_line, setting, unprofiled_line, verdict_line,
+    PREDICTED_HEADER, RANKS_HEADER, breakdown_rows, epoch_line, loader_rows, ms, per_s, predicted_rows, rank_rows, ranks_line, rate,
+    recommendation_line, run_line, setting, skipped_line, unprofiled_line, verdict_line,
 )  # fmt: skip
 from dlprof.workflows.analyze import Report, RunReport
 
@@ -21,7 +21,7 @@ def _run(run: RunReport) -> list[str]:
         lines.append(f"note: the recording is {info.status}")
     lines += [
         f"steps: {len(steps.steps)}, {steps.step.mean_ms:.2f} ms mean (p50 {steps.step.p50_ms:.2f}, p90 {steps.step.p90_ms:.2f}), "
-        f"{1000 / steps.step.mean_ms:.2f} steps/s (profiled)",
+        f"{per_s(steps.step.mean_ms)} steps/s (profiled)",
         *[line for line in (unprofiled_line(run), epoch_line(run)) if line],
         *_ranks(run),
         "",
@@ -46,7 +46,7 @@ def _run(run: RunReport) -> list[str]:
             who = "main process" if w.worker < 0 else f"worker {w.worker}"
             memory = "" if w.pss_mib_last is None else f", PSS {w.pss_mib_last:.1f} MiB" + (
                 "" if w.pss_growth_mib_per_min is None else f" ({w.pss_growth_mib_per_min:+.1f} MiB/min)")
-            lines.append(f"  {who} (pid {w.pid}): {w.batches} batches, {w.batch_ms_mean:.2f} ms each, up to {w.capacity_per_s:.1f} batches/s{memory}")
+            lines.append(f"  {who} (pid {w.pid}): {w.batches} batches, {w.batch_ms_mean:.2f} ms each, up to {rate(w.capacity_per_s)} batches/s{memory}")
     if gpu is not None:
         lines += [
             "",
@@ -79,7 +79,7 @@ def _ranks(run: RunReport) -> list[str]:
 
 
 def _comparison(report: Report) -> list[str]:
-    rows = [[r.info.name, setting(r.info.num_workers), ms(r.steps.step.mean_ms), f"{1000 / r.steps.step.mean_ms:.2f}",
+    rows = [[r.info.name, setting(r.info.num_workers), ms(r.steps.step.mean_ms), per_s(r.steps.step.mean_ms),
              f"{r.steps.data_wait_pct:.1f}", r.advice.verdict, setting(r.advice.num_workers)] for r in report.runs]  # fmt: skip
     return ["Runs compared"] + _table(rows, ["run", "num_workers", "step ms", "steps/s", "wait %", "input-bound", "recommended"]) + [""]
 
@@ -90,4 +90,6 @@ def render(report: Report) -> str:
         if i:
             lines += ["", "-" * 80, ""]
         lines += _run(run)
+    if report.skipped:
+        lines += [""] + [skipped_line(s) for s in report.skipped]
     return "\n".join(lines) + "\n"

@@ -5,6 +5,8 @@ Old Kineto traces spell categories differently (``Kernel`` vs ``kernel``, ``Memc
 """
 from __future__ import annotations
 
+import re
+
 from dlprof import schema
 
 KERNEL_CATEGORIES = frozenset({"kernel"})
@@ -19,6 +21,10 @@ PROFILER_STEP_PREFIX = "ProfilerStep#"
 SINGLE_PROCESS_ITERATOR = "_SingleProcessDataLoaderIter"
 OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")
 BACKWARD_PREFIX = "autograd::engine::evaluate_function:"
+#: Before the engine's prefix (PyTorch 1.8/1.9 Kineto traces): the autograd nodes themselves,
+#: ``CudnnConvolutionBackward``, ``ReluBackward1``, ``AddmmBackward``, and gradient accumulation.
+OLD_BACKWARD_NODE = re.compile(r"[A-Za-z0-9_]+Backward\d*")
+OLD_ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
 #: Host ops that copy a tensor; one that launches a host-to-device memcpy is counted as H2D time.
 COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten::pin_memory", "aten::_pin_memory"})
 #: Runtime calls that queue a copy (CUDA and ROCm spellings).
@@ -59,7 +65,8 @@ def is_optimizer(name: str) -> bool:
 
 
 def is_backward(name: str) -> bool:
-    return name.startswith(BACKWARD_PREFIX)
+    """Autograd engine work: ``autograd::engine::evaluate_function: ...`` (PyTorch >= 1.10) or an old trace's bare node."""
+    return name.startswith(BACKWARD_PREFIX) or name == OLD_ACCUMULATE_GRAD or OLD_BACKWARD_NODE.fullmatch(name) is not None
 
 
 def is_h2d_memcpy(name: str) -> bool:

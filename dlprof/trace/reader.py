@@ -27,7 +27,10 @@ def read_trace(path: Path) -> dict:
     """
     if not path.is_file():
         raise TraceNotFoundError(f"{path}: no such trace file; give a run directory or a .json/.json.gz trace")
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise TraceFormatError(f"{path}: cannot read it ({error.strerror}); check its permissions") from None
     if raw[:2] == b"\x1f\x8b":
         raw = _decompress(path, raw)
     elif path.suffix == ".gz":

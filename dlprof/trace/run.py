@@ -7,17 +7,22 @@ ever used, so both work.
 from __future__ import annotations
 
 import bisect
+import json
+import math
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlprof import schema
-from dlprof.errors import TraceNotFoundError
+from dlprof.errors import printable, NoStepsError, TraceFormatError, TraceNotFoundError
 from dlprof.manifest import Manifest, parse_manifest
 from dlprof.trace import events as ev
 from dlprof.trace.reader import read_trace
 
 TRACE_SUFFIXES = (".json", ".json.gz")
+#: What torch.profiler's tensorboard_trace_handler (and dlprof) names a trace.
+PROFILER_TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,8 @@ class TraceRun:
     event_count: int = 0
     #: What was wrong with the manifest (wrong-typed fields read as unknown, an unreadable version).
     manifest_problems: tuple[str, ...] = ()
+    #: What was wrong with the events (malformed ones skipped, duplicates counted once), for the report's basis.
+    trace_problems: tuple[str, ...] = ()
 
     @property
     def has_gpu(self) -> bool:
@@ -130,116 +137,257 @@ class TraceRun:
         return all(ev.SINGLE_PROCESS_ITERATOR in c.name for c in self.next_calls)
 
 
-def _span(event: dict) -> tuple[float, float]:
-    start = float(event["ts"])
-    return start, start + float(event.get("dur", 0) or 0)
+#: Timestamps (µs) beyond this are no time: absolute Unix µs are ~1.7e15 today; 1e17 is the year 5138.
+MAX_TS_US = 1e17
+#: No profiled event lasts longer (µs, ~116 days); a larger ``dur`` is corrupt.
+MAX_DUR_US = 1e13
+#: No single copy moves more (256 TiB); a larger ``bytes`` is corrupt.
+MAX_COPY_BYTES = 2**48
+#: A ProfilerStep shorter than Kineto's finest resolution (1 ns) measured nothing: step rates divide by it.
+MIN_STEP_US = 0.001
+#: Worker and tensor counts and ids above this are corrupt (and would overflow a float downstream).
+MAX_COUNT = 2**53
 
 
-def _main_thread(steps: list[dict], next_events: list[dict], host: list[dict]) -> tuple[int, int]:
+class _Malformed(Exception):
+    """An event field of the wrong type or an impossible value; the message names the field."""
+
+
+def _time(value: object, field_name: str, limit: float, signed: bool = False) -> float:
+    """A finite number no larger than ``limit`` in magnitude, and non-negative unless ``signed``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Malformed(f"'{field_name}' not a number")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise _Malformed(f"'{field_name}' too large") from None
+    if not math.isfinite(number) or abs(number) > limit or (number < 0 and not signed):
+        raise _Malformed(f"'{field_name}' {'non-finite or too large' if signed else 'negative, non-finite or too large'}")
+    return number
+
+
+def _ts(value: object) -> float:
+    # Signed: ts count from baseTimeNanoseconds, and dlprof merges worker spans that began before it.
+    return _time(value, "ts", MAX_TS_US, signed=True)
+
+
+def _count(value: object, field_name: str, limit: int = MAX_COUNT, signed: bool = False) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > limit or (value < 0 and not signed):
+        raise _Malformed(f"'{field_name}' not a valid count")
+    return value
+
+
+def _ident(value: object, field_name: str) -> int | str:
+    """A pid or tid: an int or a string (old traces write ``"tid": "25738"`` or ``"stream 7"``)."""
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise _Malformed(f"'{field_name}' not an int or string")
+
+
+def _correlation(value: object) -> int | str | None:
+    if value is None or isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise _Malformed("'args.correlation' not an int or string")
+
+
+def _args(event: dict) -> dict:
+    args = event.get("args", {})
+    if not isinstance(args, dict):
+        raise _Malformed("'args' not an object")
+    return args
+
+
+def _complete(event: dict) -> tuple[str, float, float, int | str, int | str, dict]:
+    """A complete (``ph: X``) event's name, start, end, pid, tid and args, checked."""
+    name = event.get("name")
+    if not isinstance(name, str):
+        raise _Malformed("'name' missing or not a string")
+    start = _ts(event.get("ts"))
+    duration = _time(event.get("dur", 0), "dur", MAX_DUR_US)
+    return name, start, start + duration, _ident(event.get("pid", 0), "pid"), _ident(event.get("tid", 0), "tid"), _args(event)
+
+
+def _stream(args: dict, tid: int | str) -> int:
+    """The GPU stream: ``args.stream``, else the tid (``7`` or old traces' ``"stream 7"``)."""
+    if "stream" in args:
+        return _count(args["stream"], "args.stream")
+    if isinstance(tid, int):
+        return tid
+    digits = tid.rsplit(" ", 1)[-1]
+    return int(digits) if digits.isdigit() and len(digits) < 16 else 0
+
+
+def _main_thread(steps: list[tuple], next_events: list[tuple], host: list[tuple]) -> tuple[int | str, int | str]:
     """The (pid, tid) that runs the training loop: where ProfilerStep lives, else most DataLoader waits, else most ops."""
     for candidates in (steps, next_events, host):
         if candidates:
-            (pid, tid), _ = Counter((e.get("pid"), e.get("tid")) for e in candidates).most_common(1)[0]
+            (pid, tid), _ = Counter((e[3], e[4]) for e in candidates).most_common(1)[0]
             return pid, tid
     return -1, -1
 
 
 def _batch_key(args: dict) -> tuple[int, int, int] | None:
+    """(loader, epoch, batch) of a dlprof span or ``__next__`` call; None when absent or malformed."""
     try:
-        return (int(args[schema.ARG_LOADER]), int(args[schema.ARG_EPOCH]), int(args[schema.ARG_BATCH]))
-    except (KeyError, TypeError, ValueError):
+        return (_count(args[schema.ARG_LOADER], "loader"), _count(args[schema.ARG_EPOCH], "epoch"), _count(args[schema.ARG_BATCH], "batch"))
+    except (KeyError, _Malformed):
         return None
 
 
+def _skipped_lines(skipped: Counter, total: int, duplicates: int) -> tuple[str, ...]:
+    """What validation left out, for the report's basis."""
+    lines = []
+    if skipped:
+        count = sum(skipped.values())
+        why = ", ".join(f"{n} with {reason}" for reason, n in skipped.most_common())
+        lines.append(f"{count} of {total} trace events skipped as malformed ({why})")
+    if duplicates:
+        lines.append(f"{duplicates} duplicated events (same name, thread, start and duration) counted once")
+    return tuple(lines)
+
+
 def build_run(document: dict, path: Path, name: str) -> TraceRun:
-    """Index the events of one trace document."""
+    """Index the events of one trace document, checking every field the analysis uses.
+
+    An event with a field of the wrong type or an impossible value (negative or non-finite time,
+    negative bytes, an id that is not an int or string) is skipped and counted: the counts reach the
+    report's basis (``TraceRun.trace_problems``), and nothing downstream re-checks.
+
+    Raises:
+        TraceFormatError: the trace has events, but none of them is usable.
+        NoStepsError: it has ProfilerStep events, but none of them is usable.
+    """
     raw_steps, raw_next, raw_host, raw_backward, raw_optimizer = [], [], [], [], []
     raw_gpu, raw_runtime, raw_loader, raw_memory, copy_ops, raw_collectives = [], [], [], [], [], []
-    process_names: dict[int, str] = {}
+    process_names: dict[int | str, str] = {}
+    skipped: Counter = Counter()
+    used = step_events = 0
     for event in document["traceEvents"]:
         if not isinstance(event, dict):
+            skipped["not an object"] += 1
             continue
         ph = event.get("ph")
-        if ph == "M":
-            if event.get("name") == "process_name":
-                process_names[event.get("pid")] = str(event.get("args", {}).get("name", ""))
+        try:
+            if ph == "M":
+                if event.get("name") == "process_name":
+                    process_names[_ident(event.get("pid"), "pid")] = str(_args(event).get("name", ""))
+                    used += 1
+                continue
+            if ph == "C":
+                if event.get("name") == schema.MEMORY_COUNTER:
+                    args = _args(event)
+                    raw_memory.append(MemorySample(
+                        _count(event.get("pid", 0), "pid"), _ts(event.get("ts")),
+                        _time(args.get("uss_mib", 0), "args.uss_mib", MAX_DUR_US), _time(args.get("pss_mib", 0), "args.pss_mib", MAX_DUR_US),
+                    ))  # fmt: skip
+                    used += 1
+                continue
+            if ph != "X":
+                continue
+            cat = ev.category(event)
+            is_step = ev.is_profiler_step(str(event.get("name", "")))
+            step_events += is_step
+            e = _complete(event)
+            if is_step and e[2] - e[1] < MIN_STEP_US:
+                raise _Malformed("a ProfilerStep of zero duration")
+        except _Malformed as malformed:
+            skipped[str(malformed)] += 1
             continue
-        if ph == "C":
-            if event.get("name") == schema.MEMORY_COUNTER:
-                raw_memory.append(event)
-            continue
-        if ph != "X" or "ts" not in event:
-            continue
-        cat = ev.category(event)
-        event_name = str(event.get("name", ""))
+        used += 1
+        event_name = e[0]
         if cat == schema.CATEGORY:
-            raw_loader.append(event)
+            raw_loader.append(e)
         elif cat in ev.GPU_CATEGORIES:
-            raw_gpu.append(event)
+            raw_gpu.append((*e, cat))
         elif cat in ev.RUNTIME_CATEGORIES:
-            raw_runtime.append(event)
+            raw_runtime.append(e)
         elif cat in ev.HOST_OP_CATEGORIES:
-            if ev.is_profiler_step(event_name):
-                raw_steps.append(event)
+            if is_step:
+                raw_steps.append(e)
             elif ev.is_dataloader_next(event_name):
-                raw_next.append(event)
+                raw_next.append(e)
             else:
-                raw_host.append(event)
+                raw_host.append(e)
                 if ev.is_collective(event_name):
-                    raw_collectives.append(event)
+                    raw_collectives.append(e)
                 if ev.is_backward(event_name):
-                    raw_backward.append(event)
+                    raw_backward.append(e)
                 elif ev.is_optimizer(event_name):
-                    raw_optimizer.append(event)
+                    raw_optimizer.append(e)
                 elif event_name in ev.COPY_OPS:
-                    copy_ops.append(event)
+                    copy_ops.append(e)
+    total = len(document["traceEvents"])
+    if not used and skipped:
+        raise TraceFormatError(f"{path}: none of its {total} events is usable ({_skipped_lines(skipped, total, 0)[0]}); give a trace written by torch.profiler")
+    if step_events and not raw_steps:
+        raise NoStepsError(f"{path}: none of its {step_events} ProfilerStep events is usable (malformed or of zero duration); record the trace again")
 
     main_pid, main_tid = _main_thread(raw_steps, raw_next, raw_host)
-    on_main = lambda e: e.get("pid") == main_pid and e.get("tid") == main_tid  # noqa: E731
+    on_main = lambda e: e[3] == main_pid and e[4] == main_tid  # noqa: E731
+    duplicates = 0
+
+    def distinct(events: list[tuple]) -> list[tuple]:
+        """Events once each: a trace merged or exported twice repeats them (same name, thread, start, end, args)."""
+        nonlocal duplicates
+        seen, kept = set(), []
+        for e in events:
+            key = (e[0], e[1], e[2], e[3], e[4])
+            if key in seen:
+                duplicates += 1
+                continue
+            seen.add(key)
+            kept.append(e)
+        return kept
 
     steps = []
-    for e in raw_steps:
-        if on_main(e):
-            number = ev.step_number(e["name"])
-            steps.append(Step(e["name"], *_span(e), number=number if number is not None else len(steps)))
+    for e in distinct([e for e in raw_steps if on_main(e)]):
+        number = ev.step_number(e[0])
+        steps.append(Step(e[0], e[1], e[2], number=number if number is not None and 0 <= number <= MAX_COUNT else len(steps)))
     steps.sort(key=lambda s: s.start_us)
     next_calls = sorted(
-        (NextCall(e["name"], *_span(e), batch=_batch_key(e.get("args", {}))) for e in raw_next if e.get("pid") == main_pid),
+        (NextCall(e[0], e[1], e[2], batch=_batch_key(e[5])) for e in raw_next if e[3] == main_pid),
         key=lambda s: s.start_us,
     )
-    host_ops = sorted((Span(e["name"], *_span(e)) for e in raw_host if on_main(e)), key=lambda s: s.start_us)
-    backward = sorted((Span(e["name"], *_span(e)) for e in raw_backward if e.get("pid") == main_pid), key=lambda s: s.start_us)
-    optimizer = sorted((Span(e["name"], *_span(e)) for e in raw_optimizer if e.get("pid") == main_pid), key=lambda s: s.start_us)
+    host_ops = sorted((Span(e[0], e[1], e[2]) for e in raw_host if on_main(e)), key=lambda s: s.start_us)
+    backward = sorted((Span(e[0], e[1], e[2]) for e in raw_backward if e[3] == main_pid), key=lambda s: s.start_us)
+    optimizer = sorted((Span(e[0], e[1], e[2]) for e in raw_optimizer if e[3] == main_pid), key=lambda s: s.start_us)
     # Any thread of the training process: gloo runs a collective on its own threads while the training
     # thread waits for it (DDP's backward ends by waiting for its gradient all-reduce).
-    collectives = [Span(ev.collective_kind(e["name"]), *_span(e)) for e in raw_collectives if e.get("pid") == main_pid]
+    collectives = [Span(ev.collective_kind(e[0]), e[1], e[2]) for e in raw_collectives if e[3] == main_pid]
 
     gpu = []
     h2d_correlations = set()
-    for e in raw_gpu:
-        args = e.get("args", {})
-        cat = ev.category(e)
-        kind = "kernel" if cat in ev.KERNEL_CATEGORIES else "memcpy" if cat in ev.MEMCPY_CATEGORIES else "memset"
-        h2d = kind == "memcpy" and ev.is_h2d_memcpy(str(e.get("name", "")))
-        correlation = args.get("correlation")
+    for e in distinct(raw_gpu):
+        event_name, start, end, pid, tid, args = e[:6]
+        try:
+            stream = _stream(args, tid)
+            correlation = _correlation(args.get("correlation"))
+            size = _count(args.get("bytes", 0) or 0, "args.bytes", MAX_COPY_BYTES)
+        except _Malformed as malformed:
+            skipped[str(malformed)] += 1
+            continue
+        cat = e[6]
+        cat_kind = "kernel" if cat in ev.KERNEL_CATEGORIES else "memcpy" if cat in ev.MEMCPY_CATEGORIES else "memset"
+        h2d = cat_kind == "memcpy" and ev.is_h2d_memcpy(event_name)
         if h2d and correlation is not None:
             h2d_correlations.add(correlation)
-        gpu.append(
-            GpuActivity(
-                str(e.get("name", "")), *_span(e), kind=kind, stream=int(args.get("stream", e.get("tid", 0)) or 0),
-                correlation=correlation, h2d=h2d, pinned=h2d and ev.PINNED_MARK in str(e.get("name", "")),
-                bytes=int(args.get("bytes", 0) or 0),
-            )
-        )  # fmt: skip
+        gpu.append(GpuActivity(event_name, start, end, kind=cat_kind, stream=stream, correlation=correlation, h2d=h2d,
+                               pinned=h2d and ev.PINNED_MARK in event_name, bytes=size))  # fmt: skip
     gpu.sort(key=lambda g: g.start_us)
     # NCCL's kernels run (and wait for the other ranks) on the GPU.
     collectives += [Span(ev.collective_kind(g.name), g.start_us, g.end_us) for g in gpu if g.kind == "kernel" and ev.is_collective_kernel(g.name)]
     collectives.sort(key=lambda s: s.start_us)
-    launches = sorted(
-        (Launch(str(e.get("name", "")), *_span(e), correlation=e.get("args", {}).get("correlation"), tid=e.get("tid"))
-         for e in raw_runtime if e.get("pid") == main_pid),
-        key=lambda s: s.start_us,
-    )  # fmt: skip
+    launches = []
+    for e in raw_runtime:
+        if e[3] != main_pid:
+            continue
+        try:
+            launches.append(Launch(e[0], e[1], e[2], correlation=_correlation(e[5].get("correlation")), tid=e[4]))
+        except _Malformed as malformed:
+            skipped[str(malformed)] += 1
+    launches.sort(key=lambda s: s.start_us)
     # Host copy ops that enclose a runtime memcpy whose device copy was host-to-device.
     h2d_launch_times = [l.start_us for l in launches if ev.is_memcpy_runtime(l.name) and l.correlation in h2d_correlations]
     h2d_host = []
@@ -247,72 +395,139 @@ def build_run(document: dict, path: Path, name: str) -> TraceRun:
         for e in copy_ops:
             if not on_main(e):
                 continue
-            start, end = _span(e)
+            start, end = e[1], e[2]
             i = bisect.bisect_left(h2d_launch_times, start)
             if i < len(h2d_launch_times) and h2d_launch_times[i] <= end:
-                h2d_host.append(Span(e["name"], start, end))
+                h2d_host.append(Span(e[0], start, end))
         h2d_host.sort(key=lambda s: s.start_us)
 
     loader_spans = []
-    for e in raw_loader:
-        args = e.get("args", {})
+    for e in distinct(raw_loader):
+        args = e[5]
         key = _batch_key(args)
         if key is None:
             continue
-        loader_spans.append(
-            LoaderSpan(str(e.get("name", "")), *_span(e), pid=int(e.get("pid", 0)), cpu_us=float(args.get(schema.ARG_CPU_US, 0.0)), runq_us=float(args.get(schema.ARG_RUNQ_US, 0.0)), tensors=int(args.get(schema.ARG_TENSORS, 0)),
-                       worker=int(args.get(schema.ARG_WORKER, -1)), batch=key)
-        )  # fmt: skip
+        try:
+            span = LoaderSpan(
+                e[0], e[1], e[2], pid=_count(e[3], "pid"), cpu_us=_time(args.get(schema.ARG_CPU_US, 0.0), "args.cpu_us", MAX_DUR_US),
+                runq_us=_time(args.get(schema.ARG_RUNQ_US, 0.0), "args.runq_us", MAX_DUR_US),
+                tensors=_count(args.get(schema.ARG_TENSORS, 0), "args.tensors"),
+                worker=_count(args.get(schema.ARG_WORKER, -1), "args.worker", signed=True), batch=key,
+            )  # fmt: skip
+        except _Malformed as malformed:
+            skipped[str(malformed)] += 1
+            continue
+        loader_spans.append(span)
     loader_spans.sort(key=lambda s: s.start_us)
-    memory = [
-        MemorySample(int(e.get("pid", 0)), float(e["ts"]), float(e.get("args", {}).get("uss_mib", 0)), float(e.get("args", {}).get("pss_mib", 0)))
-        for e in raw_memory
-    ]
-    rank = document.get("distributedInfo", {}).get("rank") if isinstance(document.get("distributedInfo"), dict) else None
+    info = document.get("distributedInfo")
+    rank = info.get("rank") if isinstance(info, dict) else None
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank <= MAX_COUNT:
+        rank = None
     manifest, manifest_problems = parse_manifest(document.get(schema.MANIFEST_KEY))
     return TraceRun(
         name=name, path=path, manifest=manifest, rank=rank, main_pid=main_pid, main_tid=main_tid, steps=steps,
         next_calls=next_calls, host_ops=host_ops, backward=backward, optimizer=optimizer, h2d_host=h2d_host, gpu=gpu,
-        launches=launches, loader_spans=loader_spans, memory=memory, collectives=collectives, base_us=_base_us(document),
-        process_names=process_names,
-        event_count=len(document["traceEvents"]), manifest_problems=manifest_problems,
+        launches=launches, loader_spans=loader_spans, memory=raw_memory, collectives=collectives, base_us=_base_us(document),
+        process_names=process_names, event_count=total, manifest_problems=manifest_problems,
+        trace_problems=_skipped_lines(skipped, total, duplicates),
     )  # fmt: skip
 
 
 def _base_us(document: dict) -> float:
-    try:
-        return int(document.get("baseTimeNanoseconds", 0)) / 1000
-    except (TypeError, ValueError):
+    """``baseTimeNanoseconds`` in µs; 0 when absent (old traces: absolute ``ts``) or malformed."""
+    base = document.get("baseTimeNanoseconds", 0)
+    if isinstance(base, bool) or not isinstance(base, int) or not 0 <= base <= 2**63:
         return 0.0
+    return base / 1000
 
 
 def is_trace_file(path: Path) -> bool:
     return path.is_file() and path.name.endswith(TRACE_SUFFIXES)
 
 
-def find_traces(path: Path) -> list[list[Path]]:
-    """The trace files under ``path``, grouped by run.
+def is_profiler_trace_name(path: Path) -> bool:
+    """Named as torch.profiler's ``tensorboard_trace_handler`` (and dlprof) name traces: ``*.pt.trace.json[.gz]``."""
+    return path.name.endswith(PROFILER_TRACE_SUFFIXES)
 
-    ``path`` may be a trace file, a run directory (its top-level ``.json``/``.json.gz`` files, as HTA
-    reads them), or a directory of run directories.
+
+def display(path: "Path | str") -> str:
+    """A path as text that can always be printed: bytes that are not UTF-8 (a run named on another system) replaced."""
+    return printable(os.fsdecode(path))
+
+
+def _run_files(directory: Path) -> list[Path]:
+    """A run directory's traces: its ``*.pt.trace.json[.gz]`` files when it has any, else its ``.json``/``.json.gz`` files.
+
+    With profiler-named traces there, other JSON files (a report written with ``-o``, notes) are not
+    taken for traces; without, they are candidates that the reader skips when they are not traces.
+    """
+    files = sorted(p for p in directory.iterdir() if is_trace_file(p))
+    named = [p for p in files if is_profiler_trace_name(p)]
+    return named or files
+
+
+def _being_recorded(run_dir: Path) -> str | None:
+    """Why ``run_dir`` holds no trace yet, when ``dlprof record`` has (or had) it open; else None."""
+    scratch = run_dir / schema.SCRATCH_DIR
+    if not scratch.is_dir():
+        return None
+    try:
+        pid = int(json.loads((scratch / schema.SCRATCH_OWNER_FILE).read_text())["pid"])
+        os.kill(pid, 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return "holds only the scratch files of a record that did not finish; record it again"
+    return f"is still being recorded (dlprof record, pid {pid}); analyze it once that has finished"
+
+
+def find_runs(path: Path) -> tuple[list[list[Path]], list[tuple[Path, str]]]:
+    """The trace files under ``path``, grouped by run, and the sub-directories that could not be listed (and why).
+
+    ``path`` may be a trace file, a run directory (its top-level trace files, as HTA reads them), or a
+    directory of run directories.
+
+    Raises:
+        TraceNotFoundError: nothing that looks like a trace there, or ``path`` cannot be listed.
+    """
+    if path.is_file():
+        return [[path]], []
+    if not path.is_dir():
+        raise TraceNotFoundError(f"{display(path)}: no such file or directory; give a run directory (traces/<run>) or a trace file")
+    try:
+        own = _run_files(path)
+        subs = sorted(sub for sub in path.iterdir() if sub.is_dir()) if not own else []
+    except OSError as error:
+        raise TraceNotFoundError(f"{display(path)}: cannot list it ({error.strerror}); check its permissions") from None
+    if own:
+        return [own], []
+    recording = _being_recorded(path)
+    if recording:
+        raise TraceNotFoundError(f"{display(path)}: {recording}")
+    runs, unreadable = [], []
+    for sub in subs:
+        try:
+            files = _run_files(sub)
+        except OSError as error:
+            unreadable.append((sub, f"cannot list it ({error.strerror}); check its permissions"))
+            continue
+        if files:
+            runs.append(files)
+        elif _being_recorded(sub):
+            unreadable.append((sub, _being_recorded(sub)))
+    if not runs:
+        why = f" ({display(unreadable[0][0])}: {unreadable[0][1]})" if unreadable else ""
+        raise TraceNotFoundError(f"{display(path)}: no trace files (*.json, *.json.gz) here or in its sub-directories{why}; record one with 'dlprof record'")
+    return runs, unreadable
+
+
+def find_traces(path: Path) -> list[list[Path]]:
+    """The trace files under ``path``, grouped by run (see :func:`find_runs`).
 
     Raises:
         TraceNotFoundError: nothing that looks like a trace there.
     """
-    if path.is_file():
-        return [[path]]
-    if not path.is_dir():
-        raise TraceNotFoundError(f"{path}: no such file or directory; give a run directory (traces/<run>) or a trace file")
-    own = sorted(p for p in path.iterdir() if is_trace_file(p))
-    if own:
-        return [own]
-    runs = [sorted(p for p in sub.iterdir() if is_trace_file(p)) for sub in sorted(path.iterdir()) if sub.is_dir()]
-    runs = [r for r in runs if r]
-    if not runs:
-        raise TraceNotFoundError(f"{path}: no trace files (*.json, *.json.gz) here or in its sub-directories; record one with 'dlprof record'")
-    return runs
+    return find_runs(path)[0]
 
 
 def load_run(trace: Path, name: str | None = None) -> TraceRun:
     """Read and index one trace file."""
-    return build_run(read_trace(trace), trace, name or trace.parent.name or trace.name)
+    return build_run(read_trace(trace), trace, display(name or trace.parent.name or trace.name))

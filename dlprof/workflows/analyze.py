@@ -1,7 +1,8 @@
 """``dlprof analyze``: trace -> analysis -> advice, into the Report every renderer takes. Renderers only format it."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import os
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -13,8 +14,9 @@ from dlprof.analysis.intervals import Timeline
 from dlprof.analysis.ranks import RankComparison, collective_ms_per_step, compare_ranks, rank_stats
 from dlprof.analysis.steps import StepBreakdown, segments_between, step_breakdown, step_segments
 from dlprof.analysis.unprofiled import UnprofiledStats, unprofiled_stats
+from dlprof.errors import DlprofError, InputError, TraceFormatError, UsageError
 from dlprof.manifest import Manifest
-from dlprof.trace.run import TraceRun, find_traces, load_run
+from dlprof.trace.run import TraceRun, display, find_runs, is_profiler_trace_name, load_run
 
 SCHEMA = "dlprof.report/1"
 
@@ -81,9 +83,19 @@ class RunReport:
 
 
 @dataclass(frozen=True)
+class Skipped:
+    """A run, or a file in a run directory, left out of the report: its path and why (one line)."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Report:
     runs: list[RunReport]
     schema: str = SCHEMA
+    #: What was left out: unreadable runs of a directory of runs, files of a run directory that are not traces.
+    skipped: list[Skipped] = field(default_factory=list)
 
 
 def _batches_per_step(run: TraceRun) -> float:
@@ -100,7 +112,7 @@ def _info(run: TraceRun, batches_per_step: float) -> RunInfo:
     host = manifest.host if manifest else None
     gpu = host.gpu if host else None
     return RunInfo(
-        name=run.name, trace_file=str(run.path), status=manifest.status if manifest else None,
+        name=run.name, trace_file=display(run.path), status=manifest.status if manifest else None,
         device="cuda" if run.has_gpu else "cpu",
         num_workers=loader.num_workers if loader else (0 if run.loads_in_main_process else None),
         batch_size=loader.batch_size if loader else None,
@@ -150,7 +162,8 @@ def analyze_run(run: TraceRun) -> RunReport:
     gpu = gpu_stats(run)
     batches_per_step = _batches_per_step(run)
     unprofiled = unprofiled_stats(run.manifest, batches_per_step)
-    advice = advise(steps, loader, gpu, run.manifest, batches_per_step, run.loads_in_main_process, unprofiled, run.manifest_problems)
+    problems = run.trace_problems + run.manifest_problems
+    advice = advise(steps, loader, gpu, run.manifest, batches_per_step, run.loads_in_main_process, unprofiled, problems)
     return RunReport(_info(run, batches_per_step), steps, loader, gpu, advice, _timeline(run), unprofiled, run.manifest)
 
 
@@ -178,11 +191,80 @@ def _distinct_ranks(runs: list[TraceRun]) -> list[TraceRun]:
     return [seen[rank] for rank in sorted(seen)]
 
 
+def _load_files(files: list[Path], name: str, skipped: list[Skipped]) -> list[TraceRun]:
+    """The traces of one run. Files not named as profiler traces that turn out not to be traces (a report
+    written there, notes) are skipped with a note, as long as one trace is left."""
+    runs, errors, first = [], [], None
+    for trace in files:
+        try:
+            runs.append(load_run(trace, name))
+        except DlprofError as error:
+            if is_profiler_trace_name(trace) or len(files) == 1:
+                raise
+            errors.append(Skipped(display(trace), f"not a trace: {error}"))
+            first = first or error
+    if not runs:
+        raise first
+    skipped += errors
+    return runs
+
+
 def build_report(path: Path) -> Report:
-    """Analyse a run directory (all its ranks), a trace file, or a directory of runs."""
+    """Analyse a run directory (all its ranks), a trace file, or a directory of runs.
+
+    In a directory of runs, a run that cannot be read or analysed is skipped and named in
+    ``Report.skipped``; only when none can be is it an error.
+
+    Raises:
+        DlprofError: no readable trace (the message names the file and the fix).
+    """
+    groups, unreadable = find_runs(path)
+    skipped = [Skipped(display(sub), why) for sub, why in unreadable]
     reports = []
-    for files in find_traces(path):
+    for files in groups:
         name = files[0].name if path.is_file() else files[0].parent.name
-        runs = _distinct_ranks([load_run(trace, name) for trace in files])
-        reports.append(analyze_run(runs[0]) if len(runs) == 1 else analyze_job(runs))
-    return Report(reports)
+        notes: list[Skipped] = []
+        try:
+            runs = _distinct_ranks(_load_files(files, name, notes))
+            reports.append(analyze_run(runs[0]) if len(runs) == 1 else analyze_job(runs))
+        except DlprofError as error:
+            if len(groups) == 1:
+                raise
+            skipped.append(Skipped(display(files[0].parent), str(error)))
+            continue
+        skipped += notes
+    if not reports:
+        raise TraceFormatError(f"{display(path)}: none of its {len(groups)} runs could be read; first: {skipped[0].reason}")
+    return Report(reports, skipped=skipped)
+
+
+def _is_report(path: Path) -> bool:
+    """A JSON report dlprof wrote (rewriting it is fine): it opens with its schema."""
+    try:
+        with path.open("rb") as f:
+            return f.read(64).replace(b" ", b"").replace(b"\n", b"").startswith(b'{"schema":"dlprof.report/')
+    except OSError:
+        return False
+
+
+def check_output(output: Path | None, path: Path) -> None:
+    """Refuse, before any work, an ``-o`` that would overwrite an input or cannot be written.
+
+    Raises:
+        UsageError: ``output`` is the input trace or one of the traces under the input directory.
+        InputError: its directory does not exist or cannot be written.
+    """
+    if output is None:
+        return
+    target = output.resolve()
+    inputs = [path] if path.is_file() else [f for files in find_runs(path)[0] for f in files] if path.is_dir() else []
+    for given in inputs:
+        if target == given.resolve() and not _is_report(target):
+            raise UsageError(f"-o {display(output)}: is the input trace {display(given)}; write the report to another file (e.g. report.html)")
+    directory = target.parent
+    if not directory.is_dir():
+        raise InputError(f"-o {display(output)}: the directory {display(directory)} does not exist; create it or choose another -o")
+    if not os.access(directory, os.W_OK) or target.is_relative_to("/proc") or target.is_relative_to("/sys"):
+        raise InputError(f"-o {display(output)}: cannot write into {display(directory)}; choose a writable directory")
+    if target.exists() and not target.is_file():
+        raise InputError(f"-o {display(output)}: not a regular file; choose another -o")

@@ -279,7 +279,7 @@ def sweep(counts: Sequence[int], request: RecordRequest, progress: Callable[[str
     for i, count in enumerate(counts, 1):
         if progress is not None:
             progress(f"sweep: num_workers={count} ({i}/{len(counts)}) -> {sweep_dir / str(count)}")
-        one = replace(request, out_dir=sweep_dir, name=str(count), overrides={"num_workers": count})
+        one = replace(request, out_dir=sweep_dir, name=str(count), overrides={"num_workers": count}, fresh_name_if_taken=False)
         kept = "" if not runs else f"; the runs already recorded ({', '.join(str(r.num_workers) for r in runs)}) are kept in {sweep_dir}"
         try:
             with _training_output_to_stderr():

@@ -12,13 +12,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import run_dlprof, trace_files
+from conftest import leftover_processes, run_dlprof, trace_files
 
 pytestmark = pytest.mark.slow
 
 LAUNCH = Path(__file__).resolve().parents[1] / "data" / "launch"
 DDP = LAUNCH / "train_ddp.py"
 SIMPLE = LAUNCH / "train_simple.py"
+TRAINER = LAUNCH / "train_trainer.py"
 #: A short window: these tests check what is recorded, not how fast training is.
 SHORT = ("--wait", "1", "--warmup", "1", "--active", "4", "--reference-steps", "4")
 
@@ -34,14 +35,7 @@ def _manifests(run_dir: Path) -> list[dict]:
 
 def _no_process_left(marker: str) -> None:
     """No process of the run (ranks, DataLoader workers, launchers) outlived ``dlprof record``."""
-    left = []
-    for process in psutil.process_iter(["cmdline"]):
-        try:
-            if any(marker in part for part in process.info["cmdline"] or []):
-                left.append(process.pid)
-        except psutil.Error:
-            continue
-    assert left == [], f"processes left: {left}"
+    assert leftover_processes(marker) == []
 
 
 def _executable(path: Path, body: str) -> Path:
@@ -139,7 +133,9 @@ def test_torchrun_sigterm_leaves_partial_traces(tmp_path):
             rank.terminate()  # as torchrun's agent does to its workers
         _, stderr = process.communicate(timeout=120)
     finally:
-        if process.poll() is None:
+        if process.poll() is None:  # a failed test must not leave ranks behind (they run in sessions of their own)
+            for leftover in psutil.Process(process.pid).children(recursive=True):
+                leftover.kill()
             process.kill()
     manifests = _manifests(out / "stopped")
     assert [m["rank"] for m in manifests] == [0, 1]
@@ -169,14 +165,24 @@ def _wait_for_ranks(process: subprocess.Popen, count: int, timeout_s: float) -> 
     return found
 
 
-def test_accelerate_launch_single_process(tmp_path):
+def test_accelerate_launch_of_a_trainer_script(tmp_path):
+    """``accelerate launch`` starts the Trainer script in a subprocess; accelerate re-creates its DataLoader with a batch_sampler."""
     done = run_dlprof("record", "--out", str(tmp_path), "--name", "acc", *SHORT, "--",
-                      "accelerate", "launch", "--num_processes", "1", "--cpu", str(SIMPLE), "--steps", "100000", timeout=180)  # fmt: skip
+                      "accelerate", "launch", "--num_processes", "1", "--cpu", str(TRAINER), "--output-dir", str(tmp_path / "hf"),
+                      timeout=240)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    manifests = _manifests(tmp_path / "acc")
-    assert len(manifests) == 1 and manifests[0]["status"] == "complete"
-    assert any(part.endswith("train_simple.py") for part in manifests[0]["process_argv"])
-    assert manifests[0]["steps"]["recorded"] == 4
+    (manifest,) = _manifests(tmp_path / "acc")
+    assert manifest["status"] == "complete" and manifest["steps"]["recorded"] == 4
+    assert manifest["script"][:2] == ["accelerate", "launch"]
+    assert any(part.endswith("train_trainer.py") for part in manifest["process_argv"])
+    loader = manifest["loader"]
+    assert loader["batch_size"] == 4 and loader["created_by"] == "transformers" and loader["num_workers"] == 1
+    assert manifest["workers"]  # the Trainer's DataLoader worker, recorded inside it
+    from dlprof import analyze
+
+    advice = analyze(tmp_path / "acc").runs[0].advice
+    assert advice.trainer_arguments.startswith("--dataloader_num_workers ")
+    _no_process_left(str(TRAINER))
 
 
 def test_console_script_that_relaunches_python(tmp_path):

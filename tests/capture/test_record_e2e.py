@@ -9,12 +9,11 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from dlprof import analyze, schema
 from dlprof.manifest import MANIFEST_VERSION, parse_manifest
-from conftest import SCRIPTS_DIR, load_trace, run_dlprof, trace_files
+from conftest import SCRIPTS_DIR, leftover_processes, load_trace, run_dlprof, trace_files
 
 pytestmark = pytest.mark.slow
 
@@ -188,14 +187,6 @@ def test_num_workers_0_spans_in_the_main_process(workload_run_0):
     assert manifest["loader"]["num_workers"] == 0 and manifest["loader"]["prefetch_factor"] is None
     assert manifest["workers"] == []
     assert assert_batches_ready_before_next_returns(doc) == 8
-
-
-def leftover_processes(marker: str) -> list[psutil.Process]:
-    found = []
-    for process in psutil.process_iter(["cmdline"]):
-        if any(marker in part for part in process.info["cmdline"] or []):
-            found.append(process)
-    return found
 
 
 @pytest.fixture

@@ -1,0 +1,218 @@
+"""Property-based: no input makes ``dlprof analyze`` crash or print an impossible number.
+
+Valid traces (hand-written, with and without dlprof's manifest, and a real ROCm trace from HTA) are
+mutated: keys dropped, fields given the wrong type (str, null, list, object, bool, huge, negative,
+NaN, Infinity), events duplicated, the event list truncated, manifest fields broken. Every mutant must
+either give a report or raise a :class:`~dlprof.errors.DlprofError`; a report must render in every
+format, its JSON must parse with a strict parser, and no time, size or count in it may be negative
+or non-finite.
+
+Two paths: through a file (``dlprof.analyze``, the JSON parser included) and in memory (straight into
+``build_run``, so that NaN, Infinity and integers beyond 64 bits, which the parser refuses, reach the
+trace's validation too). ``FUZZ_COUNTS`` counts the inputs tried and passed; the last test checks and
+prints them.
+"""
+from __future__ import annotations
+
+import copy
+import gzip
+import html
+import json
+import math
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dlprof
+from conftest import DATA_DIR
+from dlprof import schema
+from dlprof.errors import DlprofError
+from dlprof.report import FORMATS, renderer
+from dlprof.trace.run import build_run
+from dlprof.workflows.analyze import Report, analyze_run
+
+BASES = {
+    "tiny_dlprof": DATA_DIR / "tiny_dlprof_trace.json",
+    "tiny_cuda": DATA_DIR / "tiny_cuda_trace.json",
+    "hta_rocm": DATA_DIR / "hta_rocm_mi250_minitoy.json.gz",
+}
+#: Examples per test: the file runs in ~30 s on 2 cores; derandomized, so CI tries the same inputs each time.
+MAX_EXAMPLES = 600
+#: At least this many inputs must have been tried by the two fuzz tests together (hypothesis drops repeats).
+MIN_TRIED = MAX_EXAMPLES
+FUZZ_SETTINGS = settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+
+#: Keys whose numbers may legitimately be negative: the main process's worker id (-1), the profiler's
+#: overhead and memory growth (they can shrink), a rank's data wait beyond the others' median.
+SIGNED_KEYS = frozenset({"worker", "overhead_pct", "pss_growth_mib_per_min", "extra_data_wait_ms", "speed_change_pct", "delta", "delta_pct"})
+
+#: How Python prints a non-finite float: never in a report (but quoted, where a problem names the bad value).
+NOT_A_NUMBER = re.compile(r"(?<![\w.'])-?(nan|inf|infinity)(?![\w'])", re.IGNORECASE)
+
+FUZZ_COUNTS = {"tried": 0, "reports": 0, "errors": 0}
+
+
+def _load(path: Path) -> dict:
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+
+
+DOCUMENTS = {name: _load(path) for name, path in BASES.items()}
+
+EVENT_FIELDS = ["ts", "dur", "pid", "tid", "args", "name", "cat", "ph"]
+ARG_FIELDS = [schema.ARG_CPU_US, schema.ARG_RUNQ_US, schema.ARG_TENSORS, schema.ARG_WORKER, schema.ARG_BATCH, schema.ARG_LOADER,
+              "bytes", "stream", "correlation", "uss_mib", "pss_mib", "name"]  # fmt: skip
+MANIFEST_PATHS = [
+    ("loader",), ("loaders",), ("host",), ("loader", "num_workers"), ("loader", "batch_size"), ("loader", "prefetch_factor"),
+    ("loader", "epochs"), ("loader", "length"), ("host", "usable_cores"), ("host", "ram_total_mib"), ("host", "ram_available_mib"),
+    ("host", "handoff"), ("host", "handoff", "per_batch_ms"), ("host", "handoff", "per_tensor_ms"), ("host", "worker_startup"),
+    ("host", "gpu"), ("memory",), ("memory", "processes"), ("versions",), ("step_clock",), ("step_clock", "wall_ms"),
+    ("main_process_cpu",), ("main_process_cpu", "cpu_ms_per_step"), ("workers",), ("manifest_version",), ("status",),
+]  # fmt: skip
+TOP_LEVEL = ["distributedInfo", "baseTimeNanoseconds", schema.MANIFEST_KEY, "traceEvents"]
+
+#: Values of the wrong type or impossible: JSON-representable ones, and (in memory only) those the parser refuses.
+JSON_BAD = ["x", "", None, [], [1, 2], {}, {"a": 1}, True, False, 0, -1, -1e9, 1e308, 2**63, -(2**63), 0.5, 1e-320, "123"]
+MEMORY_BAD = [math.nan, math.inf, -math.inf, 10**400]
+
+
+def _bad_values(in_memory: bool):
+    return st.sampled_from(JSON_BAD + (MEMORY_BAD if in_memory else []))
+
+
+@st.composite
+def mutation(draw, in_memory: bool):
+    kind = draw(st.sampled_from(["event_field", "event_field", "args_field", "drop_key", "duplicate", "truncate", "manifest", "top_level"]))
+    bad = _bad_values(in_memory)
+    if kind in ("event_field", "args_field", "drop_key", "duplicate"):
+        index = draw(st.integers(min_value=0, max_value=10**6))
+        if kind == "event_field":
+            return kind, index, draw(st.sampled_from(EVENT_FIELDS)), draw(bad)
+        if kind == "args_field":
+            return kind, index, draw(st.sampled_from(ARG_FIELDS)), draw(bad)
+        if kind == "drop_key":
+            return kind, index, draw(st.sampled_from(EVENT_FIELDS)), None
+        return kind, index, draw(st.integers(min_value=1, max_value=3)), None
+    if kind == "truncate":
+        return kind, draw(st.floats(min_value=0, max_value=1)), None, None
+    if kind == "manifest":
+        return kind, draw(st.sampled_from(MANIFEST_PATHS)), None, draw(bad)
+    return kind, draw(st.sampled_from(TOP_LEVEL)), None, draw(bad)
+
+
+def _apply(document: dict, change: tuple) -> None:
+    kind, where, what, value = change
+    value = copy.deepcopy(value)  # the strategies' lists and objects are shared between examples
+    events = document.get("traceEvents")
+    if kind in ("event_field", "args_field", "drop_key", "duplicate"):
+        if not isinstance(events, list) or not events:
+            return
+        i = where % len(events)
+        event = events[i]
+        if not isinstance(event, dict):
+            return
+        if kind == "event_field":
+            event[what] = value
+        elif kind == "args_field":
+            args = event.get("args")
+            if isinstance(args, dict):
+                args[what] = value
+        elif kind == "drop_key":
+            event.pop(what, None)
+        else:
+            events[i + 1 : i + 1] = [copy.deepcopy(event) for _ in range(what)]
+    elif kind == "truncate":
+        if isinstance(events, list):
+            del events[int(len(events) * where) :]
+    elif kind == "manifest":
+        node = document.get(schema.MANIFEST_KEY)
+        for key in where[:-1]:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node[where[-1]] = value
+    else:
+        document[where] = value
+
+
+def _strict_loads(text: str):
+    def refuse(constant):
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _check_numbers(node, key: str = "") -> None:
+    """No non-finite number anywhere; no negative one but under SIGNED_KEYS."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            _check_numbers(v, k)
+    elif isinstance(node, list):
+        for v in node:
+            _check_numbers(v, key)
+    elif isinstance(node, (int, float)) and not isinstance(node, bool):
+        assert math.isfinite(node), f"{key} = {node}"
+        assert node >= 0 or key in SIGNED_KEYS, f"{key} = {node}"
+
+
+def check_report(report: Report) -> None:
+    """Every renderer works; the JSON is strict, and holds no impossible number."""
+    for fmt in FORMATS:
+        text = renderer(fmt)(report)
+        assert isinstance(text, str) and text
+        if fmt == "json":
+            _check_numbers(_strict_loads(text))
+            json.dumps(_strict_loads(text), allow_nan=False)
+        else:
+            found = NOT_A_NUMBER.search(html.unescape(text) if fmt == "html" else text)
+            assert found is None, f"{fmt}: {found.group(0)!r} in the report"
+
+
+def _outcome(produce) -> None:
+    FUZZ_COUNTS["tried"] += 1
+    try:
+        report = produce()
+    except DlprofError as error:
+        message = str(error)
+        assert message and "\n" not in message
+        FUZZ_COUNTS["errors"] += 1
+        return
+    check_report(report)
+    FUZZ_COUNTS["reports"] += 1
+
+
+@FUZZ_SETTINGS
+@given(base=st.sampled_from(sorted(BASES)), changes=st.lists(mutation(in_memory=False), min_size=1, max_size=4))
+def test_mutated_trace_file_gives_a_report_or_one_error(tmp_path_factory, base, changes):
+    document = copy.deepcopy(DOCUMENTS[base])
+    for change in changes:
+        _apply(document, change)
+    path = tmp_path_factory.mktemp("fuzz") / "mutant.json"
+    path.write_text(json.dumps(document))
+    _outcome(lambda: dlprof.analyze(path))
+
+
+@FUZZ_SETTINGS
+@given(base=st.sampled_from(sorted(BASES)), changes=st.lists(mutation(in_memory=True), min_size=1, max_size=4))
+def test_mutated_trace_in_memory_gives_a_report_or_one_error(base, changes):
+    document = copy.deepcopy(DOCUMENTS[base])
+    for change in changes:
+        _apply(document, change)
+    if not isinstance(document.get("traceEvents"), list):
+        return  # the reader refuses it before build_run (tested through files)
+    _outcome(lambda: Report([analyze_run(build_run(document, BASES[base], base))]))
+
+
+def test_zz_fuzz_counts():
+    """Runs after the fuzz tests (file order): how many inputs were tried, and that every one passed."""
+    counts = FUZZ_COUNTS
+    if counts["tried"] == 0:
+        pytest.skip("the fuzz tests did not run (selected alone)")
+    message = f"fuzz: {counts['tried']} inputs tried, {counts['reports'] + counts['errors']} passed ({counts['reports']} reports, {counts['errors']} one-line errors)"
+    print(message)
+    warnings.warn(UserWarning(message))
+    assert counts["tried"] >= MIN_TRIED and counts["reports"] + counts["errors"] == counts["tried"]
+    assert counts["reports"] > counts["tried"] // 4  # most mutants still make a report: the fuzz reaches the analysis

@@ -1,0 +1,294 @@
+"""Trace validation at the boundary: malformed events skipped and counted, old Kineto spellings read,
+run directories with stray files, directories of runs with bad runs, and ``-o`` that must not destroy input."""
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import dlprof
+from conftest import DATA_DIR, assert_one_line_error, invoke
+from dlprof import schema
+from dlprof.errors import DlprofError, NoStepsError, TraceFormatError
+from dlprof.report import FORMATS, renderer
+from dlprof.trace.events import is_backward
+from dlprof.trace.run import build_run, find_traces
+from dlprof.workflows.analyze import analyze_run
+
+TINY = DATA_DIR / "tiny_dlprof_trace.json"
+CUDA = DATA_DIR / "tiny_cuda_trace.json"
+OLD_TRACES = [DATA_DIR / "kineto_pt18_resnet50_step7.json.gz", DATA_DIR / "kineto_pt19_resnet50_workers4_step7.json.gz"]
+
+
+def _doc(path: Path = TINY) -> dict:
+    return json.loads(path.read_text())
+
+
+def _write(path: Path, document: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document))
+    return path
+
+
+def _render_all(report) -> None:
+    for fmt in FORMATS:
+        text = renderer(fmt)(report)
+        if fmt == "json":
+            json.loads(text, parse_constant=lambda c: pytest.fail(f"JSON constant {c}"))
+
+
+def _event(document: dict, name: str, cat: str | None = None) -> dict:
+    return next(e for e in document["traceEvents"] if e.get("name") == name and (cat is None or e.get("cat") == cat))
+
+
+# --- event fields ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field", ["ts", "dur", "pid", "tid", "args", "name"])
+@pytest.mark.parametrize("value", ["x", None, [1], {"a": 1}, -5, float("nan"), float("inf")])
+def test_a_malformed_host_op_is_skipped_and_counted(field, value):
+    document = _doc()
+    op = next(e for e in document["traceEvents"] if e.get("cat") == "cpu_op")
+    op[field] = value
+    run = build_run(document, TINY, "tiny")
+    report = analyze_run(run)
+    legit = ((field in ("pid", "tid", "name") and isinstance(value, (int, str)) and not (field == "name" and value == -5))
+             or (field == "ts" and value == -5) or (field == "args" and isinstance(value, dict)))  # fmt: skip
+    if legit:  # another thread or an earlier start: a valid event
+        return
+    assert any("1 of 22 trace events skipped as malformed" in b and f"'{field}'" in b for b in report.advice.basis), report.advice.basis
+
+
+def test_negative_worker_cpu_time_is_skipped_not_a_negative_fraction():
+    document = _doc()
+    for e in document["traceEvents"]:
+        if e.get("cat") == schema.CATEGORY and e.get("name") == "batch":
+            e["args"][schema.ARG_CPU_US] = -1_000_000
+    run = build_run(document, TINY, "tiny")
+    assert all(s.cpu_us >= 0 for s in run.loader_spans) and not any(s.name == "batch" for s in run.loader_spans)
+    assert "2 of 22 trace events skipped as malformed (2 with 'args.cpu_us' negative, non-finite or too large)" in run.trace_problems[0]
+
+
+def test_negative_bytes_and_wrong_typed_stream_are_skipped():
+    document = _doc(CUDA)
+    memcpy = next(e for e in document["traceEvents"] if e.get("cat") == "gpu_memcpy")
+    memcpy["args"]["bytes"] = -(2**40)
+    kernel = next(e for e in document["traceEvents"] if e.get("cat") == "kernel")
+    kernel["args"]["stream"] = "seven"
+    run = build_run(document, CUDA, "cuda")
+    assert all(g.bytes >= 0 for g in run.gpu) and len(run.gpu) == sum(e.get("cat") in ("kernel", "gpu_memcpy") for e in _doc(CUDA)["traceEvents"]) - 2
+    assert "'args.bytes'" in run.trace_problems[0] and "'args.stream'" in run.trace_problems[0]
+
+
+def test_counter_without_ts_and_event_without_name_are_skipped():
+    document = _doc()
+    counter = next(e for e in document["traceEvents"] if e.get("ph") == "C")
+    del counter["ts"]
+    op = next(e for e in document["traceEvents"] if e.get("cat") == "cpu_op")
+    del op["name"]
+    run = build_run(document, TINY, "tiny")
+    assert len(run.memory) == 1 and "2 of 22" in run.trace_problems[0]
+
+
+def test_nothing_usable_is_one_error():
+    document = {"traceEvents": [{"ph": "X", "name": "ProfilerStep#1", "ts": "soon", "dur": 5}, {"ph": "X", "ts": None}]}
+    with pytest.raises(TraceFormatError, match="none of its 2 events is usable"):
+        build_run(document, TINY, "bad")
+
+
+def test_all_steps_of_zero_duration_is_one_error(tmp_path):
+    document = _doc()
+    for e in document["traceEvents"]:
+        if str(e.get("name", "")).startswith("ProfilerStep#"):
+            e["dur"] = 0
+    path = _write(tmp_path / "zero.json", document)
+    with pytest.raises(NoStepsError, match="none of its 2 ProfilerStep events is usable"):
+        dlprof.analyze(path)
+    assert_one_line_error(invoke("analyze", path), "zero.json", "ProfilerStep")
+
+
+def test_duplicated_profiler_steps_count_once():
+    document = _doc()
+    steps = [e for e in document["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")]
+    document["traceEvents"] += copy.deepcopy(steps) * 2
+    run = build_run(document, TINY, "tiny")
+    assert len(run.steps) == len(steps) == 2
+    assert any("4 duplicated events" in p for p in run.trace_problems)
+
+
+def test_top_level_fields_of_the_wrong_type():
+    document = _doc()
+    document["distributedInfo"] = {"rank": [1]}
+    document["baseTimeNanoseconds"] = "yesterday"
+    run = build_run(document, TINY, "tiny")
+    assert run.rank is None and run.base_us == 0.0
+
+
+# --- the manifest ----------------------------------------------------------------------------------
+
+MANIFEST_BREAKS = [
+    ("loader", "x"), ("loader", [1]), ("host", None), ("host", 7), ("loader.num_workers", "two"), ("loader.num_workers", -3),
+    ("host.usable_cores", -1), ("host.usable_cores", 2**70), ("host.usable_cores", 1.5), ("host.handoff", "fast"),
+    ("host.handoff.per_batch_ms", -1.0), ("host.handoff.per_tensor_ms", 1e300), ("memory", [1]), ("memory.processes", {"a": 1}),
+    ("host.gpu", "A100"), ("versions", ["torch"]), ("versions", {"torch": 2}), ("host.ram_available_mib", -5),
+    ("step_clock.wall_ms", ["a"]), ("loader.batch_size", 0), ("loader.prefetch_factor", -2),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("where", "value"), MANIFEST_BREAKS, ids=[f"{w}={v!r}" for w, v in MANIFEST_BREAKS])
+def test_a_manifest_field_of_the_wrong_type_cannot_crash_the_report(tmp_path, where, value):
+    document = _doc()
+    node = document[schema.MANIFEST_KEY]
+    *parents, last = where.split(".")
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    report = dlprof.analyze(_write(tmp_path / "m.json", document))
+    _render_all(report)
+    info = report.runs[0].info
+    assert info.num_workers is None or info.num_workers >= 0
+    assert info.usable_cores is None or 0 <= info.usable_cores <= 2**63
+
+
+# --- old Kineto spellings --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["CudnnConvolutionBackward", "ReluBackward1", "AddmmBackward", "AddBackward0", "torch::autograd::AccumulateGrad",
+                                  "autograd::engine::evaluate_function: ConvolutionBackward0"])  # fmt: skip
+def test_backward_ops_of_every_era(name):
+    assert is_backward(name)
+
+
+@pytest.mark.parametrize("name", ["aten::convolution_backward", "Backward", "aten::relu", "ProfilerStep#3", "Optimizer.step#SGD.step"])
+def test_not_backward(name):
+    assert not is_backward(name)
+
+
+@pytest.mark.parametrize("path", OLD_TRACES, ids=["pt1.8", "pt1.9"])
+def test_old_kineto_traces_are_read(path):
+    """PyTorch 1.8/1.9 traces (the TensorBoard plugin's resnet50 samples): Operator/Kernel/Memcpy/Runtime, string tids, no base time."""
+    report = dlprof.analyze(path)
+    run = report.runs[0]
+    breakdown = {c: s.mean_ms for c, s in run.steps.categories.items()}
+    assert run.info.device == "cuda" and len(run.steps.steps) == 1
+    assert breakdown["backward"] > 10 and breakdown["forward"] > 10 and breakdown["optimizer"] > 10
+    assert abs(sum(breakdown.values()) - run.steps.step.mean_ms) < 1e-6
+    assert run.gpu.busy.mean_ms > 0 and run.gpu.h2d_copies == 2 and run.gpu.h2d_pageable_copies == 2
+    assert run.gpu.h2d_mib_per_step == pytest.approx((19267584 + 256) / 2**20)  # images and labels
+    assert not any("skipped as malformed" in b for b in run.advice.basis)
+    _render_all(report)
+
+
+def test_old_single_process_trace_waits_for_data():
+    run = dlprof.analyze(OLD_TRACES[0]).runs[0]  # num_workers=0: the main process loads every batch itself
+    assert run.info.num_workers == 0 and run.steps.categories["data_wait"].mean_ms > 20
+
+
+# --- run directories and directories of runs --------------------------------------------------------
+
+
+def test_a_report_in_a_run_directory_is_not_taken_for_a_trace(tmp_path):
+    run = tmp_path / "run"
+    trace = _write(run / "host_1.1.pt.trace.json", _doc())
+    assert invoke("analyze", run, "-o", run / "report.json").exit_code == 0
+    assert find_traces(run) == [[trace]]
+    again = invoke("analyze", run, "-o", run / "report.json")
+    assert again.exit_code == 0, again.output
+    assert dlprof.analyze(run).skipped == []
+
+
+def test_a_stray_json_beside_a_plain_trace_is_skipped_with_a_note(tmp_path):
+    run = tmp_path / "run"
+    _write(run / "trace.json", _doc())
+    (run / "notes.json").write_text('{"note": "baseline"}')
+    report = dlprof.analyze(run)
+    assert len(report.runs) == 1 and [s.path for s in report.skipped] == [str(run / "notes.json")]
+    assert "not a trace" in report.skipped[0].reason
+    for fmt in FORMATS:
+        assert "notes.json" in renderer(fmt)(report)
+    assert json.loads(renderer("json")(report))["skipped"][0]["path"] == str(run / "notes.json")
+
+
+def test_a_directory_of_runs_reports_the_readable_ones_and_names_the_others(tmp_path):
+    _write(tmp_path / "good" / "a.pt.trace.json", _doc())
+    _write(tmp_path / "good2" / "a.pt.trace.json", _doc(CUDA))
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "a.pt.trace.json.gz").write_bytes(gzip.compress(b'{"traceEvents": [')[:-4])
+    _write(tmp_path / "nosteps" / "a.pt.trace.json", {"traceEvents": []})
+    report = dlprof.analyze(tmp_path)
+    assert [r.info.name for r in report.runs] == ["good", "good2"]
+    assert sorted(Path(s.path).name for s in report.skipped) == ["broken", "nosteps"]
+    text = renderer("text")(report)
+    assert sum(line.startswith("skipped ") for line in text.splitlines()) == 2
+    _render_all(report)
+
+
+def test_a_directory_of_unreadable_runs_is_one_error(tmp_path):
+    for name in ("a", "b"):
+        _write(tmp_path / name / "x.pt.trace.json", {"traceEvents": []})
+    with pytest.raises(DlprofError, match="none of its 2 runs could be read"):
+        dlprof.analyze(tmp_path)
+    assert_one_line_error(invoke("analyze", tmp_path), "none of its 2 runs could be read")
+
+
+def test_an_unreadable_run_is_skipped(tmp_path, monkeypatch):
+    _write(tmp_path / "good" / "a.pt.trace.json", _doc())
+    locked = _write(tmp_path / "locked" / "a.pt.trace.json", _doc())
+    real = Path.read_bytes
+
+    def read_bytes(self):
+        if self == locked:
+            raise PermissionError(13, "Permission denied")
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)  # as root, chmod 000 would not stop the read
+    report = dlprof.analyze(tmp_path)
+    assert [r.info.name for r in report.runs] == ["good"] and "Permission denied" in report.skipped[0].reason
+    assert_one_line_error(invoke("analyze", locked), "Permission denied", "permissions")
+
+
+@pytest.mark.skipif(os.name != "posix", reason="bytes file names")
+def test_a_run_directory_name_that_is_not_utf8(tmp_path):
+    root = os.fsencode(tmp_path)
+    run = os.fsdecode(root + b"/run-\xff\xfe")
+    _write(Path(run) / "a.pt.trace.json", _doc())
+    report = dlprof.analyze(tmp_path)
+    assert report.runs[0].info.name == "run-\ufffd\ufffd"
+    _render_all(report)
+    result = invoke("analyze", tmp_path)
+    assert result.exit_code == 0 and "run-\ufffd\ufffd" in result.output
+    broken = Path(run) / "b"
+    _write(broken / "a.pt.trace.json", {"traceEvents": []})
+    assert_one_line_error(invoke("analyze", broken), "\ufffd")
+
+
+# --- -o ---------------------------------------------------------------------------------------------
+
+
+def test_output_onto_the_input_trace_is_refused_and_the_trace_kept(tmp_path):
+    trace = _write(tmp_path / "t.json", _doc())
+    before = trace.read_bytes()
+    assert_one_line_error(invoke("analyze", trace, "-o", trace), "is the input trace", "another file")
+    assert_one_line_error(invoke("analyze", tmp_path, "-o", tmp_path / "." / "t.json", "--format", "text"), "is the input trace")
+    assert trace.read_bytes() == before
+
+
+def test_output_into_proc_or_a_missing_directory_is_one_error(tmp_path):
+    trace = _write(tmp_path / "t.json", _doc())
+    assert_one_line_error(invoke("analyze", trace, "-o", "/proc/dlprof-report.txt"), "/proc", "writable directory")
+    assert_one_line_error(invoke("analyze", trace, "-o", tmp_path / "nope" / "r.txt"), "does not exist")
+
+
+@pytest.mark.parametrize(
+    "document",
+    [{"traceEvents": [{"ph": "X", "name": 5, "ts": "x"}]}, {"traceEvents": [1, 2, 3]}, {"traceEvents": [{"ph": "C", "name": "memory (MiB)"}]},
+     {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#1", "ts": 0, "dur": 0, "pid": 1, "tid": 1}]}],
+    ids=["wrong-types", "not-objects", "counter-without-ts", "zero-step"],
+)  # fmt: skip
+def test_cli_broken_traces_are_one_line(tmp_path, document):
+    path = _write(tmp_path / "bad.json", document)
+    assert_one_line_error(invoke("analyze", path), "bad.json")
