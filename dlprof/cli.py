@@ -19,6 +19,9 @@ from dlprof.errors import DlprofError
 DEFAULT_WAIT = 5
 DEFAULT_ACTIVE = 20
 DEFAULT_REFERENCE_STEPS = 40
+#: ``--redact``'s help, for the reports of ``analyze`` and ``sweep`` and the traces of ``record``.
+REDACT_HELP = ("Safe to post: replace host names, the user name and home directory, command-line arguments and dataset/model paths "
+               "in the {what} written with stable placeholders ([host-1], [user], ~, [arg-1], [path-1]).")
 
 _WORKLOAD_OPTIONS = (
     "model", "dataset", "tokenizer", "batch_size", "max_length", "steps", "num_workers",
@@ -98,6 +101,7 @@ def _record_options(name_help: str, num_workers: bool = True):
         click.option("--reference-steps", type=click.IntRange(min=0), default=DEFAULT_REFERENCE_STEPS, show_default=True, help="Unprofiled steps timed after the window: your training's real speed, which predictions are calibrated to."),
         click.option("--run-to-end", is_flag=True, default=False, help="Let your script train to its end [default: stop it cleanly once the window and the reference steps are done]."),
         click.option("--loader-spans/--no-loader-spans", default=True, show_default=True, help="Record dataset fetch, tokenizer and collate_fn spans in the loader processes."),
+        click.option("--redact", is_flag=True, default=False, help=REDACT_HELP.format(what="traces and reports")),
         click.option("--model", type=click.Path(), help="Built-in workload: a local Hugging Face causal LM directory (default: a tiny Qwen2 with random weights)."),
         click.option("--dataset", type=click.Path(), help="Built-in workload: a JSON or JSON-lines file of instruction/response records (default: the bundled self-cognition set)."),
         click.option("--tokenizer", type=click.Path(), help="Built-in workload: a tokenizer.json or tokenizer directory (default: the model's, else the shipped byte-level BPE)."),
@@ -123,7 +127,7 @@ def _record_options(name_help: str, num_workers: bool = True):
 
 
 def _record_request(ctx: click.Context, *, out_dir: Path, name: str | None, wait: int, warmup: int, active: int | None, reference_steps: int,
-                    run_to_end: bool, loader_spans: bool, command: tuple[str, ...], name_prefix: str = "", **workload):  # fmt: skip
+                    run_to_end: bool, loader_spans: bool, command: tuple[str, ...], name_prefix: str = "", redact: bool = False, **workload):  # fmt: skip
     """The RecordRequest for ``record``'s and ``sweep``'s options: the user's command, else the built-in workload's."""
     from dlprof.capture.launcher import RecordRequest
 
@@ -144,7 +148,7 @@ def _record_request(ctx: click.Context, *, out_dir: Path, name: str | None, wait
     name = name or _default_run_name(command, out_dir, name_prefix)
     return RecordRequest(command, out_dir, name, wait, warmup, DEFAULT_ACTIVE if active is None else active, tuple(sys.argv),
                          loader_spans=loader_spans, reference_steps=reference_steps, run_to_end=run_to_end,
-                         fresh_name_if_taken=made_up)  # fmt: skip
+                         fresh_name_if_taken=made_up, redact=redact)  # fmt: skip
 
 
 @cli.command(cls=RecordCommand)
@@ -183,7 +187,8 @@ def record(ctx: click.Context, out_dir: Path, name: str | None, wait: int, warmu
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json", "html"]), help="Report format [default: from -o's extension, else text].")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report to this file instead of the terminal.")
-def analyze(path: Path, fmt: str | None, output: Path | None) -> None:
+@click.option("--redact", is_flag=True, default=False, help=REDACT_HELP.format(what="report"))
+def analyze(path: Path, fmt: str | None, output: Path | None, redact: bool) -> None:
     """Where each step's time goes, and the DataLoader settings to use.
 
     PATH is a run directory (traces/<run>; with several ranks, every rank side by side), a trace
@@ -193,11 +198,14 @@ def analyze(path: Path, fmt: str | None, output: Path | None) -> None:
     from dlprof.report import pick_format, renderer, write_report
     from dlprof import analyze as build_report
     from dlprof.errors import printable
-    from dlprof.workflows.analyze import check_output
+    from dlprof.workflows.analyze import check_output, report_redactor
 
     fmt = pick_format(fmt, output)
     check_output(output, path)
-    rendered = renderer(fmt)(build_report(path))
+    report = build_report(path)
+    rendered = renderer(fmt)(report)
+    if redact:
+        rendered = report_redactor(report, path).redact_rendered(rendered, fmt)
     if output is None:
         click.echo(rendered, nl=False)
     else:
@@ -242,8 +250,13 @@ def sweep(ctx: click.Context, counts: tuple[int, ...], fmt: str | None, output: 
     fmt = pick_format(fmt, output)
     if output is not None and not output.parent.is_dir():  # fail now, not after minutes of recording
         raise click.UsageError(f"-o {output}: the directory {output.parent} does not exist; create it or choose another -o")
-    result = run_sweep(counts, _record_request(ctx, name_prefix="sweep-", **options), progress=lambda line: click.echo(line, err=True))
+    request = _record_request(ctx, name_prefix="sweep-", **options)
+    result = run_sweep(counts, request, progress=lambda line: click.echo(line, err=True))
     rendered = render(result, fmt)
+    if request.redact:
+        from dlprof.redact import for_command
+
+        rendered = for_command(request.cli_argv, request.command).redact_rendered(rendered, fmt)
     if output is None:
         click.echo(rendered, nl=False)
     else:

@@ -240,6 +240,8 @@ class Manifest:
     overrides: dict[str, Any] = field(default_factory=dict)
     #: Training was stopped by dlprof once the window and the reference steps were done (not --run-to-end).
     stopped_early: bool = False
+    #: Recorded with ``--redact``: host names, the user, command-line arguments and paths are placeholders.
+    redacted: bool = False
 
     def to_dict(self) -> dict:
         """The JSON-ready form written into the trace."""

@@ -26,7 +26,7 @@ from pathlib import Path
 import orjson
 import psutil
 
-from dlprof import schema
+from dlprof import redact, schema
 from dlprof.capture import merge
 from dlprof.capture.session import ENDED_FILE, ERROR_FILE, SESSION_ENV, SIGNALLED_PREFIX
 from dlprof.capture.memory import DEFAULT_INTERVAL_MS, MemorySampler
@@ -67,6 +67,8 @@ class RecordRequest:
     overrides: dict | None = None
     #: The name was made up by dlprof: if it is taken, take the next free one instead of failing.
     fresh_name_if_taken: bool = False
+    #: ``--redact``: traces with placeholders for host names, the user, arguments and paths (dlprof.redact).
+    redact: bool = False
 
 
 @dataclass(frozen=True)
@@ -340,7 +342,8 @@ def record(request: RecordRequest) -> RecordResult:
     exit_code, samples, stopped_by = _run_child(argv, _child_env(scratch), request.memory_interval_ms, scratch)
     return write_traces(
         run_dir, list(request.command), exit_code, samples,
-        merge.MergeInputs(scratch, list(request.cli_argv), list(request.command), exit_code, samples, request.memory_interval_ms, request.overrides),
+        merge.MergeInputs(scratch, list(request.cli_argv), list(request.command), exit_code, samples, request.memory_interval_ms, request.overrides,
+                          redact=request.redact),
         first_recorded_step=request.wait + request.warmup + 1, schedule_options=f"--wait {request.wait} --warmup {request.warmup}",
         schedule_names="--wait/--warmup", stopped_by=stopped_by,
     )  # fmt: skip
@@ -403,6 +406,7 @@ def write_traces(run_dir: Path, script: list[str], exit_code: int, samples: list
                   "its trace is left out", file=sys.stderr)  # fmt: skip
 
     _share_calibration(traced)
+    redactor = _redactor(traced, inputs) if inputs.redact else None
     traces = []
     for result in traced:
         try:
@@ -412,6 +416,9 @@ def write_traces(run_dir: Path, script: list[str], exit_code: int, samples: list
                                  "the device?); free disk space or choose another --out", 2) from None  # fmt: skip
         document = merge.merge_rank(kineto, result, inputs)
         host = result["host"]["hostname"] or socket.gethostname()
+        if redactor is not None:
+            redactor.redact_value(document)  # in place: the manifest, process and thread names, event names and args
+            host = redactor.host_label(host)
         trace_path = run_dir / f"{host}_{result['pid']}.{time.time_ns() // 1_000_000}{schema.TRACE_SUFFIX}"
         try:
             merge.write_gzip_json_atomically(document, trace_path, scratch)
@@ -433,6 +440,13 @@ def write_traces(run_dir: Path, script: list[str], exit_code: int, samples: list
         stopped_early=all(m["stopped_early"] for m in manifests),
         trace_paths=tuple(path for path, _ in traces),
     )
+
+
+def _redactor(results: list[dict], inputs: merge.MergeInputs) -> redact.Redactor:
+    """One Redactor for every rank of the run (a host is the same placeholder in each rank's trace)."""
+    manifests = [{"host": r["host"], "process_argv": r.get("process_argv") or []} for r in results]
+    manifests.append({"command": inputs.command, "script": inputs.script})
+    return redact.for_run(manifests, cwd=os.getcwd())
 
 
 def _how_it_ended(exit_code: int, stopped_by: int | None) -> str:

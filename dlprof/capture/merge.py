@@ -262,6 +262,8 @@ class MergeInputs:
     memory_samples: list[MemorySample]
     memory_interval_ms: int
     overrides: dict | None = None
+    #: ``--redact``: write the trace with placeholders for host names, the user, arguments and paths (dlprof.redact).
+    redact: bool = False
 
 
 def merge_rank(kineto: dict, result: dict, inputs: MergeInputs) -> dict:
@@ -328,6 +330,7 @@ def merge_rank(kineto: dict, result: dict, inputs: MergeInputs) -> dict:
         "step_clock": result.get("all_steps") or {},
         "overrides": inputs.overrides or {},
         "stopped_early": bool(result.get("stopped_early")),
+        "redacted": inputs.redact,
     })  # fmt: skip
     for problem in problems:  # the writer and the dataclass disagree: a dlprof bug (tests check for none)
         print(f"dlprof: internal: {problem}", file=sys.stderr)

@@ -41,7 +41,12 @@ COLLECTIVE_KERNEL_PREFIX = "nccl"
 
 
 def category(event: dict) -> str:
-    return str(event.get("cat", "")).lower()
+    return category_of(event.get("cat", ""))
+
+
+def category_of(cat: object) -> str:
+    """An event's ``cat`` as compared: lower-cased (old traces write ``Kernel``, ``Memcpy``, ``Runtime``)."""
+    return cat.lower() if type(cat) is str else str(cat).lower()
 
 
 def is_profiler_step(name: str) -> bool:

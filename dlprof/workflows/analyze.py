@@ -9,7 +9,7 @@ from typing import Sequence
 from dlprof.advice.rules import Advice, advise
 from dlprof.analysis.gpu import GpuStats, gpu_stats
 from dlprof.analysis.loader import LoaderStats, loader_stats
-from dlprof import schema
+from dlprof import redact, schema
 from dlprof.analysis.intervals import Timeline
 from dlprof.analysis.ranks import RankComparison, collective_ms_per_step, compare_ranks, rank_stats
 from dlprof.analysis.steps import StepBreakdown, segments_between, step_breakdown, step_segments
@@ -236,6 +236,20 @@ def build_report(path: Path) -> Report:
     if not reports:
         raise TraceFormatError(f"{display(path)}: none of its {len(groups)} runs could be read; first: {skipped[0].reason}")
     return Report(reports, skipped=skipped)
+
+
+def report_redactor(report: Report, path: Path) -> redact.Redactor:
+    """The Redactor of ``dlprof analyze --redact``: what the report's runs hold about their machines, users and commands.
+
+    Its manifests (host names, command lines, paths), the host in each trace file's name, this machine's
+    host, user and home directory, and ``path`` itself when given as an absolute path.
+    """
+    manifests = [run.manifest.to_dict() for run in report.runs if run.manifest is not None]
+    names = [run.info.trace_file for run in report.runs]
+    names += [row.trace_file for run in report.runs if run.ranks is not None for row in run.ranks.ranks]
+    names += [s.path for s in report.skipped]
+    given = [str(path if path.is_dir() else path.parent)] if path.is_absolute() else []
+    return redact.for_run(manifests, trace_names=names, paths=given)
 
 
 def _is_report(path: Path) -> bool:

@@ -238,14 +238,14 @@ def test_a_directory_of_unreadable_runs_is_one_error(tmp_path):
 def test_an_unreadable_run_is_skipped(tmp_path, monkeypatch):
     _write(tmp_path / "good" / "a.pt.trace.json", _doc())
     locked = _write(tmp_path / "locked" / "a.pt.trace.json", _doc())
-    real = Path.read_bytes
+    real = Path.open
 
-    def read_bytes(self):
+    def open_(self, *args, **kwargs):
         if self == locked:
             raise PermissionError(13, "Permission denied")
-        return real(self)
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_bytes", read_bytes)  # as root, chmod 000 would not stop the read
+    monkeypatch.setattr(Path, "open", open_)  # as root, chmod 000 would not stop the read
     report = dlprof.analyze(tmp_path)
     assert [r.info.name for r in report.runs] == ["good"] and "Permission denied" in report.skipped[0].reason
     assert_one_line_error(invoke("analyze", locked), "Permission denied", "permissions")
