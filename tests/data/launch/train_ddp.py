@@ -5,7 +5,6 @@ data, and rank 0 then waits for rank 1 in DDP's all-reduce.
 """
 import argparse
 import os
-import time
 
 import torch
 import torch.distributed as dist
@@ -13,12 +12,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
-
-def burn(ms: float) -> None:
-    end = time.thread_time() + ms / 1000
-    x = 0
-    while time.thread_time() < end:
-        x += 1
+from dlprof.workloads.sft import burn_cpu  # CPU time, as real loading work takes
 
 
 class Samples(Dataset):
@@ -29,7 +23,7 @@ class Samples(Dataset):
         return self.size
 
     def __getitem__(self, index: int):
-        burn(self.cost_ms)
+        burn_cpu(self.cost_ms)
         g = torch.Generator().manual_seed(index)
         return torch.randn(32, generator=g), torch.randn(1, generator=g)
 
@@ -58,7 +52,7 @@ def main() -> None:
             loss.backward()
             optimizer.step()
             optimizer.zero_grad()
-            burn(args.host_ms)  # the rest of a step's host work (logging, a scheduler)
+            burn_cpu(args.host_ms)  # the rest of a step's host work (logging, a scheduler)
             step += 1
             if step >= args.steps:
                 break
