@@ -1,8 +1,12 @@
 """The trace format dlprof writes: every name and key shared by the writer (capture/) and readers.
 
-This module imports nothing from dlprof and no third-party package, so both sides can use it.
+This module imports nothing from dlprof and no third-party package (the standard library only), so both sides can use it.
 """
 from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
 
 #: Top-level key of the manifest inside a trace file.
 MANIFEST_KEY = "dlprof"
@@ -54,6 +58,18 @@ SCRATCH_DIR = ".dlprof-scratch"
 SCRATCH_OWNER_FILE = "owner.json"
 #: Suffix every trace file has; TensorBoard's plugin and HTA look for it.
 TRACE_SUFFIX = ".pt.trace.json.gz"
+
+
+def scratch_owner(scratch: Path) -> int | None:
+    """The pid of the live process recording into ``scratch`` (its :data:`SCRATCH_OWNER_FILE`); None when it is gone or unknown."""
+    try:
+        pid = int(json.loads((scratch / SCRATCH_OWNER_FILE).read_text())["pid"])
+        os.kill(pid, 0)
+    except PermissionError:  # alive, under another user
+        return pid
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return pid
 
 
 def is_dataloader_next(name: str) -> bool:

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import json
 import sys
 from pathlib import Path
 
 import orjson
 
 from dlprof import schema
+from dlprof.capture import merge
 
 TIMED_PHASES = ("X", "C", "i", "s", "f")
 STEP_PREFIX = "ProfilerStep#"
@@ -51,13 +51,8 @@ def _load(trace: Path) -> dict:
 
 def _head(document: dict) -> bytes:
     """Everything but the events, as dlprof's merge writes it, up to the opening of ``traceEvents``."""
-    rest = {k: v for k, v in document.items() if k not in ("traceEvents", "distributedInfo")}
-    head = b"{"
-    if "distributedInfo" in document:
-        head += b'"distributedInfo": ' + json.dumps(document["distributedInfo"], separators=(", ", ": ")).encode() + b",\n"
-    if rest:
-        head += orjson.dumps(rest)[1:-1] + b","
-    return head + b'"traceEvents":['
+    without_events = merge.dumps_trace({**{k: v for k, v in document.items() if k != "traceEvents"}, "traceEvents": []})
+    return without_events[: -len(b"]}")]  # ... "traceEvents":[
 
 
 def _max_id(events: list[dict], key: str, in_args: bool) -> int:

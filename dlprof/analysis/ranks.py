@@ -43,6 +43,8 @@ class RankStats:
     num_workers: int | None
     #: The unprofiled step (reference steps), when recorded.
     unprofiled_step_ms: float | None
+    #: The collectives this rank ran (``all_reduce``, ...), most time first.
+    collective_kinds: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ def collective_ms_per_step(run: TraceRun) -> tuple[float, list[str]]:
 
 def rank_stats(run: TraceRun, steps: StepBreakdown, loader: LoaderStats | None, unprofiled_step_ms: float | None) -> RankStats:
     """One rank's row."""
-    collective_ms, _ = collective_ms_per_step(run)
+    collective_ms, kinds = collective_ms_per_step(run)
     workers = [w.pss_mib_last for w in (loader.workers if loader else []) if w.worker >= 0 and w.pss_mib_last is not None]
     config = run.manifest.loader if run.manifest else None
     return RankStats(
@@ -92,12 +94,14 @@ def rank_stats(run: TraceRun, steps: StepBreakdown, loader: LoaderStats | None, 
         worker_pss_mib=sum(workers) if workers else None,
         num_workers=config.num_workers if config else None,
         unprofiled_step_ms=unprofiled_step_ms,
+        collective_kinds=tuple(kinds),
     )
 
 
-def compare_ranks(rows: list[RankStats], collectives: list[str]) -> RankComparison:
+def compare_ranks(rows: list[RankStats]) -> RankComparison:
     """The slowest rank, why, and how long each other rank waited for it per step."""
     rows = sorted(rows, key=lambda r: r.rank)
+    collectives = list(dict.fromkeys(kind for r in rows for kind in r.collective_kinds))  # rank by rank, each once
     slowest = max(rows, key=lambda r: r.own_ms)
     others = [r for r in rows if r.rank != slowest.rank]
     if others:

@@ -19,7 +19,6 @@ to the profiler.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -151,14 +150,7 @@ class DlprofCallback(TrainerCallback):
         scratch = self.run_dir / schema.SCRATCH_DIR
         # As dlprof record writes it. run_to_end: the recorder never raises SystemExit here (it would
         # end a notebook's kernel); stop_after_window stops training through the Trainer's control.
-        config = {
-            "schedule": {"wait": wait, "warmup": warmup, "active": active},
-            "loader_spans": loader_spans,
-            "reference_steps": reference_steps,
-            "run_to_end": True,
-            "overrides": {},
-        }
-        (scratch / "config.json").write_text(json.dumps(config))
+        config = launcher.write_session_config(scratch, request)
         try:
             self._session = session_module.start_in_process(scratch, config)
         except BaseException:

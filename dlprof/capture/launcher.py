@@ -239,15 +239,6 @@ def _run_child(argv: list[str], env: dict, memory_interval_ms: int, scratch: Pat
 
 
 
-def scratch_owner(scratch: Path) -> int | None:
-    """The pid of the live process recording into ``scratch``; None when it is gone (or unknown)."""
-    try:
-        pid = int(json.loads((scratch / schema.SCRATCH_OWNER_FILE).read_text())["pid"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return pid if psutil.pid_exists(pid) and pid != os.getpid() else None
-
-
 def _claim_run_dir(run_dir: Path) -> str | None:
     """Make ``run_dir`` this record's (its scratch folder, created exclusively); else why it is taken."""
     if run_dir.exists() and any(run_dir.glob("*" + schema.TRACE_SUFFIX)):
@@ -257,15 +248,14 @@ def _claim_run_dir(run_dir: Path) -> str | None:
         run_dir.mkdir(parents=True, exist_ok=True)
         scratch.mkdir()  # exclusive: two records never share a scratch folder
     except FileExistsError:
-        owner = scratch_owner(scratch)
-        if owner is not None:
+        owner = schema.scratch_owner(scratch)
+        if owner is not None and owner != os.getpid():
             return f"is being recorded by another dlprof record (pid {owner})"
         return f"holds the scratch files of a record that did not finish ({scratch}); delete that folder"
     except OSError as error:
         raise InputError(f"{run_dir}: cannot create the run directory ({error.strerror}); choose a writable --out") from None
     try:
         (scratch / schema.SCRATCH_OWNER_FILE).write_text(json.dumps({"pid": os.getpid()}))
-        (scratch / "spans").mkdir()
     except OSError as error:
         remove_unrecorded(run_dir)
         raise InputError(f"{run_dir}: cannot write there ({error.strerror}); choose another --out") from None
@@ -290,6 +280,19 @@ def prepare_run_dir(request: RecordRequest) -> Path:
             raise UsageError(f"{run_dir}: {taken}; choose another --name")
         n += 1
         name = f"{request.name}-{n}"
+
+
+def write_session_config(scratch: Path, request: RecordRequest) -> dict:
+    """Write (and return) what every recording process of this run reads at start-up (:mod:`dlprof.capture.session`)."""
+    config = {
+        "schedule": {"wait": request.wait, "warmup": request.warmup, "active": request.active},
+        "loader_spans": request.loader_spans,
+        "reference_steps": request.reference_steps,
+        "run_to_end": request.run_to_end,
+        "overrides": request.overrides or {},
+    }
+    (scratch / "config.json").write_text(json.dumps(config))
+    return config
 
 
 def unique_run_name(out_dir: Path, stem: str) -> str:
@@ -328,17 +331,7 @@ def record(request: RecordRequest) -> RecordResult:
     argv = child_argv(request.command)
     run_dir = prepare_run_dir(request)
     scratch = run_dir / schema.SCRATCH_DIR
-    (scratch / "config.json").write_text(
-        json.dumps(
-            {
-                "schedule": {"wait": request.wait, "warmup": request.warmup, "active": request.active},
-                "loader_spans": request.loader_spans,
-                "reference_steps": request.reference_steps,
-                "run_to_end": request.run_to_end,
-                "overrides": request.overrides or {},
-            }
-        )
-    )
+    write_session_config(scratch, request)
     exit_code, samples, stopped_by = _run_child(argv, _child_env(scratch), request.memory_interval_ms, scratch)
     return write_traces(
         run_dir, list(request.command), exit_code, samples,
@@ -365,7 +358,9 @@ def write_traces(run_dir: Path, script: list[str], exit_code: int, samples: list
         RecordError: nothing was recorded; the run directory is removed.
     """
     scratch = inputs.session_dir
-    failed = 128 + stopped_by if stopped_by is not None else 2
+    signalled = 128 + stopped_by if stopped_by is not None else None
+    failed = signalled or 2
+    failed_early = lambda error: f"{' '.join(script)}: failed before the profiler recorded a step ({error}); fix the error shown above and record again"  # noqa: E731
     if (scratch / ERROR_FILE).exists():
         raise _fail(run_dir, (scratch / ERROR_FILE).read_text().strip(), failed)
     results = _read_results(scratch)
@@ -381,8 +376,7 @@ def write_traces(run_dir: Path, script: list[str], exit_code: int, samples: list
             raise _fail(run_dir, f"{scratch}: no space left on device, nothing could be recorded; free disk space or choose another --out", 2)
         ended = scratch / ENDED_FILE
         if ended.exists():
-            error = json.loads(ended.read_text()).get("error")
-            raise _fail(run_dir, f"{' '.join(script)}: failed before the profiler recorded a step ({error}); fix the error shown above and record again", failed)
+            raise _fail(run_dir, failed_early(json.loads(ended.read_text()).get("error")), failed)
         raise _fail(
             run_dir,
             f"{' '.join(script)}: {_how_it_ended(exit_code, stopped_by)} before any of its processes trained (no optimizer step, "
@@ -393,7 +387,7 @@ def write_traces(run_dir: Path, script: list[str], exit_code: int, samples: list
     if not traced:
         result = results[0]
         if result["status"] != schema.STATUS_COMPLETE:
-            message = f"{' '.join(script)}: failed before the profiler recorded a step ({result['error']}); fix the error shown above and record again"
+            message = failed_early(result["error"])
         else:
             message = (
                 f"{' '.join(script)}: ran {result['steps_run']} training steps but the profiler records from step {first_recorded_step} on "
@@ -433,7 +427,7 @@ def write_traces(run_dir: Path, script: list[str], exit_code: int, samples: list
         run_dir=run_dir,
         trace_path=traces[0][0],
         status=schema.STATUS_COMPLETE if all(m["status"] == schema.STATUS_COMPLETE for m in manifests) else schema.STATUS_PARTIAL,
-        exit_code=128 + stopped_by if stopped_by is not None else exit_code,
+        exit_code=signalled or exit_code,
         error=next((f"rank {m['rank']}: {m['error']}" if len(manifests) > 1 else m["error"] for m in manifests if m["error"]), None),
         steps_recorded=min(m["steps"]["recorded"] for m in manifests),
         workers_seen=sum(len({(w["loader"], w["worker_id"]) for w in m["workers"]}) for m in manifests),

@@ -67,21 +67,14 @@ class SpanLog:
     def flush(self) -> None:
         if not self.records:
             return
-        if self._fd is None:
-            # A raw descriptor, not a buffered file object: a forked child inherits no Python buffer
-            # that could be written twice.
-            try:
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            except OSError as error:
-                self.records.clear()
-                if not self.write_failed:
-                    print(f"dlprof: could not write DataLoader spans to {self.path} ({error.strerror}); they are left out", file=sys.stderr)
-                self.write_failed = True
-                return
         pack = spanfile.RECORD.pack
         data = b"".join([pack(*record) for record in self.records])
         self.records.clear()
         try:
+            if self._fd is None:
+                # A raw descriptor, not a buffered file object: a forked child inherits no Python buffer
+                # that could be written twice.
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             os.write(self._fd, data)
         except OSError as error:  # a full disk loses these spans, never the user's training
             if not self.write_failed:

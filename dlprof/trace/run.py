@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import bisect
 import gc
-import json
 import math
 import os
 from array import array
@@ -629,10 +628,8 @@ def _being_recorded(run_dir: Path) -> str | None:
     scratch = run_dir / schema.SCRATCH_DIR
     if not scratch.is_dir():
         return None
-    try:
-        pid = int(json.loads((scratch / schema.SCRATCH_OWNER_FILE).read_text())["pid"])
-        os.kill(pid, 0)
-    except (OSError, ValueError, KeyError, TypeError):
+    pid = schema.scratch_owner(scratch)
+    if pid is None:
         return "holds only the scratch files of a record that did not finish; record it again"
     return f"is still being recorded (dlprof record, pid {pid}); analyze it once that has finished"
 
@@ -669,8 +666,8 @@ def find_runs(path: Path) -> tuple[list[list[Path]], list[tuple[Path, str]]]:
             continue
         if files:
             runs.append(files)
-        elif _being_recorded(sub):
-            unreadable.append((sub, _being_recorded(sub)))
+        elif recording := _being_recorded(sub):
+            unreadable.append((sub, recording))
     if not runs:
         why = f" ({display(unreadable[0][0])}: {unreadable[0][1]})" if unreadable else ""
         raise TraceNotFoundError(f"{display(path)}: no trace files (*.json, *.json.gz) here or in its sub-directories{why}; record one with 'dlprof record'")

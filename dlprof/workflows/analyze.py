@@ -11,7 +11,7 @@ from dlprof.analysis.gpu import GpuStats, gpu_stats
 from dlprof.analysis.loader import LoaderStats, loader_stats
 from dlprof import redact, schema
 from dlprof.analysis.intervals import Timeline
-from dlprof.analysis.ranks import RankComparison, collective_ms_per_step, compare_ranks, rank_stats
+from dlprof.analysis.ranks import RankComparison, compare_ranks, rank_stats
 from dlprof.analysis.steps import StepBreakdown, segments_between, step_breakdown, step_segments
 from dlprof.analysis.unprofiled import UnprofiledStats, unprofiled_stats
 from dlprof.errors import DlprofError, InputError, TraceFormatError, UsageError
@@ -171,13 +171,11 @@ def analyze_job(runs: Sequence[TraceRun]) -> RunReport:
     """A run of several ranks: the slowest rank's report, with every rank side by side (``ranks``)."""
     reports = {run.rank: analyze_run(run) for run in runs}
     by_rank = {run.rank: run for run in runs}
-    kinds: list[str] = []
     rows = []
     for run in runs:
         report = reports[run.rank]
         rows.append(rank_stats(run, report.steps, report.loader, report.unprofiled.step_ms if report.unprofiled else None))
-        kinds += [k for k in collective_ms_per_step(run)[1] if k not in kinds]
-    comparison = compare_ranks(rows, kinds)
+    comparison = compare_ranks(rows)
     pace = by_rank[comparison.slowest_rank]
     others = [by_rank[r.rank] for r in comparison.ranks if r.rank != comparison.slowest_rank]
     return replace(reports[comparison.slowest_rank], timeline=_timeline(pace, others), ranks=comparison)
