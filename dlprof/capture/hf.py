@@ -256,7 +256,7 @@ class DlprofCallback(TrainerCallback):
               f"worker(s) seen); analyse it with: dlprof analyze {result.run_dir}")  # fmt: skip
 
     def _detach(self) -> None:
-        """Leave this process as it was: no DataLoader probe, no optimizer hook, no SIGTERM handler of ours."""
+        """Leave this process as it was: no DataLoader probe, no optimizer hook, no SIGTERM or SIGINT handler of ours."""
         session = self._session
         if session is None:
             return
@@ -276,5 +276,7 @@ class DlprofCallback(TrainerCallback):
             try:
                 if signal.getsignal(signal.SIGTERM) == session._terminated:
                     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                if signal.getsignal(signal.SIGINT) == session._interrupted:
+                    signal.signal(signal.SIGINT, signal.default_int_handler)
             except (ValueError, OSError):
                 pass

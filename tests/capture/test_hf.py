@@ -2,6 +2,7 @@
 Trainer-specific facts it relies on (batch size through accelerate, who created a DataLoader, trainer arguments)."""
 from __future__ import annotations
 
+import signal
 import sys
 
 import pytest
@@ -102,9 +103,10 @@ def test_trainer_run_is_recorded_with_its_workers(tmp_path, fresh_process, capsy
     advice = dlprof.analyze(run_dir).runs[0].advice
     assert advice.trainer_arguments is not None and advice.trainer_arguments.startswith("--dataloader_num_workers ")
 
-    # The process is left as it was: no probe, no optimizer hook, no session recording.
+    # The process is left as it was: no probe, no optimizer hook, no signal handler, no session recording.
     assert not hasattr(DataLoader.__init__, "_dlprof_original")
     assert _no_session_hook_left()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     # One callback records one train(): a second one is refused before it trains, with the fix.
     with pytest.raises(UsageError, match="recorded one train"):
         trainer.train()
