@@ -4,6 +4,7 @@
 DataLoader worker processes (dataset fetch, tokenizer calls, ``collate_fn``) on the same clock.
 ``dlprof.analyze(path)`` is the library entry point of `dlprof analyze`.
 """
+
 from __future__ import annotations
 
 import typing
@@ -18,7 +19,7 @@ if typing.TYPE_CHECKING:
     from dlprof.workflows.analyze import Report
 
 
-def analyze(path: "str | Path") -> "Report":
+def analyze(path: str | Path) -> Report:
     """Analyse a run directory, a trace file, or a directory of runs; the Report every renderer takes.
 
     Raises:

@@ -1,4 +1,5 @@
 """``python -m dlprof`` is the ``dlprof`` command."""
+
 from dlprof.cli import main
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 Errors reach the user as one line and exit code 2 (DESIGN.md): Click's usage errors and dlprof's own
 (:class:`~dlprof.errors.DlprofError`) alike, never a traceback.
 """
+
 from __future__ import annotations
 
 import re
@@ -20,13 +21,26 @@ DEFAULT_WAIT = 5
 DEFAULT_ACTIVE = 20
 DEFAULT_REFERENCE_STEPS = 40
 #: ``--redact``'s help, for the reports of ``analyze`` and ``sweep`` and the traces of ``record``.
-REDACT_HELP = ("Safe to post: replace host names, the user name and home directory, command-line arguments and dataset/model paths "
-               "in the {what} written with stable placeholders ([host-1], [user], ~, [arg-1], [path-1]).")
+REDACT_HELP = (
+    "Safe to post: replace host names, the user name and home directory, command-line arguments and dataset/model paths"
+    " in the {what} written with stable placeholders ([host-1], [user], ~, [arg-1], [path-1])."
+)
 
 _WORKLOAD_OPTIONS = (
-    "model", "dataset", "tokenizer", "batch_size", "max_length", "steps", "num_workers",
-    "pin_memory", "prefetch_factor", "persistent_workers", "device", "seed", "tokenizer_cost_ms",
-)  # fmt: skip
+    "model",
+    "dataset",
+    "tokenizer",
+    "batch_size",
+    "max_length",
+    "steps",
+    "num_workers",
+    "pin_memory",
+    "prefetch_factor",
+    "persistent_workers",
+    "device",
+    "seed",
+    "tokenizer_cost_ms",
+)
 
 
 class DlprofGroup(click.Group):
@@ -93,30 +107,141 @@ def _record_options(name_help: str, num_workers: bool = True):
         num_workers: offer ``--num-workers`` (``sweep`` sets num_workers itself, from ``--workers``).
     """
     options = [
-        click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("traces"), show_default=True, help="Directory that receives the run directory."),
+        click.option(
+            "--out",
+            "out_dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            default=Path("traces"),
+            show_default=True,
+            help="Directory that receives the run directory.",
+        ),
         click.option("--name", help=name_help),
-        click.option("--wait", type=int, default=DEFAULT_WAIT, show_default=True, help="Steps to skip before the profiler warms up (start-up is not steady state)."),
-        click.option("--warmup", type=int, default=3, show_default=True, help="Steps the profiler runs without keeping them."),
-        click.option("--active", type=int, default=None, help="Steps to record [default: 20; with --steps, the steps left after --wait and --warmup]."),
-        click.option("--reference-steps", type=click.IntRange(min=0), default=DEFAULT_REFERENCE_STEPS, show_default=True, help="Unprofiled steps timed after the window: your training's real speed, which predictions are calibrated to."),
-        click.option("--run-to-end", is_flag=True, default=False, help="Let your script train to its end [default: stop it cleanly once the window and the reference steps are done]."),
-        click.option("--loader-spans/--no-loader-spans", default=True, show_default=True, help="Record dataset fetch, tokenizer and collate_fn spans in the loader processes."),
+        click.option(
+            "--wait",
+            type=int,
+            default=DEFAULT_WAIT,
+            show_default=True,
+            help="Steps to skip before the profiler warms up (start-up is not steady state).",
+        ),
+        click.option(
+            "--warmup", type=int, default=3, show_default=True, help="Steps the profiler runs without keeping them."
+        ),
+        click.option(
+            "--active",
+            type=int,
+            default=None,
+            help="Steps to record [default: 20; with --steps, the steps left after --wait and --warmup].",
+        ),
+        click.option(
+            "--reference-steps",
+            type=click.IntRange(min=0),
+            default=DEFAULT_REFERENCE_STEPS,
+            show_default=True,
+            help=(
+                "Unprofiled steps timed after the window: your training's real speed, which predictions are"
+                " calibrated to."
+            ),
+        ),
+        click.option(
+            "--run-to-end",
+            is_flag=True,
+            default=False,
+            help=(
+                "Let your script train to its end [default: stop it cleanly once the window and the reference steps are"
+                " done]."
+            ),
+        ),
+        click.option(
+            "--loader-spans/--no-loader-spans",
+            default=True,
+            show_default=True,
+            help="Record dataset fetch, tokenizer and collate_fn spans in the loader processes.",
+        ),
         click.option("--redact", is_flag=True, default=False, help=REDACT_HELP.format(what="traces and reports")),
-        click.option("--model", type=click.Path(), help="Built-in workload: a local Hugging Face causal LM directory (default: a tiny Qwen2 with random weights)."),
-        click.option("--dataset", type=click.Path(), help="Built-in workload: a JSON or JSON-lines file of instruction/response records (default: the bundled self-cognition set)."),
-        click.option("--tokenizer", type=click.Path(), help="Built-in workload: a tokenizer.json or tokenizer directory (default: the model's, else the shipped byte-level BPE)."),
-        click.option("--batch-size", type=int, default=4, show_default=True, help="Built-in workload: examples per batch."),
-        click.option("--max-length", type=int, default=512, show_default=True, help="Built-in workload: tokens per example, longer ones are cut."),
-        click.option("--steps", type=int, default=None, help="Built-in workload: optimizer steps to run [default: until the window and the reference steps are done]."),
-        *([click.option("--num-workers", type=int, default=2, show_default=True, help="Built-in workload: DataLoader worker processes.")] if num_workers else []),
-        click.option("--pin-memory/--no-pin-memory", default=None, help="Built-in workload: DataLoader pin_memory [default: on with CUDA]."),
-        click.option("--prefetch-factor", type=int, default=None, help="Built-in workload: batches each worker prepares ahead [PyTorch's default: 2]."),
-        click.option("--persistent-workers", is_flag=True, default=False, help="Built-in workload: keep workers alive between epochs."),
+        click.option(
+            "--model",
+            type=click.Path(),
+            help=(
+                "Built-in workload: a local Hugging Face causal LM directory (default: a tiny Qwen2 with random"
+                " weights)."
+            ),
+        ),
+        click.option(
+            "--dataset",
+            type=click.Path(),
+            help=(
+                "Built-in workload: a JSON or JSON-lines file of instruction/response records (default: the bundled"
+                " self-cognition set)."
+            ),
+        ),
+        click.option(
+            "--tokenizer",
+            type=click.Path(),
+            help=(
+                "Built-in workload: a tokenizer.json or tokenizer directory (default: the model's, else the shipped"
+                " byte-level BPE)."
+            ),
+        ),
+        click.option(
+            "--batch-size", type=int, default=4, show_default=True, help="Built-in workload: examples per batch."
+        ),
+        click.option(
+            "--max-length",
+            type=int,
+            default=512,
+            show_default=True,
+            help="Built-in workload: tokens per example, longer ones are cut.",
+        ),
+        click.option(
+            "--steps",
+            type=int,
+            default=None,
+            help=(
+                "Built-in workload: optimizer steps to run [default: until the window and the reference steps are"
+                " done]."
+            ),
+        ),
+        *(
+            [
+                click.option(
+                    "--num-workers",
+                    type=int,
+                    default=2,
+                    show_default=True,
+                    help="Built-in workload: DataLoader worker processes.",
+                )
+            ]
+            if num_workers
+            else []
+        ),
+        click.option(
+            "--pin-memory/--no-pin-memory",
+            default=None,
+            help="Built-in workload: DataLoader pin_memory [default: on with CUDA].",
+        ),
+        click.option(
+            "--prefetch-factor",
+            type=int,
+            default=None,
+            help="Built-in workload: batches each worker prepares ahead [PyTorch's default: 2].",
+        ),
+        click.option(
+            "--persistent-workers",
+            is_flag=True,
+            default=False,
+            help="Built-in workload: keep workers alive between epochs.",
+        ),
         click.option("--device", default="auto", show_default=True, help="Built-in workload: auto, cpu or cuda."),
         click.option("--seed", type=int, default=0, show_default=True, help="Built-in workload: random seed."),
-        click.option("--tokenizer-cost-ms", type=float, default=0.0, show_default=True, help="Built-in workload: CPU ms added to tokenizing each sample (a slow tokenizer)."),
+        click.option(
+            "--tokenizer-cost-ms",
+            type=float,
+            default=0.0,
+            show_default=True,
+            help="Built-in workload: CPU ms added to tokenizing each sample (a slow tokenizer).",
+        ),
         click.argument("command", nargs=-1, type=click.UNPROCESSED),
-    ]  # fmt: skip
+    ]
 
     def apply(command):
         for option in reversed(options):  # listed in --help order; decorators apply bottom-up
@@ -126,17 +251,41 @@ def _record_options(name_help: str, num_workers: bool = True):
     return apply
 
 
-def _record_request(ctx: click.Context, *, out_dir: Path, name: str | None, wait: int, warmup: int, active: int | None, reference_steps: int,
-                    run_to_end: bool, loader_spans: bool, command: tuple[str, ...], name_prefix: str = "", redact: bool = False, **workload):  # fmt: skip
+def _record_request(
+    ctx: click.Context,
+    *,
+    out_dir: Path,
+    name: str | None,
+    wait: int,
+    warmup: int,
+    active: int | None,
+    reference_steps: int,
+    run_to_end: bool,
+    loader_spans: bool,
+    command: tuple[str, ...],
+    name_prefix: str = "",
+    redact: bool = False,
+    **workload,
+):
     """The RecordRequest for ``record``'s and ``sweep``'s options: the user's command, else the built-in workload's."""
     from dlprof.capture.launcher import RecordRequest
 
     if not command and ctx.meta.get("dlprof.double_dash"):
-        raise click.UsageError(f"no command after '--'; give one, e.g. '{ctx.command_path} -- python train.py', or drop '--' to run the built-in workload")
+        raise click.UsageError(
+            f"no command after '--'; give one, e.g. '{ctx.command_path} -- python train.py', or drop '--' to run the"
+            " built-in workload"
+        )
     if command:
-        given = [o for o in _WORKLOAD_OPTIONS if o in ctx.params and ctx.get_parameter_source(o) != click.core.ParameterSource.DEFAULT]
+        given = [
+            o
+            for o in _WORKLOAD_OPTIONS
+            if o in ctx.params and ctx.get_parameter_source(o) != click.core.ParameterSource.DEFAULT
+        ]
         if given:
-            raise click.UsageError(f"--{given[0].replace('_', '-')} configures the built-in workload; pass your script's own options after '--' instead")
+            raise click.UsageError(
+                f"--{given[0].replace('_', '-')} configures the built-in workload; pass your script's own options after"
+                " '--' instead"
+            )
     else:
         from dlprof.workloads.lora import plan
 
@@ -146,16 +295,38 @@ def _record_request(ctx: click.Context, *, out_dir: Path, name: str | None, wait
         run_to_end = workload.get("steps") is not None
     made_up = name is None
     name = name or _default_run_name(command, out_dir, name_prefix)
-    return RecordRequest(command, out_dir, name, wait, warmup, DEFAULT_ACTIVE if active is None else active, tuple(sys.argv),
-                         loader_spans=loader_spans, reference_steps=reference_steps, run_to_end=run_to_end,
-                         fresh_name_if_taken=made_up, redact=redact)  # fmt: skip
+    return RecordRequest(
+        command,
+        out_dir,
+        name,
+        wait,
+        warmup,
+        DEFAULT_ACTIVE if active is None else active,
+        tuple(sys.argv),
+        loader_spans=loader_spans,
+        reference_steps=reference_steps,
+        run_to_end=run_to_end,
+        fresh_name_if_taken=made_up,
+        redact=redact,
+    )
 
 
 @cli.command(cls=RecordCommand)
 @_record_options("Run directory name under --out (default: <script>-<date>-<time>).")
 @click.pass_context
-def record(ctx: click.Context, out_dir: Path, name: str | None, wait: int, warmup: int, active: int | None, reference_steps: int, run_to_end: bool,
-           loader_spans: bool, command: tuple[str, ...], **workload) -> None:  # fmt: skip
+def record(
+    ctx: click.Context,
+    out_dir: Path,
+    name: str | None,
+    wait: int,
+    warmup: int,
+    active: int | None,
+    reference_steps: int,
+    run_to_end: bool,
+    loader_spans: bool,
+    command: tuple[str, ...],
+    **workload,
+) -> None:
     """Record training steps with torch.profiler, inside DataLoader workers too.
 
     With no COMMAND, runs the built-in LoRA fine-tune (offline). With '-- python train.py ARGS', runs
@@ -166,18 +337,34 @@ def record(ctx: click.Context, out_dir: Path, name: str | None, wait: int, warmu
     """
     from dlprof.capture.launcher import record as record_run
 
-    request = _record_request(ctx, out_dir=out_dir, name=name, wait=wait, warmup=warmup, active=active, reference_steps=reference_steps,
-                              run_to_end=run_to_end, loader_spans=loader_spans, command=command, **workload)  # fmt: skip
+    request = _record_request(
+        ctx,
+        out_dir=out_dir,
+        name=name,
+        wait=wait,
+        warmup=warmup,
+        active=active,
+        reference_steps=reference_steps,
+        run_to_end=run_to_end,
+        loader_spans=loader_spans,
+        command=command,
+        **workload,
+    )
     result = record_run(request)
     ranks = len(result.trace_paths)
     per_rank = " per rank" if ranks > 1 else ""
-    click.echo(f"dlprof: recorded {result.steps_recorded} steps{per_rank} ({result.status}), {result.workers_seen} DataLoader worker(s) seen"
-               + (f", {ranks} ranks" if ranks > 1 else ""))  # fmt: skip
+    click.echo(
+        f"dlprof: recorded {result.steps_recorded} steps{per_rank} ({result.status}), {result.workers_seen} DataLoader"
+        " worker(s) seen" + (f", {ranks} ranks" if ranks > 1 else "")
+    )
     for trace_path in result.trace_paths:
         click.echo(f"  trace: {trace_path}")
     click.echo(f"  view:  tensorboard --logdir {out_dir}   or open the file in https://ui.perfetto.dev")
     if result.stopped_early and ctx.params["command"]:
-        click.echo(f"dlprof: stopped training after the window and {reference_steps} unprofiled reference steps; add --run-to-end to let it train to its end")
+        click.echo(
+            f"dlprof: stopped training after the window and {reference_steps} unprofiled reference steps; add"
+            " --run-to-end to let it train to its end"
+        )
     if result.status != "complete":
         click.echo(f"dlprof: the run ended with an error ({result.error}); the trace is marked partial", err=True)
         ctx.exit(result.exit_code or 2)
@@ -185,8 +372,18 @@ def record(ctx: click.Context, out_dir: Path, name: str | None, wait: int, warmu
 
 @cli.command()
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json", "html"]), help="Report format [default: from -o's extension, else text].")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report to this file instead of the terminal.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "markdown", "json", "html"]),
+    help="Report format [default: from -o's extension, else text].",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the report to this file instead of the terminal.",
+)
 @click.option("--redact", is_flag=True, default=False, help=REDACT_HELP.format(what="report"))
 def analyze(path: Path, fmt: str | None, output: Path | None, redact: bool) -> None:
     """Where each step's time goes, and the DataLoader settings to use.
@@ -195,9 +392,9 @@ def analyze(path: Path, fmt: str | None, output: Path | None, redact: bool) -> N
     file (.json or .json.gz), or a directory of runs (each analysed, then compared). Works on any
     PyTorch profiler trace; dlprof's own runs add what happens inside the DataLoader workers.
     """
-    from dlprof.report import pick_format, renderer, write_report
     from dlprof import analyze as build_report
     from dlprof.errors import printable
+    from dlprof.report import pick_format, renderer, write_report
     from dlprof.workflows.analyze import check_output, report_redactor
 
     fmt = pick_format(fmt, output)
@@ -231,10 +428,32 @@ def _parse_counts(ctx: click.Context, param: click.Parameter, value: str) -> tup
 
 
 @cli.command(cls=RecordCommand)
-@click.option("--workers", "counts", required=True, callback=_parse_counts, help="num_workers to measure, comma-separated (e.g. 0,1,2,4); the first count's run makes the advice the others check.")
-@_record_options("Sweep directory name under --out; each run goes to <name>/<num_workers>/ (default: sweep-<script>-<date>-<time>).", num_workers=False)
-@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json", "html"]), help="Report format [default: from -o's extension, else text].")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the report to this file instead of the terminal.")
+@click.option(
+    "--workers",
+    "counts",
+    required=True,
+    callback=_parse_counts,
+    help=(
+        "num_workers to measure, comma-separated (e.g. 0,1,2,4); the first count's run makes the advice the others"
+        " check."
+    ),
+)
+@_record_options(
+    "Sweep directory name under --out; each run goes to <name>/<num_workers>/ (default: sweep-<script>-<date>-<time>).",
+    num_workers=False,
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "markdown", "json", "html"]),
+    help="Report format [default: from -o's extension, else text].",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the report to this file instead of the terminal.",
+)
 @click.pass_context
 def sweep(ctx: click.Context, counts: tuple[int, ...], fmt: str | None, output: Path | None, **options) -> None:
     """Measure num_workers candidates for real, and check dlprof's advice against them.
@@ -249,7 +468,9 @@ def sweep(ctx: click.Context, counts: tuple[int, ...], fmt: str | None, output: 
 
     fmt = pick_format(fmt, output)
     if output is not None and not output.parent.is_dir():  # fail now, not after minutes of recording
-        raise click.UsageError(f"-o {output}: the directory {output.parent} does not exist; create it or choose another -o")
+        raise click.UsageError(
+            f"-o {output}: the directory {output.parent} does not exist; create it or choose another -o"
+        )
     request = _record_request(ctx, name_prefix="sweep-", **options)
     result = run_sweep(counts, request, progress=lambda line: click.echo(line, err=True))
     rendered = render(result, fmt)
@@ -270,8 +491,18 @@ def sweep(ctx: click.Context, counts: tuple[int, ...], fmt: str | None, output: 
 @cli.command()
 @click.argument("run_a", type=click.Path(exists=True, path_type=Path))
 @click.argument("run_b", type=click.Path(exists=True, path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), help="Report format [default: from -o's extension, else text].")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the comparison to this file instead of the terminal.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "markdown", "json"]),
+    help="Report format [default: from -o's extension, else text].",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the comparison to this file instead of the terminal.",
+)
 def diff(run_a: Path, run_b: Path, fmt: str | None, output: Path | None) -> None:
     """Before and after: what changed between two runs, and what it did.
 
@@ -279,7 +510,8 @@ def diff(run_a: Path, run_b: Path, fmt: str | None, output: Path | None) -> None
     """
     from dlprof.report import pick_format, write_report
     from dlprof.report.diff import renderer
-    from dlprof.workflows.diff import check_output, diff as diff_runs
+    from dlprof.workflows.diff import check_output
+    from dlprof.workflows.diff import diff as diff_runs
 
     check_output(output, run_a, run_b)
     render = renderer(pick_format(fmt, output))

@@ -2,6 +2,7 @@
 
 Every message names the file (or option), the problem and the fix.
 """
+
 from __future__ import annotations
 
 

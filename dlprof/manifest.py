@@ -10,6 +10,7 @@ newer version than this dlprof writes is reported there too, never silently take
 
 Like :mod:`dlprof.schema`, this module imports nothing but the standard library, so both sides can use it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -101,7 +102,9 @@ class Epoch:
     start_ns: int
     first_batch_ms: float | None  # iterator creation (workers started) to the first batch returned
     batches: int
-    end_ms: float | None = None  # the __next__ that found the epoch exhausted (workers shut down); None if never reached
+    end_ms: float | None = (
+        None  # the __next__ that found the epoch exhausted (workers shut down); None if never reached
+    )
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,8 @@ class LoaderConfig:
     length: int | None = None  # len(loader): batches per epoch, when the sampler has a length
     epochs: tuple[Epoch, ...] = ()
     num_workers_requested: int | None = None  # what the script asked for, when dlprof sweep overrode it
-    #: The training framework that created the DataLoader ("transformers", "ms-swift", "llamafactory"), None for the script's own.
+    #: The training framework that created the DataLoader ("transformers", "ms-swift", "llamafactory"), None for the
+    #: script's own.
     created_by: str | None = None
 
 
@@ -156,7 +160,8 @@ class Handoff:
 
     per_batch_ms: float
     per_tensor_ms: float
-    #: The worker's CPU to send a batch (its tensors moved to shared memory): ``worker_per_batch + tensors * worker_per_tensor``.
+    #: The worker's CPU to send a batch (its tensors moved to shared memory): ``worker_per_batch + tensors *
+    #: worker_per_tensor``.
     worker_per_batch_ms: float | None = None
     worker_per_tensor_ms: float | None = None
 
@@ -314,11 +319,20 @@ def _convert(value: Any, hint: Any, where: str, problems: list[str]) -> Any:
     elif inner is int:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
-        if isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_INT:
-            if value >= 0 or where.rsplit(".", 1)[-1] in SIGNED_INTS:
-                return value
+        if (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and abs(value) <= MAX_INT
+            and (value >= 0 or where.rsplit(".", 1)[-1] in SIGNED_INTS)
+        ):
+            return value
     elif inner is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 <= value <= MAX_FLOAT:
+        if (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and 0 <= value <= MAX_FLOAT
+        ):
             return float(value)
     elif inner is str:
         if isinstance(value, str):
@@ -338,15 +352,22 @@ def _build(cls: type, document: dict, where: str, problems: list[str]) -> Any:
         except _Invalid as invalid:
             inner, optional = _optional_of(hint)
             default = cls.__dataclass_fields__[name]
-            if optional or default.default is not dataclasses.MISSING or default.default_factory is not dataclasses.MISSING:
+            if (
+                optional
+                or default.default is not dataclasses.MISSING
+                or default.default_factory is not dataclasses.MISSING
+            ):
                 problems.append(f"{invalid}: read as unknown")
             else:
                 raise
     try:
         return cls(**values)
     except TypeError:  # a required field is absent
-        missing = [n for n, f in cls.__dataclass_fields__.items()
-                   if n not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]  # fmt: skip
+        missing = [
+            n
+            for n, f in cls.__dataclass_fields__.items()
+            if n not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
         raise _Invalid(f"{where} has no {', '.join(missing)}") from None
 
 
@@ -365,9 +386,15 @@ def parse_manifest(document: Any) -> tuple[Manifest | None, tuple[str, ...]]:
     if not isinstance(version, int) or isinstance(version, bool) or version not in READABLE_VERSIONS:
         newer = isinstance(version, int) and not isinstance(version, bool) and version > MANIFEST_VERSION
         fix = "upgrade dlprof to read it" if newer else "record the run again with this dlprof"
-        shown = version if isinstance(version, int) else repr(str(version)[:40])  # quoted: a NaN read as text, not a number
-        return None, (f"manifest version {shown} is not one this dlprof reads ({', '.join(map(str, READABLE_VERSIONS))}): "
-                      f"analysed as a trace without dlprof's manifest; {fix}",)  # fmt: skip
+        shown = (
+            version if isinstance(version, int) else repr(str(version)[:40])
+        )  # quoted: a NaN read as text, not a number
+        return None, (
+            (
+                f"manifest version {shown} is not one this dlprof reads ({', '.join(map(str, READABLE_VERSIONS))}): "
+                f"analysed as a trace without dlprof's manifest; {fix}"
+            ),
+        )
     problems: list[str] = []
     try:
         manifest = _build(Manifest, document, "manifest", problems)
@@ -375,8 +402,9 @@ def parse_manifest(document: Any) -> tuple[Manifest | None, tuple[str, ...]]:
         return None, (f"{invalid}: analysed as a trace without dlprof's manifest",)
     if version < MANIFEST_VERSION:
         problems.append(
-            f"manifest version {version} (dlprof {manifest.dlprof_version or 'unknown'}): it has no unprofiled step times, "
-            "so predictions are of profiled steps; record again with this dlprof for predictions of your unprofiled training"
+            f"manifest version {version} (dlprof {manifest.dlprof_version or 'unknown'}): it has no unprofiled step"
+            " times, so predictions are of profiled steps; record again with this dlprof for predictions of your"
+            " unprofiled training"
         )
     if len({len(getattr(manifest.step_clock, f.name)) for f in dataclasses.fields(StepClock)}) > 1:
         problems.append("manifest.step_clock columns differ in length: read as unknown")

@@ -10,6 +10,7 @@ unknown HTML tag.
 Only strings are touched, never numbers; in JSON only string values (not keys), in HTML only the
 text and attribute values (not the markup). No torch import: ``dlprof analyze`` uses it.
 """
+
 from __future__ import annotations
 
 import getpass
@@ -19,8 +20,9 @@ import os
 import re
 import socket
 import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 HOST, USER, HOME, ARG, PATH = "host", "user", "home", "arg", "path"
 _KINDS = (HOST, USER, HOME, ARG, PATH)
@@ -32,20 +34,91 @@ PLACEHOLDER = re.compile(r"\[(?:host|user|arg|path)(?:-\d+)?\]|\bhost-\d+\b")
 #: Replacing them would also hit the same words in a report's own text (``device: cpu``).
 KEPT_WORDS = frozenset(
     {
-        "record", "sweep", "analyze", "diff", "dlprof", "python", "python3", "torchrun", "accelerate", "launch", "deepspeed",
-        "swift", "sft", "pt", "rlhf", "llamafactory-cli", "train", "eval", "cpu", "cuda", "mps", "auto", "true", "false", "none",
-        "null", "yes", "no", "json", "text", "markdown", "html", "gloo", "nccl", "fp16", "bf16", "fp32", "float16", "bfloat16",
-        "float32", "no_cuda", "steps", "epoch", "traces", "adamw", "adam", "sgd", "adamw_torch", "linear", "cosine", "fork", "spawn",
-        "error", "ignore", "default", "debug", "info", "warning",
+        "record",
+        "sweep",
+        "analyze",
+        "diff",
+        "dlprof",
+        "python",
+        "python3",
+        "torchrun",
+        "accelerate",
+        "launch",
+        "deepspeed",
+        "swift",
+        "sft",
+        "pt",
+        "rlhf",
+        "llamafactory-cli",
+        "train",
+        "eval",
+        "cpu",
+        "cuda",
+        "mps",
+        "auto",
+        "true",
+        "false",
+        "none",
+        "null",
+        "yes",
+        "no",
+        "json",
+        "text",
+        "markdown",
+        "html",
+        "gloo",
+        "nccl",
+        "fp16",
+        "bf16",
+        "fp32",
+        "float16",
+        "bfloat16",
+        "float32",
+        "no_cuda",
+        "steps",
+        "epoch",
+        "traces",
+        "adamw",
+        "adam",
+        "sgd",
+        "adamw_torch",
+        "linear",
+        "cosine",
+        "fork",
+        "spawn",
+        "error",
+        "ignore",
+        "default",
+        "debug",
+        "info",
+        "warning",
     }
-)  # fmt: skip
+)
 #: Module prefixes that name software, not the user's project (``python -m torch.distributed.run``).
 KEPT_MODULES = ("dlprof.", "torch.", "deepspeed.", "accelerate.", "transformers.", "swift.")
 #: Options whose value is a file or directory even when it has no '/' (``--dataset data.json``).
-PATH_OPTIONS = frozenset({"--dataset", "--model", "--tokenizer", "--out", "--output", "-o", "--data", "--config", "--output_dir",
-                          "--output-dir", "--model_name_or_path", "--dataset_path", "--train_file", "--logdir"})  # fmt: skip
+PATH_OPTIONS = frozenset(
+    {
+        "--dataset",
+        "--model",
+        "--tokenizer",
+        "--out",
+        "--output",
+        "-o",
+        "--data",
+        "--config",
+        "--output_dir",
+        "--output-dir",
+        "--model_name_or_path",
+        "--dataset_path",
+        "--train_file",
+        "--logdir",
+    }
+)
 #: Extensions that make a bare word a file name (``train.py``, ``cfg.yaml``).
-_FILE_EXTENSION = re.compile(r"\.(py|json|jsonl|txt|csv|tsv|parquet|arrow|bin|pt|pth|ckpt|safetensors|yaml|yml|toml|sh|gz|zip|tar|model)$", re.I)
+_FILE_EXTENSION = re.compile(
+    r"\.(py|json|jsonl|txt|csv|tsv|parquet|arrow|bin|pt|pth|ckpt|safetensors|yaml|yml|toml|sh|gz|zip|tar|model)$", re.I
+)
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 _INTERPRETER = re.compile(r"python[0-9.]*")
 #: Shorter words are not redacted (but host and user names are): ``--name r`` would turn every lone
@@ -165,7 +238,8 @@ class Redactor:
                 self.add(user, USER)
 
     def add_manifest(self, manifest: Mapping[str, Any], cwd: str | None = None) -> None:
-        """What a manifest (``Manifest.to_dict()`` or the dict written in a trace) holds about the machine and command."""
+        """What a manifest (``Manifest.to_dict()`` or the dict written in a trace) holds about the machine and
+        command."""
         host = (manifest.get("host") or {}).get("hostname")
         if isinstance(host, str):
             self.add(host, HOST)
@@ -176,7 +250,8 @@ class Redactor:
                 self.add_argv([w for w in argv if isinstance(w, str)], cwd)
 
     def add_trace_name(self, name: str) -> None:
-        """The host of a trace file named ``<host>_<pid>.<ms>.pt.trace.json[.gz]`` (torch.profiler's and dlprof's names)."""
+        """The host of a trace file named ``<host>_<pid>.<ms>.pt.trace.json[.gz]`` (torch.profiler's and dlprof's
+        names)."""
         found = re.match(r"(.+?)_\d+\.\d+\.pt\.trace\.json", os.path.basename(name))
         if found:
             self.add(found.group(1), HOST)
@@ -259,7 +334,7 @@ class Redactor:
         for i, part in enumerate(parts):
             if i % 2 == 0:
                 parts[i] = self.redact(part)
-            elif not part[:6].lower() == "<style":
+            elif part[:6].lower() != "<style":
                 parts[i] = _HTML_ATTRIBUTE.sub(lambda m: '="' + self.redact(m.group(1)) + '"', part)
         return "".join(parts)
 
@@ -279,7 +354,12 @@ def _classify(word: str, path_option: bool) -> str | None:
     if path_option or "/" in word or "\\" in word or word.startswith("~") or _FILE_EXTENSION.search(word):
         return PATH if len(word) >= MIN_ARG_CHARS or "/" in word else None
     lower = word.lower()
-    if len(word) < MIN_ARG_CHARS or lower in KEPT_WORDS or _INTERPRETER.fullmatch(lower) or lower.startswith(KEPT_MODULES):
+    if (
+        len(word) < MIN_ARG_CHARS
+        or lower in KEPT_WORDS
+        or _INTERPRETER.fullmatch(lower)
+        or lower.startswith(KEPT_MODULES)
+    ):
         return None
     return ARG
 
@@ -308,13 +388,20 @@ def _path_forms(path: str, cwd: str | None) -> list[str]:
 def _is_software(directory: str) -> bool:
     """An installed interpreter's or package's directory (``/usr/lib/python3.11/site-packages/x``): not the user's."""
     prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix}
-    return "site-packages" in directory or "dist-packages" in directory or any(
-        p and (directory == p or directory.startswith(p.rstrip("/") + "/")) for p in prefixes
+    return (
+        "site-packages" in directory
+        or "dist-packages" in directory
+        or any(p and (directory == p or directory.startswith(p.rstrip("/") + "/")) for p in prefixes)
     )
 
 
-def for_run(manifests: Iterable[Mapping[str, Any]] = (), trace_names: Iterable[str] = (), paths: Iterable[str] = (),
-            cwd: str | None = None, local: bool = True) -> Redactor:  # fmt: skip
+def for_run(
+    manifests: Iterable[Mapping[str, Any]] = (),
+    trace_names: Iterable[str] = (),
+    paths: Iterable[str] = (),
+    cwd: str | None = None,
+    local: bool = True,
+) -> Redactor:
     """The Redactor of one run (or of every run one report covers).
 
     Args:
@@ -339,5 +426,6 @@ def for_run(manifests: Iterable[Mapping[str, Any]] = (), trace_names: Iterable[s
 
 
 def for_command(cli_argv: Iterable[str], command: Iterable[str]) -> Redactor:
-    """The Redactor of what ``dlprof record`` or ``dlprof sweep`` was asked to run, in this directory, on this machine."""
+    """The Redactor of what ``dlprof record`` or ``dlprof sweep`` was asked to run, in this directory, on this
+    machine."""
     return for_run([{"command": list(cli_argv), "script": list(command)}], cwd=os.getcwd())

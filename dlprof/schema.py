@@ -1,7 +1,9 @@
 """The trace format dlprof writes: every name and key shared by the writer (capture/) and readers.
 
-This module imports nothing from dlprof and no third-party package (the standard library only), so both sides can use it.
+This module imports nothing from dlprof and no third-party package (the standard library only), so both sides can use
+it.
 """
+
 from __future__ import annotations
 
 import json
@@ -61,7 +63,8 @@ TRACE_SUFFIX = ".pt.trace.json.gz"
 
 
 def scratch_owner(scratch: Path) -> int | None:
-    """The pid of the live process recording into ``scratch`` (its :data:`SCRATCH_OWNER_FILE`); None when it is gone or unknown."""
+    """The pid of the live process recording into ``scratch`` (its :data:`SCRATCH_OWNER_FILE`); None when it is gone or
+    unknown."""
     try:
         pid = int(json.loads((scratch / SCRATCH_OWNER_FILE).read_text())["pid"])
         os.kill(pid, 0)

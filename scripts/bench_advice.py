@@ -40,6 +40,7 @@ Prints, per case, a Markdown table and a summary line against the targets (every
 10 %, median error at most 5 %, every recommendation within 5 % of the best), then the same over
 all cases.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,9 +50,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -67,7 +68,7 @@ TARGET_MAX_ERROR = 0.10
 TARGET_MEDIAN_ERROR = 0.05
 #: Recording starts from these counts.
 STARTS = (0, 2)
-SYNTHETIC_COUNTS = tuple(range(0, 7))
+SYNTHETIC_COUNTS = tuple(range(7))
 REAL_COUNTS = (0, 1, 2, 4)
 #: `--quick`: the real-model cases take minutes per count (and any recommended count is measured too).
 REAL_COUNTS_QUICK = (0, 2)
@@ -120,8 +121,29 @@ def synthetic_case(name: str, options: dict, quick: bool) -> Case:
         name=name,
         description=", ".join(f"{k}={v}" for k, v in options.items()) + f"; {steps} steps, the first 10 excluded",
         counts=SYNTHETIC_COUNTS,
-        record_args=lambda w: ["--wait", "2", "--warmup", "3", "--active", "20", "--reference-steps", "40", "--", "python", *workload_args(w, 70), "--warmup-steps", "5"],
-        measure_command=lambda w, report: [sys.executable, *workload_args(w, steps), "--warmup-steps", "10", "--report", str(report)],
+        record_args=lambda w: [
+            "--wait",
+            "2",
+            "--warmup",
+            "3",
+            "--active",
+            "20",
+            "--reference-steps",
+            "40",
+            "--",
+            "python",
+            *workload_args(w, 70),
+            "--warmup-steps",
+            "5",
+        ],
+        measure_command=lambda w, report: [
+            sys.executable,
+            *workload_args(w, steps),
+            "--warmup-steps",
+            "10",
+            "--report",
+            str(report),
+        ],
         measured_key="steps_per_s",
         whole_epochs=False,
     )
@@ -135,12 +157,26 @@ def lora_case(quick: bool) -> Case:
     epochs = 2 if quick else 3  # the first is warm-up
 
     def measure(workers: int, report: Path) -> list[str]:
-        return [sys.executable, "-m", "dlprof.workloads.lora", "--batch-size", str(LORA_BATCH_SIZE), "--num-workers", str(workers),
-                "--steps", str(epochs * per_epoch), "--report", str(report)]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "dlprof.workloads.lora",
+            "--batch-size",
+            str(LORA_BATCH_SIZE),
+            "--num-workers",
+            str(workers),
+            "--steps",
+            str(epochs * per_epoch),
+            "--report",
+            str(report),
+        ]
 
     return Case(
         name="lora",
-        description=f"built-in workload (tiny Qwen2 + LoRA), batch {LORA_BATCH_SIZE}; measured: {epochs} epochs of {per_epoch} steps, the first excluded",
+        description=(
+            f"built-in workload (tiny Qwen2 + LoRA), batch {LORA_BATCH_SIZE}; measured: {epochs} epochs of {per_epoch}"
+            " steps, the first excluded"
+        ),
         counts=REAL_COUNTS_QUICK if quick else REAL_COUNTS,
         record_args=lambda w: ["--num-workers", str(w), "--batch-size", str(LORA_BATCH_SIZE)],
         measure_command=measure,
@@ -154,10 +190,22 @@ def trainer_case(quick: bool) -> Case:
     epochs = 2 if quick else 3
     return Case(
         name="trainer",
-        description=f"Hugging Face Trainer, tiny GPT-2, batch 4 (scripts/bench_trainer.py); measured: {epochs} epochs, the first excluded",
+        description=(
+            f"Hugging Face Trainer, tiny GPT-2, batch 4 (scripts/bench_trainer.py); measured: {epochs} epochs, the"
+            " first excluded"
+        ),
         counts=REAL_COUNTS_QUICK if quick else REAL_COUNTS,
         record_args=lambda w: ["--", "python", str(TRAINER), "--num-workers", str(w), "--epochs", "3"],
-        measure_command=lambda w, report: [sys.executable, str(TRAINER), "--num-workers", str(w), "--epochs", str(epochs), "--report", str(report)],
+        measure_command=lambda w, report: [
+            sys.executable,
+            str(TRAINER),
+            "--num-workers",
+            str(w),
+            "--epochs",
+            str(epochs),
+            "--report",
+            str(report),
+        ],
         measured_key="steps_per_s_epochs",
         whole_epochs=True,
         extra_columns=(("measured steady (median step)", "steps_per_s_steady"),),
@@ -178,7 +226,8 @@ def run(command: list[str], what: str) -> None:
 
 
 def measure(case: Case, counts: list[int], tmp: Path, repeats: int) -> dict[int, dict]:
-    """Per count: the median measured rate (and extra columns) over ``repeats`` runs without dlprof, counts interleaved."""
+    """Per count: the median measured rate (and extra columns) over ``repeats`` runs without dlprof, counts
+    interleaved."""
     runs: dict[int, list[dict]] = {n: [] for n in counts}
     for repeat in range(repeats):
         for n in counts:
@@ -201,7 +250,10 @@ def measure(case: Case, counts: list[int], tmp: Path, repeats: int) -> dict[int,
 def predict_from(case: Case, start: int, tmp: Path, attempt: int = 0) -> tuple[dict[int, float], int]:
     """Record at ``start`` and analyze: predicted steps/s per count, and the recommended count."""
     name = f"{case.name}-w{start}-{attempt}"
-    run([sys.executable, "-m", "dlprof", "record", "--out", str(tmp), "--name", name, *case.record_args(start)], f"dlprof record for {name}")
+    run(
+        [sys.executable, "-m", "dlprof", "record", "--out", str(tmp), "--name", name, *case.record_args(start)],
+        f"dlprof record for {name}",
+    )
     advice = build_report(tmp / name).runs[0].advice
     rate = (lambda p: p.effective_steps_per_s) if case.whole_epochs else (lambda p: p.steps_per_s)
     return {p.num_workers: rate(p) for p in advice.predicted}, advice.num_workers
@@ -216,10 +268,13 @@ def summary_line(label: str, errors: list[float], recommendations: list[bool]) -
         return f"**{label}: no predictions to compare.**"
     worst, median = max(errors), statistics.median(errors)
     ok = sum(recommendations)
-    return (f"**{label}: max error {pct(worst)} (target ≤ {pct(TARGET_MAX_ERROR)}: {'met' if worst <= TARGET_MAX_ERROR else 'MISSED'}), "
-            f"median {pct(median)} (target ≤ {pct(TARGET_MEDIAN_ERROR)}: {'met' if median <= TARGET_MEDIAN_ERROR else 'MISSED'}) "
-            f"over {len(errors)} points; recommendations within 5 % of the best measured with no extra workers: "
-            f"{ok}/{len(recommendations)} (target: all{'' if ok == len(recommendations) else ', MISSED'}).**")  # fmt: skip
+    return (
+        f"**{label}: max error {pct(worst)} (target ≤ {pct(TARGET_MAX_ERROR)}:"
+        f" {'met' if worst <= TARGET_MAX_ERROR else 'MISSED'}), median {pct(median)} (target ≤"
+        f" {pct(TARGET_MEDIAN_ERROR)}: {'met' if median <= TARGET_MEDIAN_ERROR else 'MISSED'}) over {len(errors)}"
+        f" points; recommendations within 5 % of the best measured with no extra workers: {ok}/{len(recommendations)}"
+        f" (target: all{'' if ok == len(recommendations) else ', MISSED'}).**"
+    )
 
 
 def median_predictions(recordings: list[tuple[dict[int, float], int]]) -> dict[int, float]:
@@ -229,7 +284,8 @@ def median_predictions(recordings: list[tuple[dict[int, float], int]]) -> dict[i
 
 
 def noise_floor(measured: dict[int, dict]) -> list[float]:
-    """Each measured run against the median of the other runs at its count: how far one launch strays (no model involved)."""
+    """Each measured run against the median of the other runs at its count: how far one launch strays (no model
+    involved)."""
     errors = []
     for result in measured.values():
         runs = result["runs"]
@@ -259,8 +315,10 @@ def bench_case(case: Case, tmp: Path, repeats: int) -> dict:
     best = max(rate.values())
     enough = min(n for n in counts if rate[n] >= WITHIN_BEST * best)
     compared = "over whole epochs (effective_steps_per_s)" if case.whole_epochs else "steady (steps_per_s)"
-    print(f"\n### {case.name}: {case.description}\n\npredictions compared {compared}; predicted: median of {repeats} recording(s) "
-          f"per start; measured: median of {repeats} run(s)\n")
+    print(
+        f"\n### {case.name}: {case.description}\n\npredictions compared {compared}; predicted: median of {repeats}"
+        f" recording(s) per start; measured: median of {repeats} run(s)\n"
+    )
     header = ["num_workers", "measured steps/s", *(label for label, _ in case.extra_columns)]
     for start in STARTS:
         header += [f"predicted from {start}", "error"]
@@ -284,12 +342,16 @@ def bench_case(case: Case, tmp: Path, repeats: int) -> dict:
             reached = rate[chosen] / best
             ok = reached >= WITHIN_BEST and chosen <= enough
             recommendation_ok.append(ok)
-            print(f"\nfrom num_workers={start}: recommended {chosen} -> {rate[chosen]:.2f} steps/s, {pct(reached)} of the best measured "
-                  f"({best:.2f}); fewest workers within 5 %: {enough} -> {'OK' if ok else 'MISSED'}")  # fmt: skip
+            print(
+                f"\nfrom num_workers={start}: recommended {chosen} -> {rate[chosen]:.2f} steps/s, {pct(reached)} of the"
+                f" best measured ({best:.2f}); fewest workers within 5 %: {enough} -> {'OK' if ok else 'MISSED'}"
+            )
     single = [abs(p[n] - rate[n]) / rate[n] for start in STARTS for p, _ in recordings[start] for n in counts if n in p]
     floor = noise_floor(measured)
-    print(f"\nnoise floor (one run without dlprof against the median of the others at its count): {error_stats(floor)}; "
-          f"single recordings' errors: {error_stats(single)}")
+    print(
+        f"\nnoise floor (one run without dlprof against the median of the others at its count): {error_stats(floor)}; "
+        f"single recordings' errors: {error_stats(single)}"
+    )
     print("\n" + summary_line(case.name, errors, recommendation_ok))
     return {
         "description": case.description,
@@ -307,8 +369,12 @@ def bench_case(case: Case, tmp: Path, repeats: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one run per count and shorter runs (without --cases: two synthetic cases)")
-    parser.add_argument("--cases", help=f"comma-separated case names: {', '.join([*SYNTHETIC, 'lora', 'trainer'])} [default: all]")
+    parser.add_argument(
+        "--quick", action="store_true", help="one run per count and shorter runs (without --cases: two synthetic cases)"
+    )
+    parser.add_argument(
+        "--cases", help=f"comma-separated case names: {', '.join([*SYNTHETIC, 'lora', 'trainer'])} [default: all]"
+    )
     parser.add_argument("--json", type=Path, help="also write every number here")
     args = parser.parse_args()
     cases = all_cases(args.quick)
@@ -329,19 +395,38 @@ def main() -> None:
     ordered = sorted(errors)
     p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))] if ordered else None
     print("\n## Summary\n")
-    print("| case | points | max error | median error | recommendations OK | single recordings | noise floor |\n|---|---|---|---|---|---|---|")
+    print(
+        "| case | points | max error | median error | recommendations OK | single recordings | noise floor"
+        " |\n|---|---|---|---|---|---|---|"
+    )
     for name, r in results.items():
         if r["errors"]:
-            print(f"| {name} | {len(r['errors'])} | {pct(max(r['errors']))} | {pct(statistics.median(r['errors']))} | "
-                  f"{sum(r['recommendation_ok'])}/{len(r['recommendation_ok'])} | {error_stats(r['single_recording_errors'])} | "
-                  f"{error_stats(r['noise_floor'])} |")  # fmt: skip
-    print("\n" + summary_line(f"all {len(results)} case(s)", errors, recommendations) + (f" p90 error {pct(p90)}." if p90 is not None else ""))
+            print(
+                f"| {name} | {len(r['errors'])} | {pct(max(r['errors']))} | {pct(statistics.median(r['errors']))} |"
+                f" {sum(r['recommendation_ok'])}/{len(r['recommendation_ok'])} |"
+                f" {error_stats(r['single_recording_errors'])} | {error_stats(r['noise_floor'])} |"
+            )
+    print(
+        "\n"
+        + summary_line(f"all {len(results)} case(s)", errors, recommendations)
+        + (f" p90 error {pct(p90)}." if p90 is not None else "")
+    )
     if args.json:
-        args.json.write_text(json.dumps({
-            "cases": results, "repeats": repeats, "quick": args.quick,
-            "max_error": max(errors) if errors else None, "median_error": statistics.median(errors) if errors else None, "p90_error": p90,
-            "recommendations_ok": sum(recommendations), "recommendations": len(recommendations),
-        }, indent=1))  # fmt: skip
+        args.json.write_text(
+            json.dumps(
+                {
+                    "cases": results,
+                    "repeats": repeats,
+                    "quick": args.quick,
+                    "max_error": max(errors) if errors else None,
+                    "median_error": statistics.median(errors) if errors else None,
+                    "p90_error": p90,
+                    "recommendations_ok": sum(recommendations),
+                    "recommendations": len(recommendations),
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ with ``--report``, writes what it measured:
 ``steps_per_s_epochs`` is steps/s over whole epochs after the first (warm-up), worker restarts at
 epoch boundaries included; ``steps_per_s_steady`` is 1000 / the median step (ms) after the first epoch.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -110,8 +111,15 @@ def main() -> None:
     tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(DATA / "tokenizer.json"), eos_token="<|endoftext|>")
     tokenizer.pad_token = tokenizer.eos_token
     torch.manual_seed(args.seed)
-    config = GPT2Config(vocab_size=len(tokenizer), n_positions=MAX_LENGTH, n_embd=64, n_layer=2, n_head=4,
-                        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_positions=MAX_LENGTH,
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     model = GPT2LMHeadModel(config)
     dataset = InstructionDataset(load_examples(DATA / "self_cognition.json"), tokenizer, MAX_LENGTH)
     speed = SpeedCallback()
@@ -144,9 +152,11 @@ def main() -> None:
         args.report.write_text(json.dumps(summary, indent=1) + "\n")
     rate = summary["steps_per_s_epochs"]
     steady = summary["steps_per_s_steady"]
-    print(f"bench_trainer: {summary['steps']} steps, num_workers={args.num_workers}: "
-          f"{'-' if rate is None else f'{rate:.2f}'} steps/s over whole epochs after the first, "
-          f"{'-' if steady is None else f'{steady:.2f}'} steps/s steady (median step)")  # fmt: skip
+    print(
+        f"bench_trainer: {summary['steps']} steps, num_workers={args.num_workers}: "
+        f"{'-' if rate is None else f'{rate:.2f}'} steps/s over whole epochs after the first, "
+        f"{'-' if steady is None else f'{steady:.2f}'} steps/s steady (median step)"
+    )
 
 
 if __name__ == "__main__":

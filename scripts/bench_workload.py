@@ -8,6 +8,7 @@ work does.
 
     python scripts/bench_workload.py --num-workers 2 --steps 60 --report out.json
 """
+
 from __future__ import annotations
 
 import argparse

@@ -15,6 +15,7 @@ match only its own GPU activity. Metadata events (process names) and the top-lev
 merged trace (compact JSON, ``distributedInfo`` first with a space after the colons, as HTA reads the
 rank); one copy is held in memory at a time, so building a 1 GB trace needs well under 1 GB.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,8 +71,8 @@ def _copy(events: list[dict], k: int, shift_us: float, steps: int, correlation_s
         clone = dict(event)
         clone["ts"] = event["ts"] + k * shift_us
         name = clone.get("name")
-        if isinstance(name, str) and name.startswith(STEP_PREFIX) and name[len(STEP_PREFIX):].isdigit():
-            clone["name"] = f"{STEP_PREFIX}{int(name[len(STEP_PREFIX):]) + k * steps}"
+        if isinstance(name, str) and name.startswith(STEP_PREFIX) and name[len(STEP_PREFIX) :].isdigit():
+            clone["name"] = f"{STEP_PREFIX}{int(name[len(STEP_PREFIX) :]) + k * steps}"
         if isinstance(clone.get("id"), int):
             clone["id"] = clone["id"] + k * flow_step
         args = clone.get("args")
@@ -93,8 +94,16 @@ def make_big_trace(trace: Path, out: Path, size_mb: float) -> dict:
     """
     document = _load(trace)
     events = document["traceEvents"]
-    timed = [e for e in events if isinstance(e, dict) and e.get("ph") in TIMED_PHASES and isinstance(e.get("ts"), (int, float))]
-    untimed = [e for e in events if not (isinstance(e, dict) and e.get("ph") in TIMED_PHASES and isinstance(e.get("ts"), (int, float)))]
+    timed = [
+        e
+        for e in events
+        if isinstance(e, dict) and e.get("ph") in TIMED_PHASES and isinstance(e.get("ts"), (int, float))
+    ]
+    untimed = [
+        e
+        for e in events
+        if not (isinstance(e, dict) and e.get("ph") in TIMED_PHASES and isinstance(e.get("ts"), (int, float)))
+    ]
     if not timed:
         raise SystemExit(f"{trace}: no timed events to repeat")
     start = min(e["ts"] for e in timed)
@@ -126,8 +135,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size-mb", type=float, default=100, help="uncompressed JSON size in MB (default 100)")
     args = parser.parse_args(argv)
     made = make_big_trace(args.trace, args.out, args.size_mb)
-    print(f"{args.out}: {made['bytes'] / 1e6:.0f} MB of JSON, {made['events']} events, {made['steps']} steps "
-          f"({made['copies']} copies), {args.out.stat().st_size / 1e6:.0f} MB on disk", file=sys.stderr)  # fmt: skip
+    print(
+        f"{args.out}: {made['bytes'] / 1e6:.0f} MB of JSON, {made['events']} events, {made['steps']} steps "
+        f"({made['copies']} copies), {args.out.stat().st_size / 1e6:.0f} MB on disk",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 Run from the repository root: ``python scripts/make_tokenizer.py``. Deterministic for a given
 `tokenizers` version; takes about a second.
 """
+
 from __future__ import annotations
 
 import json

@@ -15,6 +15,7 @@ Prints a Markdown report (the numbers in README.md come from it):
    against the measured step time; plus an A/B of whole runs (--loader-spans vs --no-loader-spans),
    which on a 2-core machine is dominated by noise, and is printed with its spread for that reason.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,10 +60,14 @@ def measure_clock_alignment(count: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "trace.json")
         subprocess.run([sys.executable, "-c", ALIGNMENT_SCRIPT, path, str(count)], check=True, capture_output=True)
-        trace = json.load(open(path))
-        marks = json.load(open(path + ".marks"))
+        with open(path) as f:
+            trace = json.load(f)
+        with open(path + ".marks") as f:
+            marks = json.load(f)
     base = trace["baseTimeNanoseconds"]
-    events = sorted((e for e in trace["traceEvents"] if e.get("name") == "mark" and e.get("ph") == "X"), key=lambda e: e["ts"])
+    events = sorted(
+        (e for e in trace["traceEvents"] if e.get("name") == "mark" and e.get("ph") == "X"), key=lambda e: e["ts"]
+    )
     start_us, end_us = [], []
     for (t0, t1), event in zip(marks, events):
         start = base + round(event["ts"] * 1000)
@@ -73,13 +78,27 @@ def measure_clock_alignment(count: int) -> dict:
         "regions": len(events),
         # A clock offset d (Kineto minus time_ns) must satisfy -min(end) <= d <= min(start).
         "offset_bound_us": [-min(end_us), min(start_us)],
-        "kineto_start_after_time_ns_us": {"median": statistics.median(start_us), "p99": percentile(start_us, 0.99), "min": min(start_us), "max": max(start_us)},
-        "time_ns_after_kineto_end_us": {"median": statistics.median(end_us), "p99": percentile(end_us, 0.99), "min": min(end_us), "max": max(end_us)},
+        "kineto_start_after_time_ns_us": {
+            "median": statistics.median(start_us),
+            "p99": percentile(start_us, 0.99),
+            "min": min(start_us),
+            "max": max(start_us),
+        },
+        "time_ns_after_kineto_end_us": {
+            "median": statistics.median(end_us),
+            "p99": percentile(end_us, 0.99),
+            "min": min(end_us),
+            "max": max(end_us),
+        },
     }
 
 
 def record(out: Path, name: str, *args: str) -> dict:
-    done = subprocess.run([sys.executable, "-m", "dlprof", "record", "--out", str(out), "--name", name, *args], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "dlprof", "record", "--out", str(out), "--name", name, *args],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         raise SystemExit(f"dlprof record failed:\n{done.stderr}")
     (trace,) = (out / name).glob("*" + schema.TRACE_SUFFIX)
@@ -96,7 +115,11 @@ def batch_margins_us(doc: dict) -> list[float]:
             ends[key] = max(ends.get(key, float("-inf")), e["ts"] + e["dur"])
     margins = []
     for e in doc["traceEvents"]:
-        if e.get("ph") == "X" and schema.is_dataloader_next(e.get("name", "")) and schema.ARG_BATCH in e.get("args", {}):
+        if (
+            e.get("ph") == "X"
+            and schema.is_dataloader_next(e.get("name", ""))
+            and schema.ARG_BATCH in e.get("args", {})
+        ):
             key = tuple(e["args"][k] for k in (schema.ARG_LOADER, schema.ARG_EPOCH, schema.ARG_BATCH))
             if key in ends:
                 margins.append(e["ts"] + e["dur"] - ends[key])
@@ -104,7 +127,11 @@ def batch_margins_us(doc: dict) -> list[float]:
 
 
 def step_ms(doc: dict) -> list[float]:
-    return [e["dur"] / 1000 for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#")]
+    return [
+        e["dur"] / 1000
+        for e in doc["traceEvents"]
+        if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#")
+    ]
 
 
 def spans_per_step(doc: dict) -> float:
@@ -144,7 +171,7 @@ def measure_span_cost(repeats: int, batches: int) -> dict:
         return (time.perf_counter_ns() - start) / 1000 / batches
 
     def per_tokenizer_call_us() -> float:
-        call = lambda: tokenizer("a short sentence to tokenize", add_special_tokens=False)  # noqa: E731
+        call = lambda: tokenizer("a short sentence to tokenize", add_special_tokens=False)
         return timeit.timeit(call, number=batches) / batches * 1e6
 
     off_batch, on_batch, off_tok, on_tok = [], [], [], []
@@ -194,10 +221,17 @@ def main() -> None:
                     spans_step.append(spans_per_step(doc))
             off = record(out, f"nospans-{i}", "--num-workers", "2", "--no-loader-spans")
             off_steps.append(statistics.median(step_ms(off)))
-    results["batch_ready_margin_us"] = {"count": len(margins), "min": min(margins), "median": statistics.median(margins)}
+    results["batch_ready_margin_us"] = {
+        "count": len(margins),
+        "min": min(margins),
+        "median": statistics.median(margins),
+    }
     results["manifest_alignment"] = {
         "max_offset_us": max(m["max_offset_us"] for m in manifests),
-        "offset_bound_us": [-min(m["end_slack_us"]["min"] for m in manifests), min(m["start_slack_us"]["min"] for m in manifests)],
+        "offset_bound_us": [
+            -min(m["end_slack_us"]["min"] for m in manifests),
+            min(m["start_slack_us"]["min"] for m in manifests),
+        ],
     }
     step_on, step_off = statistics.median(on_steps), statistics.median(off_steps)
     per_span = results["span_cost"]["added_per_span_us"]
@@ -214,15 +248,40 @@ def main() -> None:
     print("## dlprof record: alignment and overhead\n")
     print("| measurement | value | target |\n|---|---|---|")
     bound = c["offset_bound_us"]
-    print(f"| Kineto clock vs time.time_ns(): offset bound from {c['regions']} record_function regions | {bound[0]:+.1f} µs to {bound[1]:+.1f} µs | within ±1000 µs |")
-    print(f"| Kineto event start − time_ns() read just before (instrumentation delay) | median {c['kineto_start_after_time_ns_us']['median']:.1f} µs, p99 {c['kineto_start_after_time_ns_us']['p99']:.1f} µs | |")
+    print(
+        f"| Kineto clock vs time.time_ns(): offset bound from {c['regions']} record_function regions | {bound[0]:+.1f}"
+        f" µs to {bound[1]:+.1f} µs | within ±1000 µs |"
+    )
+    print(
+        "| Kineto event start − time_ns() read just before (instrumentation delay) | median"
+        f" {c['kineto_start_after_time_ns_us']['median']:.1f} µs, p99 {c['kineto_start_after_time_ns_us']['p99']:.1f}"
+        " µs | |"
+    )
     m = results["manifest_alignment"]
-    print(f"| dlprof record runs: offset bound from matched `__next__` events | {m['offset_bound_us'][0]:+.1f} µs to {m['offset_bound_us'][1]:+.1f} µs (max offset seen: {m['max_offset_us']} µs) | within ±1000 µs |")
-    print(f"| batch spans end before their `__next__` ends ({results['batch_ready_margin_us']['count']} batches, workers 0 and 2) | min margin {results['batch_ready_margin_us']['min']:.1f} µs | ≥ 0 |")
-    print(f"| cost per batch: 3 spans (batch, fetch, collate), 2 run-queue reads, the tensor count, the `__next__` record, one write | {s['added_per_batch_us']:.2f} µs ({s['added_per_span_us']:.2f} µs per span) | |")
-    print(f"| cost per tokenizer span (call: {s['tokenizer_call_us']:.0f} µs) | {s['added_per_tokenizer_call_us']:.2f} µs | < 5 µs |")
-    print(f"| default workload: {w['spans_per_step']:.0f} spans/step × cost / step time ({step_on:.1f} ms) | {w['estimated_overhead_pct']:.3f} % | < 3 % |")
-    print(f"| default workload A/B, median step with vs without spans ({repeats} runs each) | {w['ab_overhead_pct']:+.2f} % (with {w['step_ms_with_spans']}, without {w['step_ms_without_spans']} ms) | noise on 2 cores |")
+    print(
+        f"| dlprof record runs: offset bound from matched `__next__` events | {m['offset_bound_us'][0]:+.1f} µs to"
+        f" {m['offset_bound_us'][1]:+.1f} µs (max offset seen: {m['max_offset_us']} µs) | within ±1000 µs |"
+    )
+    print(
+        f"| batch spans end before their `__next__` ends ({results['batch_ready_margin_us']['count']} batches, workers"
+        f" 0 and 2) | min margin {results['batch_ready_margin_us']['min']:.1f} µs | ≥ 0 |"
+    )
+    print(
+        "| cost per batch: 3 spans (batch, fetch, collate), 2 run-queue reads, the tensor count, the `__next__`"
+        f" record, one write | {s['added_per_batch_us']:.2f} µs ({s['added_per_span_us']:.2f} µs per span) | |"
+    )
+    print(
+        f"| cost per tokenizer span (call: {s['tokenizer_call_us']:.0f} µs) | {s['added_per_tokenizer_call_us']:.2f} µs"
+        " | < 5 µs |"
+    )
+    print(
+        f"| default workload: {w['spans_per_step']:.0f} spans/step × cost / step time ({step_on:.1f} ms) |"
+        f" {w['estimated_overhead_pct']:.3f} % | < 3 % |"
+    )
+    print(
+        f"| default workload A/B, median step with vs without spans ({repeats} runs each) | {w['ab_overhead_pct']:+.2f}"
+        f" % (with {w['step_ms_with_spans']}, without {w['step_ms_without_spans']} ms) | noise on 2 cores |"
+    )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

@@ -1,4 +1,5 @@
 """Shared fixtures: real `dlprof record` runs, recorded once per test session."""
+
 from __future__ import annotations
 
 import gzip
@@ -15,10 +16,25 @@ SCRIPTS_DIR = TESTS_DIR / "scripts"
 DATA_DIR = TESTS_DIR / "data"
 #: Small enough that one built-in workload record takes ~10 s here, large enough for several batches
 #: per worker inside the window.
-SMALL_WORKLOAD = ("--wait", "1", "--warmup", "2", "--active", "8", "--reference-steps", "6", "--batch-size", "2", "--max-length", "128")
+SMALL_WORKLOAD = (
+    "--wait",
+    "1",
+    "--warmup",
+    "2",
+    "--active",
+    "8",
+    "--reference-steps",
+    "6",
+    "--batch-size",
+    "2",
+    "--max-length",
+    "128",
+)
 
 
-def run_dlprof(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_dlprof(
+    *args: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Run ``python -m dlprof ARGS`` as a user would, capturing its output."""
     return subprocess.run(
         [sys.executable, "-m", "dlprof", *args],
@@ -68,7 +84,21 @@ def workload_run_0(traces_root) -> Path:
 @pytest.fixture(scope="session")
 def data_bound_run(traces_root) -> Path:
     """A user script whose dataset sleeps 5 ms a sample, loaded in the main process: data-bound."""
-    return _record(traces_root, "data-bound", "--wait", "1", "--warmup", "1", "--active", "6", "--", "python", str(SCRIPTS_DIR / "slow_dataset.py"), "--num-workers", "0")
+    return _record(
+        traces_root,
+        "data-bound",
+        "--wait",
+        "1",
+        "--warmup",
+        "1",
+        "--active",
+        "6",
+        "--",
+        "python",
+        str(SCRIPTS_DIR / "slow_dataset.py"),
+        "--num-workers",
+        "0",
+    )
 
 
 def _cuda_available() -> bool:

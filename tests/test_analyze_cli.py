@@ -1,4 +1,5 @@
 """`dlprof analyze` through the CLI: formats, output files, directories of runs, bad input."""
+
 from __future__ import annotations
 
 import gzip
@@ -8,14 +9,9 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import DATA_DIR, assert_one_line_error, invoke
 
 TINY = DATA_DIR / "tiny_dlprof_trace.json"
-
-
-
-
 
 
 def test_text_report_to_the_terminal():
@@ -24,7 +20,10 @@ def test_text_report_to_the_terminal():
     assert "HIGHLY input-bound" in result.stdout and "num_workers=1" in result.stdout
 
 
-@pytest.mark.parametrize(("suffix", "check"), [(".md", lambda t: t.startswith("### dlprof")), (".json", lambda t: json.loads(t)["schema"] == "dlprof.report/1")])
+@pytest.mark.parametrize(
+    ("suffix", "check"),
+    [(".md", lambda t: t.startswith("### dlprof")), (".json", lambda t: json.loads(t)["schema"] == "dlprof.report/1")],
+)
 def test_format_follows_the_output_extension(tmp_path, suffix, check):
     out = tmp_path / f"report{suffix}"
     result = invoke("analyze", str(TINY), "-o", str(out))
@@ -52,7 +51,10 @@ def test_real_gpu_trace_from_another_tool():
 
 
 def test_analyze_does_not_import_torch():
-    code = f"import sys; from dlprof.cli import cli; cli(['analyze', {str(TINY)!r}], standalone_mode=False); print('torch' in sys.modules)"
+    code = (
+        f"import sys; from dlprof.cli import cli; cli(['analyze', {str(TINY)!r}], standalone_mode=False); print('torch'"
+        " in sys.modules)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "False"
@@ -60,7 +62,11 @@ def test_analyze_does_not_import_torch():
 
 def test_one_step_trace_reports_what_it_cannot_compute(tmp_path):
     document = json.loads(TINY.read_text())
-    document["traceEvents"] = [e for e in document["traceEvents"] if not (e.get("ts", 0) >= 1000 and e.get("ph") == "X" and e.get("cat") != "dlprof")]
+    document["traceEvents"] = [
+        e
+        for e in document["traceEvents"]
+        if not (e.get("ts", 0) >= 1000 and e.get("ph") == "X" and e.get("cat") != "dlprof")
+    ]
     one = tmp_path / "one.json"
     one.write_text(json.dumps(document))
     result = invoke("analyze", str(one))
@@ -92,7 +98,9 @@ def test_bad_input_json_without_events(tmp_path):
 
 def test_bad_input_no_profiler_steps(tmp_path):
     bad = tmp_path / "trace.json"
-    bad.write_text('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]}')
+    bad.write_text(
+        '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]}'
+    )
     assert_one_line_error(invoke("analyze", str(bad)), "no ProfilerStep#N events", "prof.step()")
 
 

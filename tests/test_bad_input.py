@@ -1,16 +1,17 @@
 """Every bad input to ``dlprof record``: one stderr line naming the problem and the fix, exit code 2,
 no traceback, and no run directory left behind."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import run_dlprof
 
 from dlprof.capture import launcher
 from dlprof.cli import cli
 from dlprof.errors import RecordError
-from conftest import run_dlprof
 
 RUN = "run"
 SCRIPT = "import sys\n"  # never run: every case fails before training starts
@@ -58,6 +59,7 @@ def script(tmp_path) -> str:
 
 # --- datasets -------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("content", "problem"),
     [
@@ -72,7 +74,9 @@ def script(tmp_path) -> str:
 def test_bad_dataset(tmp_path, out, content, problem):
     dataset = tmp_path / "data.json"
     dataset.write_text(content)
-    last = assert_cli_error(invoke("record", "--out", str(out), "--name", RUN, "--dataset", str(dataset)), out, str(dataset))
+    last = assert_cli_error(
+        invoke("record", "--out", str(out), "--name", RUN, "--dataset", str(dataset)), out, str(dataset)
+    )
     assert problem in last
 
 
@@ -83,6 +87,7 @@ def test_missing_dataset(tmp_path, out):
 
 
 # --- model and tokenizer --------------------------------------------------------------------------
+
 
 def test_model_dir_without_config(tmp_path, out):
     model = tmp_path / "model"
@@ -100,6 +105,7 @@ def test_missing_model_or_tokenizer(tmp_path, out, option):
 
 # --- workload options and schedule ----------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("args", "names", "fix"),
     [
@@ -114,7 +120,18 @@ def test_missing_model_or_tokenizer(tmp_path, out, option):
         (["--warmup", "-2"], "--warmup -2", ">= 0"),
         (["--name", "bad/name"], "--name 'bad/name'", "letters, digits"),
     ],
-    ids=["device", "num-workers", "batch-size", "not-int", "prefetch", "persistent", "steps", "steps-active", "warmup", "name"],
+    ids=[
+        "device",
+        "num-workers",
+        "batch-size",
+        "not-int",
+        "prefetch",
+        "persistent",
+        "steps",
+        "steps-active",
+        "warmup",
+        "name",
+    ],
 )
 def test_bad_workload_option(out, args, names, fix):
     last = assert_cli_error(invoke("record", "--out", str(out), "--name", RUN, *args), out, names)
@@ -133,11 +150,14 @@ def test_bad_workload_option(out, args, names, fix):
     ids=["wait-warmup-0", "active-0", "workload-option", "name"],
 )
 def test_bad_option_with_user_script(out, script, args, names, fix):
-    last = assert_cli_error(invoke("record", "--out", str(out), "--name", RUN, *args, "--", "python", script), out, names)
+    last = assert_cli_error(
+        invoke("record", "--out", str(out), "--name", RUN, *args, "--", "python", script), out, names
+    )
     assert fix in last
 
 
 # --- the command after '--' -----------------------------------------------------------------------
+
 
 def test_missing_script(tmp_path, out):
     missing = str(tmp_path / "missing.py")
@@ -206,6 +226,7 @@ def test_negative_wait_is_one_line(out, script):
 
 
 # --- a script that fails at once (a real subprocess) ----------------------------------------------
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize(

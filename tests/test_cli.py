@@ -1,4 +1,5 @@
 """The ``dlprof`` Click group: help, version, one real ``record`` in-process, and default run names."""
+
 from __future__ import annotations
 
 import subprocess
@@ -7,9 +8,9 @@ import textwrap
 import time
 
 import pytest
+from conftest import invoke
 
 import dlprof
-from conftest import invoke
 from dlprof.cli import _default_run_name
 
 TRAIN_SCRIPT = """
@@ -26,8 +27,6 @@ for x, y in loader:  # 8 steps
     loss.backward()
     optimizer.step()
 """
-
-
 
 
 def test_help_lists_commands():
@@ -54,7 +53,22 @@ def test_record_user_script_in_process(tmp_path):
     script = tmp_path / "tiny_train.py"
     script.write_text(textwrap.dedent(TRAIN_SCRIPT))
     out = tmp_path / "traces"
-    result = invoke("record", "--out", str(out), "--name", "cli", "--wait", "1", "--warmup", "1", "--active", "4", "--", "python", str(script))
+    result = invoke(
+        "record",
+        "--out",
+        str(out),
+        "--name",
+        "cli",
+        "--wait",
+        "1",
+        "--warmup",
+        "1",
+        "--active",
+        "4",
+        "--",
+        "python",
+        str(script),
+    )
     assert result.exit_code == 0, result.output
     traces = list((out / "cli").glob("*.pt.trace.json.gz"))
     assert len(traces) == 1
@@ -83,7 +97,10 @@ def test_default_run_name_uses_module_name(tmp_path, fixed_time):
 
 
 def test_default_run_name_of_a_launcher_is_the_script_else_the_launcher(tmp_path, fixed_time):
-    assert _default_run_name(("torchrun", "--nproc-per-node", "2", "train_ddp.py"), tmp_path) == "train_ddp-20250102-030405"
+    assert (
+        _default_run_name(("torchrun", "--nproc-per-node", "2", "train_ddp.py"), tmp_path)
+        == "train_ddp-20250102-030405"
+    )
     assert _default_run_name(("swift", "sft", "--model", "Qwen2.5-7B"), tmp_path) == "swift-20250102-030405"
 
 

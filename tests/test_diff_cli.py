@@ -3,6 +3,7 @@
 The two runs are the hand-written "before" (num_workers=1) and "after" (num_workers=2) of
 tests/workflows/test_diff.py, whose docstring works out every number checked here.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,13 +12,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import assert_one_line_error, invoke
 from workflows.test_diff import ROW_KEYS, before_after
-
-
-
-
 
 
 @pytest.fixture
@@ -54,7 +50,9 @@ def test_markdown_table_with_settings_above_it(runs, tmp_path):
     text = out.read_text()
     lines = text.splitlines()
     assert lines[0] == "### dlprof diff: `before` → `after`"
-    assert "**B is 25.0 % faster than A (unprofiled steps/s 2000.0 → 2500.0), data wait 0.20 → 0.04 ms per step**" in lines
+    assert (
+        "**B is 25.0 % faster than A (unprofiled steps/s 2000.0 → 2500.0), data wait 0.20 → 0.04 ms per step**" in lines
+    )
     header = lines.index("| metric | A | B | change | change % |")
     assert lines.index("- `num_workers`: `1` → `2`") < header
     assert "| data wait (ms per step) | 0.20 | 0.04 | -0.16 | -80.0 % |" in lines
@@ -71,15 +69,22 @@ def test_json_schema(runs, tmp_path):
     assert document["a"] == {"name": "before", "trace_file": str(a / "host_1.1.pt.trace.json")}
     assert document["b"]["name"] == "after"
     assert document["settings_changed"] == {
-        "num_workers": [1, 2], "prefetch_factor": [2, 4],
+        "num_workers": [1, 2],
+        "prefetch_factor": [2, 4],
         "command": [["python", "train.py", "--num-workers", "1"], ["python", "train.py", "--num-workers", "2"]],
-    }  # fmt: skip
+    }
     assert [r["key"] for r in document["rows"]] == ROW_KEYS
     for row in document["rows"]:
         assert {"metric", "a", "b", "delta", "delta_pct"} <= row.keys()
         assert all(v is None or math.isfinite(v) for v in (row["a"], row["b"], row["delta"], row["delta_pct"]))
     step = document["rows"][0]
-    assert (step["metric"], step["a"], step["b"], step["delta"], step["delta_pct"]) == ("step time, profiled mean (ms)", 0.9, 0.65, -0.25, -27.78)
+    assert (step["metric"], step["a"], step["b"], step["delta"], step["delta_pct"]) == (
+        "step time, profiled mean (ms)",
+        0.9,
+        0.65,
+        -0.25,
+        -27.78,
+    )
     assert document["speed_basis"] == "unprofiled steps/s" and document["speed_change_pct"] == 25.0
 
 
@@ -88,7 +93,13 @@ def test_json_unknown_is_null(tmp_path):
     out = tmp_path / "out.json"
     assert invoke("diff", a, b, "-o", out).exit_code == 0
     rows = {r["key"]: r for r in json.loads(out.read_text())["rows"]}
-    assert rows["unprofiled_steps_per_s"] == {**rows["unprofiled_steps_per_s"], "a": None, "b": None, "delta": None, "delta_pct": None}
+    assert rows["unprofiled_steps_per_s"] == {
+        **rows["unprofiled_steps_per_s"],
+        "a": None,
+        "b": None,
+        "delta": None,
+        "delta_pct": None,
+    }
     assert "NaN" not in out.read_text() and "Infinity" not in out.read_text()
 
 
@@ -119,7 +130,10 @@ def test_html_is_not_a_diff_format(runs, tmp_path):
 
 def test_diff_does_not_import_torch(runs):
     a, b = runs
-    code = f"import sys; from dlprof.cli import cli; cli(['diff', {str(a)!r}, {str(b)!r}], standalone_mode=False); print('torch' in sys.modules)"
+    code = (
+        f"import sys; from dlprof.cli import cli; cli(['diff', {str(a)!r}, {str(b)!r}], standalone_mode=False);"
+        " print('torch' in sys.modules)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "False"

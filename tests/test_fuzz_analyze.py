@@ -12,6 +12,7 @@ Two paths: through a file (``dlprof.analyze``, the JSON parser included) and in 
 trace's validation too). ``FUZZ_COUNTS`` counts the inputs tried and passed; the last test checks and
 prints them.
 """
+
 from __future__ import annotations
 
 import copy
@@ -24,11 +25,11 @@ import warnings
 from pathlib import Path
 
 import pytest
+from conftest import DATA_DIR
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dlprof
-from conftest import DATA_DIR
 from dlprof import schema
 from dlprof.errors import DlprofError
 from dlprof.report import FORMATS, renderer
@@ -44,11 +45,15 @@ BASES = {
 MAX_EXAMPLES = 600
 #: At least this many inputs must have been tried by the two fuzz tests together (hypothesis drops repeats).
 MIN_TRIED = MAX_EXAMPLES
-FUZZ_SETTINGS = settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+FUZZ_SETTINGS = settings(
+    max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+)
 
 #: Keys whose numbers may legitimately be negative: the main process's worker id (-1), the profiler's
 #: overhead and memory growth (they can shrink), a rank's data wait beyond the others' median.
-SIGNED_KEYS = frozenset({"worker", "overhead_pct", "pss_growth_mib_per_min", "extra_data_wait_ms", "speed_change_pct", "delta", "delta_pct"})
+SIGNED_KEYS = frozenset(
+    {"worker", "overhead_pct", "pss_growth_mib_per_min", "extra_data_wait_ms", "speed_change_pct", "delta", "delta_pct"}
+)
 
 #: How Python prints a non-finite float: never in a report (but quoted, where a problem names the bad value).
 NOT_A_NUMBER = re.compile(r"(?<![\w.'])-?(nan|inf|infinity)(?![\w'])", re.IGNORECASE)
@@ -64,19 +69,71 @@ def _load(path: Path) -> dict:
 DOCUMENTS = {name: _load(path) for name, path in BASES.items()}
 
 EVENT_FIELDS = ["ts", "dur", "pid", "tid", "args", "name", "cat", "ph"]
-ARG_FIELDS = [schema.ARG_CPU_US, schema.ARG_RUNQ_US, schema.ARG_TENSORS, schema.ARG_WORKER, schema.ARG_BATCH, schema.ARG_LOADER,
-              "bytes", "stream", "correlation", "uss_mib", "pss_mib", "name"]  # fmt: skip
+ARG_FIELDS = [
+    schema.ARG_CPU_US,
+    schema.ARG_RUNQ_US,
+    schema.ARG_TENSORS,
+    schema.ARG_WORKER,
+    schema.ARG_BATCH,
+    schema.ARG_LOADER,
+    "bytes",
+    "stream",
+    "correlation",
+    "uss_mib",
+    "pss_mib",
+    "name",
+]
 MANIFEST_PATHS = [
-    ("loader",), ("loaders",), ("host",), ("loader", "num_workers"), ("loader", "batch_size"), ("loader", "prefetch_factor"),
-    ("loader", "epochs"), ("loader", "length"), ("host", "usable_cores"), ("host", "ram_total_mib"), ("host", "ram_available_mib"),
-    ("host", "handoff"), ("host", "handoff", "per_batch_ms"), ("host", "handoff", "per_tensor_ms"), ("host", "worker_startup"),
-    ("host", "gpu"), ("memory",), ("memory", "processes"), ("versions",), ("step_clock",), ("step_clock", "wall_ms"),
-    ("main_process_cpu",), ("main_process_cpu", "cpu_ms_per_step"), ("workers",), ("manifest_version",), ("status",),
-]  # fmt: skip
+    ("loader",),
+    ("loaders",),
+    ("host",),
+    ("loader", "num_workers"),
+    ("loader", "batch_size"),
+    ("loader", "prefetch_factor"),
+    ("loader", "epochs"),
+    ("loader", "length"),
+    ("host", "usable_cores"),
+    ("host", "ram_total_mib"),
+    ("host", "ram_available_mib"),
+    ("host", "handoff"),
+    ("host", "handoff", "per_batch_ms"),
+    ("host", "handoff", "per_tensor_ms"),
+    ("host", "worker_startup"),
+    ("host", "gpu"),
+    ("memory",),
+    ("memory", "processes"),
+    ("versions",),
+    ("step_clock",),
+    ("step_clock", "wall_ms"),
+    ("main_process_cpu",),
+    ("main_process_cpu", "cpu_ms_per_step"),
+    ("workers",),
+    ("manifest_version",),
+    ("status",),
+]
 TOP_LEVEL = ["distributedInfo", "baseTimeNanoseconds", schema.MANIFEST_KEY, "traceEvents"]
 
 #: Values of the wrong type or impossible: JSON-representable ones, and (in memory only) those the parser refuses.
-JSON_BAD = ["x", "", None, [], [1, 2], {}, {"a": 1}, True, False, 0, -1, -1e9, 1e308, 2**63, -(2**63), 0.5, 1e-320, "123"]
+JSON_BAD = [
+    "x",
+    "",
+    None,
+    [],
+    [1, 2],
+    {},
+    {"a": 1},
+    True,
+    False,
+    0,
+    -1,
+    -1e9,
+    1e308,
+    2**63,
+    -(2**63),
+    0.5,
+    1e-320,
+    "123",
+]
 MEMORY_BAD = [math.nan, math.inf, -math.inf, 10**400]
 
 
@@ -86,7 +143,11 @@ def _bad_values(in_memory: bool):
 
 @st.composite
 def mutation(draw, in_memory: bool):
-    kind = draw(st.sampled_from(["event_field", "event_field", "args_field", "drop_key", "duplicate", "truncate", "manifest", "top_level"]))
+    kind = draw(
+        st.sampled_from(
+            ["event_field", "event_field", "args_field", "drop_key", "duplicate", "truncate", "manifest", "top_level"]
+        )
+    )
     bad = _bad_values(in_memory)
     if kind in ("event_field", "args_field", "drop_key", "duplicate"):
         index = draw(st.integers(min_value=0, max_value=10**6))
@@ -211,8 +272,11 @@ def test_zz_fuzz_counts():
     counts = FUZZ_COUNTS
     if counts["tried"] == 0:
         pytest.skip("the fuzz tests did not run (selected alone)")
-    message = f"fuzz: {counts['tried']} inputs tried, {counts['reports'] + counts['errors']} passed ({counts['reports']} reports, {counts['errors']} one-line errors)"
+    message = (
+        f"fuzz: {counts['tried']} inputs tried, {counts['reports'] + counts['errors']} passed ({counts['reports']}"
+        f" reports, {counts['errors']} one-line errors)"
+    )
     print(message)
-    warnings.warn(UserWarning(message))
+    warnings.warn(UserWarning(message), stacklevel=1)
     assert counts["tried"] >= MIN_TRIED and counts["reports"] + counts["errors"] == counts["tried"]
     assert counts["reports"] > counts["tried"] // 4  # most mutants still make a report: the fuzz reaches the analysis

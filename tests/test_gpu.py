@@ -1,16 +1,19 @@
 """On a CUDA machine: the built-in workload records GPU activity, host-to-device copies and pinned memory."""
+
 from __future__ import annotations
 
 import pytest
-
 from conftest import SMALL_WORKLOAD, load_trace, run_dlprof
+
 from dlprof import schema
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 
 def test_cuda_run_has_kernels_copies_and_pinned_loader(tmp_path):
-    done = run_dlprof("record", "--out", str(tmp_path), "--name", "cuda", *SMALL_WORKLOAD, "--num-workers", "2", "--device", "cuda")
+    done = run_dlprof(
+        "record", "--out", str(tmp_path), "--name", "cuda", *SMALL_WORKLOAD, "--num-workers", "2", "--device", "cuda"
+    )
     assert done.returncode == 0, done.stderr
     doc = load_trace(tmp_path / "cuda")
     manifest = doc[schema.MANIFEST_KEY]

@@ -1,9 +1,11 @@
 """The manifest: one typed, versioned dataclass, parsed once where a trace is read."""
+
 from __future__ import annotations
 
 import json
 
 from conftest import DATA_DIR
+
 from dlprof import schema
 from dlprof.manifest import MANIFEST_VERSION, Manifest, StepClock, parse_manifest
 
@@ -15,7 +17,11 @@ def _fixture_manifest() -> dict:
 def test_a_written_manifest_reads_back_unchanged():
     manifest, problems = parse_manifest(_fixture_manifest())
     assert problems == () and manifest.manifest_version == MANIFEST_VERSION
-    assert manifest.loader.num_workers == 1 and manifest.loader.length == 16 and manifest.host.worker_startup.per_worker_ms == 20.0
+    assert (
+        manifest.loader.num_workers == 1
+        and manifest.loader.length == 16
+        and manifest.host.worker_startup.per_worker_ms == 20.0
+    )
     assert manifest.step_clock.phase[:6] == ("before",) * 5 + ("profiled",) and len(manifest.step_clock) == 14
     again, problems = parse_manifest(json.loads(json.dumps(manifest.to_dict())))
     assert problems == () and again == manifest

@@ -1,4 +1,5 @@
 """``--redact``: reports and traces safe to post (dlprof/redact.py), and reports that never hold dataset text."""
+
 from __future__ import annotations
 
 import getpass
@@ -11,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import DATA_DIR, invoke, run_dlprof, trace_files
 
 from dlprof.redact import ARG, HOME, HOST, PATH, USER, Redactor, for_run
-from conftest import DATA_DIR, invoke, run_dlprof, trace_files
 
 FORMATS = ("text", "markdown", "json", "html")
 #: This checkout: ``python -m dlprof`` run from another directory must import it, not an installed dlprof.
@@ -26,7 +27,8 @@ def _occurs(original: str, text: str) -> bool:
 
 
 def _shown(report: str) -> str:
-    """A report without the HTML page's style sheet: its CSS (``:root``) is no user's name, whatever the user is called."""
+    """A report without the HTML page's style sheet: its CSS (``:root``) is no user's name, whatever the user is
+    called."""
     return re.sub(r"<style>.*?</style>", "", report, flags=re.S)
 
 
@@ -48,7 +50,10 @@ def test_same_original_same_placeholder():
     assert r.add("gpu-node-7", HOST) == "[host-1]"
     assert r.add("gpu-node-8", HOST) == "[host-2]"
     assert r.add("gpu-node-7", HOST) == "[host-1]"
-    assert r.redact("gpu-node-8 then gpu-node-7, gpu-node-7_123.456.pt.trace.json") == "[host-2] then [host-1], [host-1]_123.456.pt.trace.json"
+    assert (
+        r.redact("gpu-node-8 then gpu-node-7, gpu-node-7_123.456.pt.trace.json")
+        == "[host-2] then [host-1], [host-1]_123.456.pt.trace.json"
+    )
     assert r.host_label("gpu-node-7") == "host-1"  # for a file name: no brackets
 
 
@@ -57,32 +62,68 @@ def test_longest_first_and_home_path():
     r.add("/home/alice", HOME)
     r.add("alice", USER)
     r.add_argv(["python", "/home/alice/proj/train.py", "--dataset", "/home/alice/data/corpus.jsonl"])
-    text = r.redact("/home/alice/data/corpus.jsonl and /home/alice/notes.txt, /home/alice, pytest-of-alice, /home/alice/proj/util.py")
-    # The whole argument is one placeholder (path-2 is the script's directory), a home path elsewhere ~, the user name [user].
+    text = r.redact(
+        "/home/alice/data/corpus.jsonl and /home/alice/notes.txt, /home/alice, pytest-of-alice,"
+        " /home/alice/proj/util.py"
+    )
+    # The whole argument is one placeholder (path-2 is the script's directory), a home path elsewhere ~, the user name
+    # [user].
     assert text == "[path-3] and ~/notes.txt, ~, pytest-of-[user], [path-2]/util.py"
     assert r.redact("malice alicent /home/alicex") == "malice alicent /home/alicex"  # never inside a longer word
 
 
 def test_options_numbers_and_common_words_kept():
     r = Redactor()
-    r.add_argv(["python", "-m", "mypkg.train", "--lr", "1e-4", "--steps", "100000", "--device", "cpu", "--offset", "-1",
-                "--run-tag=marmot-velvet", "--model", "qwen-secret", "--verbose", "cfg.yaml", "--name", "r"])  # fmt: skip
+    r.add_argv(
+        [
+            "python",
+            "-m",
+            "mypkg.train",
+            "--lr",
+            "1e-4",
+            "--steps",
+            "100000",
+            "--device",
+            "cpu",
+            "--offset",
+            "-1",
+            "--run-tag=marmot-velvet",
+            "--model",
+            "qwen-secret",
+            "--verbose",
+            "cfg.yaml",
+            "--name",
+            "r",
+        ]
+    )
     kinds = {original: placeholder.strip("[]").split("-")[0] for original, placeholder in r.placeholders.items()}
     assert kinds == {"mypkg.train": ARG, "marmot-velvet": ARG, "qwen-secret": PATH, "cfg.yaml": PATH}
-    text = "--lr 1e-4 --steps 100000 on cpu, offset -1, --verbose; marmot-velvet with qwen-secret and cfg.yaml; step 1.5 ms"
-    assert r.redact(text) == "--lr 1e-4 --steps 100000 on cpu, offset -1, --verbose; [arg-2] with [path-1] and [path-2]; step 1.5 ms"
+    text = (
+        "--lr 1e-4 --steps 100000 on cpu, offset -1, --verbose; marmot-velvet with qwen-secret and cfg.yaml; step"
+        " 1.5 ms"
+    )
+    assert (
+        r.redact(text)
+        == "--lr 1e-4 --steps 100000 on cpu, offset -1, --verbose; [arg-2] with [path-1] and [path-2]; step 1.5 ms"
+    )
 
 
 def test_relative_path_also_absolute_and_script_directory():
     r = Redactor()
     r.add_argv(["python", "train.py", "--data", "data/x.json"], cwd="/srv/acme/proj")
-    redacted = r.redact("/srv/acme/proj/train.py(12): <module>; /srv/acme/proj/model.py(3): f; /srv/acme/proj/data/x.json; data/x.json")
+    redacted = r.redact(
+        "/srv/acme/proj/train.py(12): <module>; /srv/acme/proj/model.py(3): f; /srv/acme/proj/data/x.json; data/x.json"
+    )
     assert "acme" not in redacted and "x.json" not in redacted and "train.py" not in redacted
     assert "model.py" in redacted  # the directory is hidden, not the module's name
 
 
 def test_placeholders_are_not_redacted_again():
-    r = for_run([{"host": {"hostname": "[host-1]"}, "command": ["[path-1]", "record", "[arg-1]"]}], trace_names=["host-1_42.1700.pt.trace.json.gz"], local=False)
+    r = for_run(
+        [{"host": {"hostname": "[host-1]"}, "command": ["[path-1]", "record", "[arg-1]"]}],
+        trace_names=["host-1_42.1700.pt.trace.json.gz"],
+        local=False,
+    )
     assert r.placeholders == {}
 
 
@@ -90,9 +131,15 @@ def test_json_keys_numbers_and_layout_kept():
     r = Redactor()
     r.add("steps", ARG)  # a value that is also a key of the report
     r.add("/home/bob", HOME)
-    text = json.dumps({"steps": {"count": 3, "name": "steps"}, "trace_file": "/home/bob/x.json", "q": 'a "steps" b'}, indent=2)
+    text = json.dumps(
+        {"steps": {"count": 3, "name": "steps"}, "trace_file": "/home/bob/x.json", "q": 'a "steps" b'}, indent=2
+    )
     redacted = r.redact_json(text)
-    assert json.loads(redacted) == {"steps": {"count": 3, "name": "[arg-1]"}, "trace_file": "~/x.json", "q": 'a "[arg-1]" b'}
+    assert json.loads(redacted) == {
+        "steps": {"count": 3, "name": "[arg-1]"},
+        "trace_file": "~/x.json",
+        "q": 'a "[arg-1]" b',
+    }
     assert len(redacted.splitlines()) == len(text.splitlines())
 
 
@@ -100,16 +147,29 @@ def test_html_markup_kept():
     r = Redactor()
     r.add("rect", ARG)
     r.add("/srv/a&b", PATH)
-    page = '<style>rect { fill: red }</style><svg><rect class="rect" title="/srv/a&amp;b/x"/></svg><p>rect at /srv/a&amp;b/y</p>'
-    assert r.redact_html(page) == '<style>rect { fill: red }</style><svg><rect class="[arg-1]" title="[path-1]/x"/></svg><p>[arg-1] at [path-1]/y</p>'
+    page = (
+        '<style>rect { fill: red }</style><svg><rect class="rect" title="/srv/a&amp;b/x"/></svg><p>rect at'
+        " /srv/a&amp;b/y</p>"
+    )
+    assert (
+        r.redact_html(page)
+        == '<style>rect { fill: red }</style><svg><rect class="[arg-1]" title="[path-1]/x"/></svg><p>[arg-1] at'
+        " [path-1]/y</p>"
+    )
 
 
 def test_redact_value_in_place():
     r = Redactor()
     r.add("gpu-node-7", HOST)
-    document = {"dlprof": {"host": {"hostname": "gpu-node-7", "usable_cores": 8}}, "traceEvents": [{"name": "thread gpu-node-7", "ts": 1.5, "args": {"x": ["gpu-node-7"]}}]}
+    document = {
+        "dlprof": {"host": {"hostname": "gpu-node-7", "usable_cores": 8}},
+        "traceEvents": [{"name": "thread gpu-node-7", "ts": 1.5, "args": {"x": ["gpu-node-7"]}}],
+    }
     assert r.redact_value(document) is document
-    assert document == {"dlprof": {"host": {"hostname": "[host-1]", "usable_cores": 8}}, "traceEvents": [{"name": "thread [host-1]", "ts": 1.5, "args": {"x": ["[host-1]"]}}]}
+    assert document == {
+        "dlprof": {"host": {"hostname": "[host-1]", "usable_cores": 8}},
+        "traceEvents": [{"name": "thread [host-1]", "ts": 1.5, "args": {"x": ["[host-1]"]}}],
+    }
     manifest = {"command": ("gpu-node-7", "--lr", "1e-4")}  # Manifest.to_dict() keeps tuples
     assert r.redact_value(manifest) == {"command": ["[host-1]", "--lr", "1e-4"]}
 
@@ -127,14 +187,26 @@ def test_redact_option_offered(command):
 
 
 def test_sweep_request_carries_redact(tmp_path):
-    """``sweep`` shares ``--redact`` with ``record`` (``_record_options``): the request it builds asks for redacted traces."""
+    """``sweep`` shares ``--redact`` with ``record`` (``_record_options``): the request it builds asks for redacted
+    traces."""
     import click
 
     from dlprof.cli import _record_request, sweep
 
     ctx = click.Context(sweep)
-    request = _record_request(ctx, out_dir=tmp_path, name="s", wait=1, warmup=1, active=2, reference_steps=0, run_to_end=False, loader_spans=True,
-                              command=("python", "train.py"), redact=True)  # fmt: skip
+    request = _record_request(
+        ctx,
+        out_dir=tmp_path,
+        name="s",
+        wait=1,
+        warmup=1,
+        active=2,
+        reference_steps=0,
+        run_to_end=False,
+        loader_spans=True,
+        command=("python", "train.py"),
+        redact=True,
+    )
     assert request.redact is True
 
 
@@ -145,15 +217,31 @@ _PLANTED = ("gpu-node-17", "acme-corp", "alicia", "proj-falcon", "corpus-2024", 
 
 
 def _planted_run(tmp_path: Path) -> Path:
-    """tests/data/tiny_dlprof_trace.json with a host name, a user's home paths and dataset paths in its manifest and file name."""
+    """tests/data/tiny_dlprof_trace.json with a host name, a user's home paths and dataset paths in its manifest and
+    file name."""
     run_dir = tmp_path / "proj-falcon-traces" / "run1"
     run_dir.mkdir(parents=True)
     document = json.loads((DATA_DIR / "tiny_dlprof_trace.json").read_text())
     manifest = document["dlprof"]
     manifest["host"]["hostname"] = _PLANTED_HOST
     manifest["host"]["platform"] = f"Linux-6.1-x86_64 on {_PLANTED_HOST}"
-    manifest["command"] = ["/home/alicia/venv/bin/dlprof", "record", "--out", str(run_dir.parent), "--", "python", "/home/alicia/proj-falcon/train.py",
-                           "--dataset", "/mnt/data/corpus-2024.jsonl", "--model", "/home/alicia/models/qwen-secret", "--run-tag", "marmot-velvet", "--lr", "1e-4"]  # fmt: skip
+    manifest["command"] = [
+        "/home/alicia/venv/bin/dlprof",
+        "record",
+        "--out",
+        str(run_dir.parent),
+        "--",
+        "python",
+        "/home/alicia/proj-falcon/train.py",
+        "--dataset",
+        "/mnt/data/corpus-2024.jsonl",
+        "--model",
+        "/home/alicia/models/qwen-secret",
+        "--run-tag",
+        "marmot-velvet",
+        "--lr",
+        "1e-4",
+    ]
     manifest["script"] = manifest["command"][5:]
     manifest["process_argv"] = manifest["script"]
     (run_dir / "gpu-node-17_4242.1700000000000.pt.trace.json").write_text(json.dumps(document))
@@ -227,9 +315,34 @@ def test_record_redact_end_to_end(tmp_path):
     project.mkdir()
     script = project / "train_quokka.py"
     script.write_text(_SCRIPT.format(launch=str(DATA_DIR / "launch")))
-    done = run_dlprof("record", "--redact", "--out", "traces", "--name", "r", "--wait", "1", "--warmup", "1", "--active", "4", "--reference-steps", "4",
-                      "--", sys.executable, str(script), "--steps", "100000", "--run-tag", "marmot-velvet-9", "--data", "corpus-quokka.jsonl",
-                      cwd=project, timeout=120, env={"PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))})  # fmt: skip
+    done = run_dlprof(
+        "record",
+        "--redact",
+        "--out",
+        "traces",
+        "--name",
+        "r",
+        "--wait",
+        "1",
+        "--warmup",
+        "1",
+        "--active",
+        "4",
+        "--reference-steps",
+        "4",
+        "--",
+        sys.executable,
+        str(script),
+        "--steps",
+        "100000",
+        "--run-tag",
+        "marmot-velvet-9",
+        "--data",
+        "corpus-quokka.jsonl",
+        cwd=project,
+        timeout=120,
+        env={"PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     [trace] = trace_files(project / "traces" / "r")
     with gzip.open(trace, "rt", encoding="utf-8") as f:

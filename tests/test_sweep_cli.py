@@ -1,12 +1,13 @@
 """``dlprof sweep`` through Click: bad input (one line, exit code 2, nothing recorded) and one real sweep end to end."""
+
 from __future__ import annotations
 
 import json
 import textwrap
 
 import pytest
-
 from conftest import assert_one_line_error, invoke, load_trace, trace_files
+
 from dlprof.cli import _default_run_name
 
 #: A user script with a DataLoader that asks for num_workers=0: the sweep overrides it. 64 batches, far
@@ -27,10 +28,6 @@ for x, y in loader:
 """
 
 
-
-
-
-
 @pytest.fixture
 def script(tmp_path):
     path = tmp_path / "tiny_train.py"
@@ -41,8 +38,24 @@ def script(tmp_path):
 def test_sweep_help_shares_record_options():
     result = invoke("sweep", "--help")
     assert result.exit_code == 0
-    for option in ("--workers", "--out", "--name", "--wait", "--warmup", "--active", "--reference-steps", "--run-to-end", "--loader-spans",
-                   "--batch-size", "--max-length", "--model", "--dataset", "--steps", "--format", "--output"):  # fmt: skip
+    for option in (
+        "--workers",
+        "--out",
+        "--name",
+        "--wait",
+        "--warmup",
+        "--active",
+        "--reference-steps",
+        "--run-to-end",
+        "--loader-spans",
+        "--batch-size",
+        "--max-length",
+        "--model",
+        "--dataset",
+        "--steps",
+        "--format",
+        "--output",
+    ):
         assert option in result.output, option
     assert "--num-workers" not in result.output  # sweep sets num_workers itself
     assert "--num-workers" in invoke("record", "--help").output
@@ -50,47 +63,104 @@ def test_sweep_help_shares_record_options():
 
 @pytest.mark.parametrize(
     "value, problem",
-    [("0", "at least 2 different counts"), ("2,2", "num_workers=2 appears twice"), ("0,-1", "num_workers=-1 is negative"),
-     ("0,a", "comma-separated whole numbers"), ("0,,1", "comma-separated whole numbers"), ("", "comma-separated whole numbers"),
-     ("1.5,2", "comma-separated whole numbers")],
-)  # fmt: skip
+    [
+        ("0", "at least 2 different counts"),
+        ("2,2", "num_workers=2 appears twice"),
+        ("0,-1", "num_workers=-1 is negative"),
+        ("0,a", "comma-separated whole numbers"),
+        ("0,,1", "comma-separated whole numbers"),
+        ("", "comma-separated whole numbers"),
+        ("1.5,2", "comma-separated whole numbers"),
+    ],
+)
 def test_bad_workers_values(tmp_path, script, value, problem):
-    line = assert_one_line_error(invoke("sweep", "--out", str(tmp_path / "traces"), "--workers", value, "--", "python", str(script)))
+    line = assert_one_line_error(
+        invoke("sweep", "--out", str(tmp_path / "traces"), "--workers", value, "--", "python", str(script))
+    )
     assert line.startswith("dlprof sweep: error: Invalid value for '--workers'") and problem in line
     assert not (tmp_path / "traces").exists()
 
 
 def test_workers_is_required(tmp_path, script):
-    assert "Missing option '--workers'" in assert_one_line_error(invoke("sweep", "--out", str(tmp_path), "--", "python", str(script)))
+    assert "Missing option '--workers'" in assert_one_line_error(
+        invoke("sweep", "--out", str(tmp_path), "--", "python", str(script))
+    )
 
 
 def test_num_workers_is_not_a_sweep_option(tmp_path):
-    assert "No such option '--num-workers'" in assert_one_line_error(invoke("sweep", "--out", str(tmp_path), "--workers", "0,1", "--num-workers", "2"))
+    assert "No such option '--num-workers'" in assert_one_line_error(
+        invoke("sweep", "--out", str(tmp_path), "--workers", "0,1", "--num-workers", "2")
+    )
 
 
 def test_workload_options_with_a_command(tmp_path, script):
-    line = assert_one_line_error(invoke("sweep", "--out", str(tmp_path / "t"), "--workers", "0,1", "--batch-size", "8", "--", "python", str(script)))
+    line = assert_one_line_error(
+        invoke(
+            "sweep", "--out", str(tmp_path / "t"), "--workers", "0,1", "--batch-size", "8", "--", "python", str(script)
+        )
+    )
     assert "--batch-size configures the built-in workload" in line
     assert not (tmp_path / "t").exists()
 
 
 def test_double_dash_without_command(tmp_path):
-    assert "no command after '--'" in assert_one_line_error(invoke("sweep", "--out", str(tmp_path), "--workers", "0,1", "--"))
+    assert "no command after '--'" in assert_one_line_error(
+        invoke("sweep", "--out", str(tmp_path), "--workers", "0,1", "--")
+    )
 
 
 def test_missing_script_records_nothing(tmp_path):
-    line = assert_one_line_error(invoke("sweep", "--out", str(tmp_path / "t"), "--name", "s", "--workers", "0,1", "--", "python", str(tmp_path / "nope.py")))
+    line = assert_one_line_error(
+        invoke(
+            "sweep",
+            "--out",
+            str(tmp_path / "t"),
+            "--name",
+            "s",
+            "--workers",
+            "0,1",
+            "--",
+            "python",
+            str(tmp_path / "nope.py"),
+        )
+    )
     assert line.startswith("dlprof: error: ") and "nope.py: no such script" in line
     assert not (tmp_path / "t").exists()
 
 
 def test_output_directory_must_exist(tmp_path, script):
-    line = assert_one_line_error(invoke("sweep", "--out", str(tmp_path / "t"), "--workers", "0,1", "-o", str(tmp_path / "no" / "r.json"), "--", "python", str(script)))
+    line = assert_one_line_error(
+        invoke(
+            "sweep",
+            "--out",
+            str(tmp_path / "t"),
+            "--workers",
+            "0,1",
+            "-o",
+            str(tmp_path / "no" / "r.json"),
+            "--",
+            "python",
+            str(script),
+        )
+    )
     assert "does not exist" in line and not (tmp_path / "t").exists()
 
 
 def test_output_extension_must_name_a_format(tmp_path, script):
-    line = assert_one_line_error(invoke("sweep", "--out", str(tmp_path / "t"), "--workers", "0,1", "-o", str(tmp_path / "r.xyz"), "--", "python", str(script)))
+    line = assert_one_line_error(
+        invoke(
+            "sweep",
+            "--out",
+            str(tmp_path / "t"),
+            "--workers",
+            "0,1",
+            "-o",
+            str(tmp_path / "r.xyz"),
+            "--",
+            "python",
+            str(script),
+        )
+    )
     assert "cannot tell the format" in line
 
 
@@ -99,14 +169,36 @@ def test_default_sweep_name(tmp_path, monkeypatch):
 
     monkeypatch.setattr(time, "strftime", lambda fmt, *a: "20250102-030405")
     assert _default_run_name(("python", "train.py"), tmp_path, "sweep-") == "sweep-train-20250102-030405"
-    assert _default_run_name(("python", "-m", "dlprof.workloads.lora"), tmp_path, "sweep-") == "sweep-lora-20250102-030405"
+    assert (
+        _default_run_name(("python", "-m", "dlprof.workloads.lora"), tmp_path, "sweep-") == "sweep-lora-20250102-030405"
+    )
 
 
 @pytest.mark.slow
 def test_sweep_end_to_end(tmp_path, script):
     out = tmp_path / "traces"
-    result = invoke("sweep", "--out", str(out), "--name", "e2e", "--workers", "0,1", "--wait", "1", "--warmup", "1", "--active", "4",
-                    "--reference-steps", "5", "--format", "json", "--", "python", str(script))  # fmt: skip
+    result = invoke(
+        "sweep",
+        "--out",
+        str(out),
+        "--name",
+        "e2e",
+        "--workers",
+        "0,1",
+        "--wait",
+        "1",
+        "--warmup",
+        "1",
+        "--active",
+        "4",
+        "--reference-steps",
+        "5",
+        "--format",
+        "json",
+        "--",
+        "python",
+        str(script),
+    )
     assert result.exit_code == 0, result.output
     assert "sweep: num_workers=0 (1/2)" in result.stderr and "sweep: num_workers=1 (2/2)" in result.stderr
     sweep_dir = out / "e2e"

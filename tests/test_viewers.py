@@ -5,6 +5,7 @@
 * Perfetto / Chrome: every event has the types the Chrome JSON format asks for, dlprof's tracks are
   named, and slices on one track nest (Perfetto drops slices that partially overlap on a track).
 """
+
 from __future__ import annotations
 
 import json
@@ -21,9 +22,9 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from conftest import load_trace
 
 from dlprof import schema
-from conftest import load_trace
 
 #: How long TensorBoard may take to start and load the run (a few seconds here; generous for CI).
 TENSORBOARD_READY_S = 90
@@ -169,7 +170,11 @@ def _assert_worker_processes_named(trace: dict) -> None:
 
 def _assert_main_loader_thread_named(trace: dict) -> None:
     main_pid = _main_pid(trace)
-    tracks = [(e["pid"], e["tid"]) for e in _metadata(trace, "thread_name") if e["args"].get("name") == schema.MAIN_LOADER_THREAD_NAME]
+    tracks = [
+        (e["pid"], e["tid"])
+        for e in _metadata(trace, "thread_name")
+        if e["args"].get("name") == schema.MAIN_LOADER_THREAD_NAME
+    ]
     assert len(tracks) == 1, f"expected one {schema.MAIN_LOADER_THREAD_NAME!r} thread track, found {tracks}"
     pid, tid = tracks[0]
     assert pid == main_pid
@@ -189,7 +194,17 @@ def test_tensorboard_lists_run_and_shows_dataloader_share(data_bound_run: Path, 
     log = tmp_path / "tensorboard.log"
     with open(log, "wb") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(port)],
+            [
+                sys.executable,
+                "-m",
+                "tensorboard.main",
+                "--logdir",
+                str(logdir),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
             stdout=log_file,
             stderr=subprocess.STDOUT,
         )
@@ -270,7 +285,9 @@ def test_trace_is_valid_chrome_trace_json(fixture: str, assert_tracks_named, req
     tracks: dict[tuple, list[dict]] = defaultdict(list)
     for e in _x_events(trace):
         tracks[(e["pid"], e["tid"])].append(e)
-    dlprof_tracks = {key: slices for key, slices in tracks.items() if any(e.get("cat") == schema.CATEGORY for e in slices)}
+    dlprof_tracks = {
+        key: slices for key, slices in tracks.items() if any(e.get("cat") == schema.CATEGORY for e in slices)
+    }
     assert dlprof_tracks
     for key, slices in dlprof_tracks.items():
         bad = _partial_overlaps(slices)

@@ -16,6 +16,7 @@ The consumer and the main process's CPU time are the unprofiled ones (reference 
 has them, and the run's own unprofiled step anchors the predictions of its regime. Over whole epochs,
 workers that are not persistent restart at every epoch boundary: measured there, else estimated.
 """
+
 from __future__ import annotations
 
 import math
@@ -57,7 +58,8 @@ class ModelInputs:
     worker_pss_mib: float | None
     available_ram_mib: float | None
     recorded_workers: int | None = None
-    #: The unprofiled step measured at ``recorded_workers`` (reference steps): predictions of that regime are anchored to it.
+    #: The unprofiled step measured at ``recorded_workers`` (reference steps): predictions of that regime are anchored
+    #: to it.
     measured_step_ms: float | None = None
     #: The main process's measured CPU already includes the hand-off (recorded with workers).
     cpu_includes_handoff: bool = True
@@ -108,8 +110,12 @@ def restart_ms(inputs: ModelInputs, num_workers: int) -> float:
         return max(0.0, epoch.restart_measured_ms + per_worker * (num_workers - inputs.recorded_workers))
     # Not seen: start-up and shut-down calibrated on this machine, the first batch made from scratch, and
     # what forking costs the training process's next steps (copy-on-write), measured by the fork probe.
-    return ((epoch.startup_fixed_ms or 0.0) + per_worker * num_workers + inputs.batches_per_step * inputs.batch_ms
-            + (epoch.fork_cost_ms or 0.0))  # fmt: skip
+    return (
+        (epoch.startup_fixed_ms or 0.0)
+        + per_worker * num_workers
+        + inputs.batches_per_step * inputs.batch_ms
+        + (epoch.fork_cost_ms or 0.0)
+    )
 
 
 def predict(inputs: ModelInputs, num_workers: int) -> Prediction:
@@ -139,7 +145,7 @@ def candidate_counts(inputs: ModelInputs) -> list[int]:
     upper = max(MIN_CANDIDATES, 2 * (inputs.usable_cores or 0))
     if inputs.consumer_ms > 0:
         upper = max(upper, math.ceil(inputs.batches_per_step * inputs.batch_ms / inputs.consumer_ms) + 1)
-    return list(range(0, min(upper, MAX_CANDIDATES) + 1))
+    return list(range(min(upper, MAX_CANDIDATES) + 1))
 
 
 def memory_limit(inputs: ModelInputs, budget_fraction: float) -> int | None:

@@ -1,14 +1,15 @@
 """Recommendations, each with the numbers from the run that justify it. Thresholds are named constants."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from dlprof.advice.model import EpochModel, ModelInputs, Prediction, candidate_counts, memory_limit, predict
-from dlprof.analysis.unprofiled import UnprofiledStats
-from dlprof.manifest import EPOCH_SETTLE_STEPS, Host, LoaderConfig, Manifest
 from dlprof.analysis.gpu import GpuStats
 from dlprof.analysis.loader import LoaderStats
 from dlprof.analysis.steps import StepBreakdown
+from dlprof.analysis.unprofiled import UnprofiledStats
+from dlprof.manifest import EPOCH_SETTLE_STEPS, Host, LoaderConfig, Manifest
 
 # Input-bound verdicts, from TensorFlow's input-pipeline analyser: share of step time waiting for input.
 HIGHLY_INPUT_BOUND_PCT = 20.0
@@ -59,8 +60,14 @@ def verdict_of(data_wait_pct: float) -> str:
 
 
 def _model_inputs(
-    steps: StepBreakdown, loader: LoaderStats | None, gpu: GpuStats | None, manifest: Manifest | None, batches_per_step: float,
-    loads_in_main: bool | None, unprofiled: UnprofiledStats | None, basis: list[str],
+    steps: StepBreakdown,
+    loader: LoaderStats | None,
+    gpu: GpuStats | None,
+    manifest: Manifest | None,
+    batches_per_step: float,
+    loads_in_main: bool | None,
+    unprofiled: UnprofiledStats | None,
+    basis: list[str],
 ) -> ModelInputs | None:
     host = manifest.host if manifest else None
     cores = host.usable_cores if host else None
@@ -72,7 +79,9 @@ def _model_inputs(
         # Ranks on one machine share its cores and RAM: each rank's workers get their share.
         cores = max(1, cores // sharing)
         ram_mib = ram_mib / sharing if ram_mib else ram_mib
-        basis.append(f"{sharing} ranks share this machine: {cores} usable core(s) and 1/{sharing} of the available RAM per rank")
+        basis.append(
+            f"{sharing} ranks share this machine: {cores} usable core(s) and 1/{sharing} of the available RAM per rank"
+        )
     if loader is not None:
         batch_ms = max(0.0, loader.batch.mean_ms - loader.batch_runq_ms_mean)
         batch_cpu_ms = loader.batch_cpu_ms_mean
@@ -88,9 +97,15 @@ def _model_inputs(
         batch_ms = (unprofiled.wait_ms if unprofiled else steps.categories["data_wait"].mean_ms) / batches_per_step
         batch_cpu_ms = batch_ms
         handoff = 0.0
-        basis.append("no worker spans: producer cost taken from the data wait, assumed to be all CPU (record with dlprof record to measure it)")
+        basis.append(
+            "no worker spans: producer cost taken from the data wait, assumed to be all CPU (record with dlprof record"
+            " to measure it)"
+        )
     else:
-        basis.append("no worker spans: what a batch costs to produce is unknown, so no num_workers can be predicted (record with dlprof record)")
+        basis.append(
+            "no worker spans: what a batch costs to produce is unknown, so no num_workers can be predicted (record with"
+            " dlprof record)"
+        )
         return None
     in_main = loader.batch_cpu_ms_mean * batches_per_step if (loader and loader.in_main_process) else 0.0
     measured = manifest.main_process_cpu if manifest else None
@@ -99,16 +114,21 @@ def _model_inputs(
         main_cpu_ms = max(0.0, unprofiled.cpu_ms - in_main)
         basis.append(
             f"consumer and main-process CPU time from {unprofiled.reference_steps} unprofiled reference steps "
-            f"(means): what your training does without dlprof"
+            "(means): what your training does without dlprof"
         )
     else:
         # The step without data wait, less the time the training thread waited for a core: how long the
         # consumer takes on its own; contention for cores is the CPU bound's to model.
         runq = measured.runq_ms_per_step if measured else 0.0
         consumer = max(0.0, steps.consumer_ms - runq)
-        basis.append("no unprofiled reference steps: predictions are of profiled steps, which the profiler slows (record with dlprof record)")
+        basis.append(
+            "no unprofiled reference steps: predictions are of profiled steps, which the profiler slows (record with"
+            " dlprof record)"
+        )
         if runq:
-            basis.append(f"the training thread waited {runq:.2f} ms per step for a core: left out of the consumer's time")
+            basis.append(
+                f"the training thread waited {runq:.2f} ms per step for a core: left out of the consumer's time"
+            )
         if measured:
             main_cpu_ms = max(0.0, measured.cpu_ms_per_step - in_main)
             basis.append("main process CPU time measured per step")
@@ -122,17 +142,26 @@ def _model_inputs(
     config = manifest.loader if manifest else None
     recorded = config.num_workers if config else (0 if loads_in_main else None)
     return ModelInputs(
-        consumer_ms=consumer, batches_per_step=batches_per_step, batch_ms=batch_ms, batch_cpu_ms=batch_cpu_ms,
-        handoff_ms=handoff, usable_cores=cores, main_cpu_ms=main_cpu_ms,
-        worker_pss_mib=sum(pss) / len(pss) if pss else None, available_ram_mib=ram_mib,
-        recorded_workers=recorded, measured_step_ms=unprofiled.step_ms if unprofiled else None,
-        cpu_includes_handoff=bool(recorded), epoch=_epoch_model(unprofiled, host, basis),
+        consumer_ms=consumer,
+        batches_per_step=batches_per_step,
+        batch_ms=batch_ms,
+        batch_cpu_ms=batch_cpu_ms,
+        handoff_ms=handoff,
+        usable_cores=cores,
+        main_cpu_ms=main_cpu_ms,
+        worker_pss_mib=sum(pss) / len(pss) if pss else None,
+        available_ram_mib=ram_mib,
+        recorded_workers=recorded,
+        measured_step_ms=unprofiled.step_ms if unprofiled else None,
+        cpu_includes_handoff=bool(recorded),
+        epoch=_epoch_model(unprofiled, host, basis),
         worker_send_ms=_worker_send_ms(loader, host, batches_per_step),
-    )  # fmt: skip
+    )
 
 
 def _worker_send_ms(loader: LoaderStats | None, host: Host | None, batches_per_step: float) -> float:
-    """Per step with workers: the workers' CPU to send batches (tensors moved to shared memory), from this machine's calibration."""
+    """Per step with workers: the workers' CPU to send batches (tensors moved to shared memory), from this machine's
+    calibration."""
     handoff = host.handoff if host else None
     tensors = loader.tensors_per_batch if loader else 0.0
     if handoff is None or handoff.worker_per_tensor_ms is None or not tensors:
@@ -147,23 +176,29 @@ def _epoch_model(unprofiled: UnprofiledStats | None, host: Host | None, basis: l
         return None
     startup = host.worker_startup if host else None
     if epoch.restart_ms is not None and epoch.num_workers and not epoch.persistent_workers:
-        basis.append(f"an epoch boundary (workers restarting) measured at {epoch.restart_ms:.0f} ms over {epoch.boundaries_measured} boundary(ies)")
+        basis.append(
+            f"an epoch boundary (workers restarting) measured at {epoch.restart_ms:.0f} ms over"
+            f" {epoch.boundaries_measured} boundary(ies)"
+        )
     elif not epoch.persistent_workers and epoch.fork_probe_ms is not None:
         basis.append(
-            f"worker restarts per epoch estimated from this machine's start-up calibration, the first batch, and the fork probe "
-            f"(forking once slowed the next {EPOCH_SETTLE_STEPS} steps by {epoch.fork_probe_ms:.0f} ms in all); dlprof sweep measures them"
+            "worker restarts per epoch estimated from this machine's start-up calibration, the first batch, and the"
+            f" fork probe (forking once slowed the next {EPOCH_SETTLE_STEPS} steps by {epoch.fork_probe_ms:.0f} ms in"
+            " all); dlprof sweep measures them"
         )
     elif not epoch.persistent_workers:
         basis.append(
-            "worker restarts per epoch estimated from this machine's start-up calibration and the first batch: a lower bound "
-            "(forking also slows the training process for a few steps after); dlprof sweep measures it"
+            "worker restarts per epoch estimated from this machine's start-up calibration and the first batch: a lower"
+            " bound (forking also slows the training process for a few steps after); dlprof sweep measures it"
         )
     return EpochModel(
-        steps_per_epoch=epoch.steps_per_epoch, persistent_workers=epoch.persistent_workers,
+        steps_per_epoch=epoch.steps_per_epoch,
+        persistent_workers=epoch.persistent_workers,
         restart_measured_ms=epoch.restart_ms if epoch.num_workers else None,
-        startup_fixed_ms=startup.fixed_ms if startup else None, startup_per_worker_ms=startup.per_worker_ms if startup else None,
+        startup_fixed_ms=startup.fixed_ms if startup else None,
+        startup_per_worker_ms=startup.per_worker_ms if startup else None,
         fork_cost_ms=epoch.fork_probe_ms,
-    )  # fmt: skip
+    )
 
 
 def _handoff_ms(loader: LoaderStats, host: Host | None, batches_per_step: float, basis: list[str]) -> float:
@@ -176,10 +211,16 @@ def _handoff_ms(loader: LoaderStats, host: Host | None, batches_per_step: float,
     calibration = host.handoff if host else None
     if calibration and loader.tensors_per_batch:
         per_batch = calibration.per_batch_ms + calibration.per_tensor_ms * loader.tensors_per_batch
-        basis.append(f"hand-off to the main process from this machine's calibration: {per_batch:.2f} ms per batch of {loader.tensors_per_batch:g} tensors")
+        basis.append(
+            f"hand-off to the main process from this machine's calibration: {per_batch:.2f} ms per batch of"
+            f" {loader.tensors_per_batch:g} tensors"
+        )
         return per_batch * batches_per_step
     if not loader.in_main_process and loader.wait:
-        basis.append(f"hand-off to the main process as measured in the run (under load, an upper bound): {loader.wait.ready_ms_mean:.2f} ms per step")
+        basis.append(
+            "hand-off to the main process as measured in the run (under load, an upper bound):"
+            f" {loader.wait.ready_ms_mean:.2f} ms per step"
+        )
         return loader.wait.ready_ms_mean
     basis.append("hand-off to the main process unknown: predictions with workers leave it out")
     return 0.0
@@ -205,13 +246,22 @@ def _choose(inputs: ModelInputs, predicted: list[Prediction], cpu_bound_loading:
                 return chosen.num_workers, name
     steady_best = min(allowed, key=lambda p: p.step_ms)
     if chosen.epoch_steps_per_s is not None and steady_best.steps_per_s > chosen.steps_per_s * (1 + WITHIN_BEST):
-        return chosen.num_workers, "worker restarts"  # more workers would be faster inside an epoch, not over whole ones
+        return (
+            chosen.num_workers,
+            "worker restarts",
+        )  # more workers would be faster inside an epoch, not over whole ones
     return chosen.num_workers, chosen.bound
 
 
 def advise(
-    steps: StepBreakdown, loader: LoaderStats | None, gpu: GpuStats | None, manifest: Manifest | None, batches_per_step: float,
-    loads_in_main: bool | None, unprofiled: UnprofiledStats | None = None, manifest_problems: tuple[str, ...] = (),
+    steps: StepBreakdown,
+    loader: LoaderStats | None,
+    gpu: GpuStats | None,
+    manifest: Manifest | None,
+    batches_per_step: float,
+    loads_in_main: bool | None,
+    unprofiled: UnprofiledStats | None = None,
+    manifest_problems: tuple[str, ...] = (),
 ) -> Advice:
     """Recommend DataLoader settings for the run behind these statistics.
 
@@ -224,19 +274,22 @@ def advise(
     basis += manifest_problems
     evidence: list[str] = []
     if len(steps.steps) < MIN_STEPS_FOR_PERCENTILES:
-        basis.append(f"only {len(steps.steps)} step(s) recorded: p50/p90 say little; record more (dlprof record --active 20)")
+        basis.append(
+            f"only {len(steps.steps)} step(s) recorded: p50/p90 say little; record more (dlprof record --active 20)"
+        )
     loader_config = manifest.loader if manifest else None
     step_ms, wait = steps.step.mean_ms, steps.categories["data_wait"]
     verdict = verdict_of(steps.data_wait_pct)
     evidence.append(
-        f"data wait {wait.mean_ms:.2f} ms of a {step_ms:.2f} ms step ({steps.data_wait_pct:.1f} %): "
-        f"{verdict} input-bound (HIGHLY > {HIGHLY_INPUT_BOUND_PCT:g} %, MODERATELY {MODERATELY_INPUT_BOUND_PCT:g}-{HIGHLY_INPUT_BOUND_PCT:g} %)"
+        f"data wait {wait.mean_ms:.2f} ms of a {step_ms:.2f} ms step ({steps.data_wait_pct:.1f} %): {verdict}"
+        f" input-bound (HIGHLY > {HIGHLY_INPUT_BOUND_PCT:g} %, MODERATELY"
+        f" {MODERATELY_INPUT_BOUND_PCT:g}-{HIGHLY_INPUT_BOUND_PCT:g} %)"
     )
     if unprofiled is not None and unprofiled.overhead_pct is not None:
         evidence.append(
-            f"profiling made steps {unprofiled.overhead_pct:.0f} % slower: {unprofiled.profiled_step_ms:.2f} ms profiled vs "
-            f"{unprofiled.step_ms_p50:.2f} ms unprofiled (medians over {unprofiled.profiled_steps} and {unprofiled.reference_steps} steps); "
-            "predictions are of the unprofiled training"
+            f"profiling made steps {unprofiled.overhead_pct:.0f} % slower: {unprofiled.profiled_step_ms:.2f} ms"
+            f" profiled vs {unprofiled.step_ms_p50:.2f} ms unprofiled (medians over {unprofiled.profiled_steps} and"
+            f" {unprofiled.reference_steps} steps); predictions are of the unprofiled training"
         )
     inputs = _model_inputs(steps, loader, gpu, manifest, batches_per_step, loads_in_main, unprofiled, basis)
     predicted: list[Prediction] = []
@@ -246,29 +299,38 @@ def advise(
         cpu_bound = loader.bound == "cpu" if loader else True
         num_workers, bound = _choose(inputs, predicted, cpu_bound)
         evidence.append(
-            f"a batch costs {inputs.batch_ms:.2f} ms to produce ({inputs.batch_cpu_ms:.2f} ms CPU), "
-            f"{inputs.batches_per_step:g} per step; the step itself (without data wait or waiting for a core) is {inputs.consumer_ms:.2f} ms"
+            f"a batch costs {inputs.batch_ms:.2f} ms to produce ({inputs.batch_cpu_ms:.2f} ms CPU),"
+            f" {inputs.batches_per_step:g} per step; the step itself (without data wait or waiting for a core) is"
+            f" {inputs.consumer_ms:.2f} ms"
         )
         chosen = predicted[num_workers]
-        over = f", {chosen.epoch_steps_per_s:.2f} steps/s over whole epochs" if chosen.epoch_steps_per_s is not None else ""
+        over = (
+            f", {chosen.epoch_steps_per_s:.2f} steps/s over whole epochs"
+            if chosen.epoch_steps_per_s is not None
+            else ""
+        )
         evidence.append(
-            f"num_workers={num_workers}: predicted {chosen.step_ms:.2f} ms/step ({chosen.steps_per_s:.2f} steps/s{over}), "
-            f"within {WITHIN_BEST:.0%} of the best prediction; bound by {bound}"
+            f"num_workers={num_workers}: predicted {chosen.step_ms:.2f} ms/step ({chosen.steps_per_s:.2f}"
+            f" steps/s{over}), within {WITHIN_BEST:.0%} of the best prediction; bound by {bound}"
         )
         if inputs.handoff_ms > 0:
-            evidence.append(f"receiving batches from workers costs the main process {inputs.handoff_ms:.2f} ms per step (hand-off)")
+            evidence.append(
+                f"receiving batches from workers costs the main process {inputs.handoff_ms:.2f} ms per step (hand-off)"
+            )
         if inputs.usable_cores:
-            evidence.append(f"{inputs.usable_cores} usable cores; main process needs ~{inputs.main_cpu_ms:.1f} core-ms per step")
+            evidence.append(
+                f"{inputs.usable_cores} usable cores; main process needs ~{inputs.main_cpu_ms:.1f} core-ms per step"
+            )
         recorded = loader_config.num_workers if loader_config else None
         if recorded is not None and recorded > num_workers and recorded < len(predicted):
             evidence.append(
-                f"num_workers={recorded} (as recorded) is predicted at {predicted[recorded].effective_steps_per_s:.2f} steps/s: "
-                f"the {recorded - num_workers} extra worker(s) buy nothing and cost memory and CPU"
+                f"num_workers={recorded} (as recorded) is predicted at {predicted[recorded].effective_steps_per_s:.2f}"
+                f" steps/s: the {recorded - num_workers} extra worker(s) buy nothing and cost memory and CPU"
             )
     if loader is not None:
         evidence.append(
-            f"per batch: fetch {loader.fetch.mean_ms:.2f} ms, tokenizer {loader.tokenize.mean_ms:.2f} ms, collate {loader.collate.mean_ms:.2f} ms "
-            f"(CPU/wall {loader.cpu_fraction:.2f}: {loader.bound}-bound)"
+            f"per batch: fetch {loader.fetch.mean_ms:.2f} ms, tokenizer {loader.tokenize.mean_ms:.2f} ms, collate"
+            f" {loader.collate.mean_ms:.2f} ms (CPU/wall {loader.cpu_fraction:.2f}: {loader.bound}-bound)"
         )
     pin_memory = _pin_memory(gpu, loader_config, evidence)
     prefetch = _prefetch_factor(steps, inputs, num_workers, evidence)
@@ -276,21 +338,32 @@ def advise(
     if bound == "worker restarts":
         steady_best = min(predicted, key=lambda p: p.step_ms)
         evidence.append(
-            f"restarting workers at every epoch costs more than they save: with persistent_workers=True, "
+            "restarting workers at every epoch costs more than they save: with persistent_workers=True, "
             f"num_workers={steady_best.num_workers} is predicted at {steady_best.steps_per_s:.2f} steps/s"
         )
-    if loader is not None and loader.batch.mean_ms > 0 and 100 * loader.tokenize.mean_ms / loader.batch.mean_ms > TOKENIZER_DOMINANT_PCT:
+    if (
+        loader is not None
+        and loader.batch.mean_ms > 0
+        and 100 * loader.tokenize.mean_ms / loader.batch.mean_ms > TOKENIZER_DOMINANT_PCT
+    ):
         evidence.append(
-            f"the tokenizer takes {loader.tokenize.mean_ms:.2f} of {loader.batch.mean_ms:.2f} ms per batch "
-            f"({100 * loader.tokenize.mean_ms / loader.batch.mean_ms:.0f} %): pre-tokenize the dataset once (e.g. datasets.map) and load token ids"
+            f"the tokenizer takes {loader.tokenize.mean_ms:.2f} of {loader.batch.mean_ms:.2f} ms per batch"
+            f" ({100 * loader.tokenize.mean_ms / loader.batch.mean_ms:.0f} %): pre-tokenize the dataset once (e.g."
+            " datasets.map) and load token ids"
         )
     arguments = trainer_arguments(loader_config, num_workers, pin_memory, prefetch, persistent)
     return Advice(verdict, num_workers, pin_memory, prefetch, persistent, bound, predicted, evidence, basis, arguments)
 
 
-def trainer_arguments(config: LoaderConfig | None, num_workers: int | None, pin_memory: bool | None, prefetch_factor: int | None,
-                      persistent_workers: bool | None) -> str | None:  # fmt: skip
-    """The advice as the ``TrainingArguments`` to set, for a DataLoader a training framework created (``config.created_by``).
+def trainer_arguments(
+    config: LoaderConfig | None,
+    num_workers: int | None,
+    pin_memory: bool | None,
+    prefetch_factor: int | None,
+    persistent_workers: bool | None,
+) -> str | None:
+    """The advice as the ``TrainingArguments`` to set, for a DataLoader a training framework created
+    (``config.created_by``).
 
     Hugging Face's Trainer builds its DataLoader from ``--dataloader_num_workers``, ``--dataloader_pin_memory``,
     ``--dataloader_persistent_workers`` and ``--dataloader_prefetch_factor``; ms-swift and LLaMA-Factory
@@ -321,31 +394,40 @@ def _pin_memory(gpu: GpuStats | None, config: LoaderConfig | None, evidence: lis
         return None
     if gpu.h2d_pageable_copies:
         evidence.append(
-            f"{gpu.h2d_pageable_copies} of {gpu.h2d_copies} host-to-device copies are from pageable memory "
-            f"({gpu.h2d.mean_ms:.2f} ms, {gpu.h2d_mib_per_step:.1f} MiB per step): pin_memory=True makes them asynchronous and faster"
+            f"{gpu.h2d_pageable_copies} of {gpu.h2d_copies} host-to-device copies are from pageable memory"
+            f" ({gpu.h2d.mean_ms:.2f} ms, {gpu.h2d_mib_per_step:.1f} MiB per step): pin_memory=True makes them"
+            " asynchronous and faster"
         )
         return True
     return True if gpu.h2d_pinned_copies else None
 
 
-def _prefetch_factor(steps: StepBreakdown, inputs: ModelInputs | None, num_workers: int | None, evidence: list[str]) -> int | None:
+def _prefetch_factor(
+    steps: StepBreakdown, inputs: ModelInputs | None, num_workers: int | None, evidence: list[str]
+) -> int | None:
     wait = steps.categories["data_wait"]
     if not num_workers or inputs is None or wait.mean_ms <= 0:
         return None
     supply_ok = inputs.batches_per_step * inputs.batch_ms / num_workers <= inputs.consumer_ms
-    bursty = wait.p90_ms >= BURSTY_P90_OVER_MEAN * wait.mean_ms and 100 * wait.p90_ms / steps.step.mean_ms >= BURSTY_P90_PCT
+    bursty = (
+        wait.p90_ms >= BURSTY_P90_OVER_MEAN * wait.mean_ms and 100 * wait.p90_ms / steps.step.mean_ms >= BURSTY_P90_PCT
+    )
     if supply_ok and bursty:
         evidence.append(
-            f"waits are bursty (p90 {wait.p90_ms:.2f} ms vs mean {wait.mean_ms:.2f} ms) although supply keeps up on average: "
-            f"prefetch_factor={BURSTY_PREFETCH_FACTOR} buffers more batches per worker"
+            f"waits are bursty (p90 {wait.p90_ms:.2f} ms vs mean {wait.mean_ms:.2f} ms) although supply keeps up on"
+            f" average: prefetch_factor={BURSTY_PREFETCH_FACTOR} buffers more batches per worker"
         )
         return BURSTY_PREFETCH_FACTOR
     return None
 
 
 def _persistent_workers(
-    manifest: Manifest | None, config: LoaderConfig | None, inputs: ModelInputs | None, predicted: list[Prediction],
-    num_workers: int | None, evidence: list[str],
+    manifest: Manifest | None,
+    config: LoaderConfig | None,
+    inputs: ModelInputs | None,
+    predicted: list[Prediction],
+    num_workers: int | None,
+    evidence: list[str],
 ) -> bool | None:
     """persistent_workers=True when workers restart every epoch and that costs measurable time."""
     if not num_workers or config is None or config.persistent_workers is not False:
@@ -357,17 +439,22 @@ def _persistent_workers(
             return None
         how = "measured" if inputs.epoch.restart_measured_ms is not None else "estimated"
         evidence.append(
-            f"workers restart at every epoch ({inputs.epoch.steps_per_epoch:g} steps): {chosen.restart_ms:.0f} ms per restart ({how}) "
-            f"makes training {loss_pct:.1f} % slower over whole epochs ({chosen.epoch_steps_per_s:.2f} instead of {chosen.steps_per_s:.2f} steps/s); "
-            "persistent_workers=True keeps them"
+            f"workers restart at every epoch ({inputs.epoch.steps_per_epoch:g} steps): {chosen.restart_ms:.0f} ms per"
+            f" restart ({how}) makes training {loss_pct:.1f} % slower over whole epochs ({chosen.epoch_steps_per_s:.2f}"
+            f" instead of {chosen.steps_per_s:.2f} steps/s); persistent_workers=True keeps them"
         )
         return True
     starts = manifest.workers if manifest else ()
     epochs = {w.epoch for w in starts}
     if len(epochs) > 1:
-        evidence.append(f"workers were started {len(starts)} times over {len(epochs)} epochs: persistent_workers=True keeps them")
+        evidence.append(
+            f"workers were started {len(starts)} times over {len(epochs)} epochs: persistent_workers=True keeps them"
+        )
         return True
     if config.iterations > 1:
-        evidence.append(f"the loader was iterated {config.iterations} times, restarting its workers each time: persistent_workers=True keeps them")
+        evidence.append(
+            f"the loader was iterated {config.iterations} times, restarting its workers each time:"
+            " persistent_workers=True keeps them"
+        )
         return True
     return None

@@ -10,6 +10,7 @@ Busy: any kernel, memcpy or memset on any stream. Each idle gap inside a step is
 Computed on the raw events, so it works without HTA; HTA's idle-time breakdown is optional and goes
 through :mod:`dlprof.analysis.hta_adapter`.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -56,7 +57,9 @@ def gpu_stats(run: TraceRun) -> GpuStats | None:
     busy_timeline = Timeline((g.start_us, g.end_us) for g in run.gpu)
     h2d_timeline = Timeline((g.start_us, g.end_us) for g in run.gpu if g.h2d)
     waiting = Timeline((c.start_us, c.end_us) for c in run.next_calls)
-    launch_by_correlation = {l.correlation: l.start_us for l in run.launches if l.correlation is not None}
+    launch_by_correlation = {
+        launch.correlation: launch.start_us for launch in run.launches if launch.correlation is not None
+    }
     gpu_starts = [g.start_us for g in run.gpu]
     steps = []
     for step in run.steps:
@@ -78,18 +81,29 @@ def gpu_stats(run: TraceRun) -> GpuStats | None:
         idle = total(gaps)
         steps.append(
             GpuStep(
-                number=step.number, busy_ms=total(busy) / 1000, idle_ms=idle / 1000, idle_data_ms=total(data) / 1000,
-                idle_launch_ms=total(launch_wait) / 1000, idle_other_ms=(idle - total(data) - total(launch_wait)) / 1000,
+                number=step.number,
+                busy_ms=total(busy) / 1000,
+                idle_ms=idle / 1000,
+                idle_data_ms=total(data) / 1000,
+                idle_launch_ms=total(launch_wait) / 1000,
+                idle_other_ms=(idle - total(data) - total(launch_wait)) / 1000,
                 h2d_ms=total(h2d_timeline.clip(lo, hi)) / 1000,
             )
-        )  # fmt: skip
+        )
     h2d = [g for g in run.gpu if g.h2d and run.steps[0].start_us <= g.start_us < run.steps[-1].end_us]
     step_total = sum(s.busy_ms + s.idle_ms for s in steps)
-    of = lambda attr: Summary.of([getattr(s, attr) for s in steps])  # noqa: E731
+    of = lambda attr: Summary.of([getattr(s, attr) for s in steps])
     return GpuStats(
-        steps=steps, busy=of("busy_ms"), idle=of("idle_ms"), idle_data=of("idle_data_ms"), idle_launch=of("idle_launch_ms"),
-        idle_other=of("idle_other_ms"), h2d=of("h2d_ms"),
+        steps=steps,
+        busy=of("busy_ms"),
+        idle=of("idle_ms"),
+        idle_data=of("idle_data_ms"),
+        idle_launch=of("idle_launch_ms"),
+        idle_other=of("idle_other_ms"),
+        h2d=of("h2d_ms"),
         busy_pct=100 * sum(s.busy_ms for s in steps) / step_total if step_total else 0.0,
-        h2d_copies=len(h2d), h2d_pageable_copies=sum(1 for g in h2d if not g.pinned), h2d_pinned_copies=sum(1 for g in h2d if g.pinned),
+        h2d_copies=len(h2d),
+        h2d_pageable_copies=sum(1 for g in h2d if not g.pinned),
+        h2d_pinned_copies=sum(1 for g in h2d if g.pinned),
         h2d_mib_per_step=sum(g.bytes for g in h2d) / 2**20 / len(steps),
-    )  # fmt: skip
+    )

@@ -1,8 +1,9 @@
 """Arithmetic on sets of time intervals ``[(start, end), ...]`` in µs."""
+
 from __future__ import annotations
 
 import bisect
-from typing import Iterable
+from collections.abc import Iterable
 
 Intervals = list[tuple[float, float]]
 

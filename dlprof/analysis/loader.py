@@ -4,6 +4,7 @@ Per batch: wall and CPU time of the dataset fetch (tokenizer calls excluded), of
 and of ``collate_fn``. CPU time against wall time tells CPU-bound loading (more workers than free
 cores will not help) from loading that waits (I/O, sleeps, locks: workers can exceed cores).
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -48,7 +49,8 @@ class WorkerStats:
     batches: int
     batch_ms_mean: float
     cpu_ms_mean: float
-    #: Batches per second this worker can produce when it never waits for a free slot (None: its batches took no measurable time).
+    #: Batches per second this worker can produce when it never waits for a free slot (None: its batches took no
+    #: measurable time).
     capacity_per_s: float | None
     pss_mib_last: float | None
     pss_growth_mib_per_min: float | None
@@ -109,21 +111,27 @@ def _batch_costs(spans: list[LoaderSpan]) -> list[BatchCost]:
         tokens = named.get(schema.SPAN_TOKENIZER, [])
         tok_in_fetch = [t for t in tokens if _inside(t, fetch)]
         tok_in_collate = [t for t in tokens if _inside(t, collate)]
-        wall = lambda ts: sum(t.dur_us for t in ts) / 1000  # noqa: E731
-        cpu = lambda ts: sum(t.cpu_us for t in ts) / 1000  # noqa: E731
+        wall = lambda ts: sum(t.dur_us for t in ts) / 1000
+        cpu = lambda ts: sum(t.cpu_us for t in ts) / 1000
         costs.append(
             BatchCost(
-                batch=key, worker=whole.worker, pid=pid, end_us=whole.end_us,
-                wall_ms=whole.dur_us / 1000, cpu_ms=whole.cpu_us / 1000, runq_ms=whole.runq_us / 1000,
+                batch=key,
+                worker=whole.worker,
+                pid=pid,
+                end_us=whole.end_us,
+                wall_ms=whole.dur_us / 1000,
+                cpu_ms=whole.cpu_us / 1000,
+                runq_ms=whole.runq_us / 1000,
                 # Clamped: overlapping or repeated tokenizer spans can sum to more than the stage holding them.
                 fetch_ms=max(0.0, fetch.dur_us / 1000 - wall(tok_in_fetch)) if fetch else 0.0,
                 fetch_cpu_ms=max(0.0, fetch.cpu_us / 1000 - cpu(tok_in_fetch)) if fetch else 0.0,
-                tokenize_ms=wall(tokens), tokenize_cpu_ms=cpu(tokens),
+                tokenize_ms=wall(tokens),
+                tokenize_cpu_ms=cpu(tokens),
                 collate_ms=max(0.0, collate.dur_us / 1000 - wall(tok_in_collate)) if collate else 0.0,
                 collate_cpu_ms=max(0.0, collate.cpu_us / 1000 - cpu(tok_in_collate)) if collate else 0.0,
                 tensors=collate.tensors if collate else 0,
             )
-        )  # fmt: skip
+        )
     return sorted(costs, key=lambda c: c.end_us)
 
 
@@ -179,17 +187,21 @@ def loader_stats(run: TraceRun) -> LoaderStats | None:
         pss = memory.get(pid, (None, None))
         workers.append(
             WorkerStats(
-                worker=mine[0].worker, pid=pid, batches=len(mine), batch_ms_mean=mean_ms,
+                worker=mine[0].worker,
+                pid=pid,
+                batches=len(mine),
+                batch_ms_mean=mean_ms,
                 cpu_ms_mean=sum(c.cpu_ms for c in mine) / len(mine),
                 capacity_per_s=1000 / mean_ms if mean_ms > 0 else None,
-                pss_mib_last=pss[0], pss_growth_mib_per_min=pss[1],
+                pss_mib_last=pss[0],
+                pss_growth_mib_per_min=pss[1],
             )
-        )  # fmt: skip
+        )
     # Time spent waiting for a core is neither work nor I/O: leave it out of the fraction.
     wall = sum(c.wall_ms - c.runq_ms for c in costs)
     cpu_fraction = min(1.0, sum(c.cpu_ms for c in costs) / wall) if wall > 0 else 0.0
     bound = "cpu" if cpu_fraction >= CPU_BOUND_FRACTION else "io" if cpu_fraction <= IO_BOUND_FRACTION else "mixed"
-    mean = lambda attr: sum(getattr(c, attr) for c in costs) / len(costs)  # noqa: E731
+    mean = lambda attr: sum(getattr(c, attr) for c in costs) / len(costs)
     return LoaderStats(
         batches=costs,
         batch=Summary.of([c.wall_ms for c in costs]),

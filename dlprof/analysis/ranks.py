@@ -7,6 +7,7 @@ collectives and the rest, its *own* work; the rank with the most own work per st
 others wait for, and what each other rank spends in collectives beyond that rank's own collective
 time is waiting for it.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -76,10 +77,14 @@ def collective_ms_per_step(run: TraceRun) -> tuple[float, list[str]]:
     return total_us / 1000 / len(run.steps), sorted(by_kind, key=by_kind.get, reverse=True)
 
 
-def rank_stats(run: TraceRun, steps: StepBreakdown, loader: LoaderStats | None, unprofiled_step_ms: float | None) -> RankStats:
+def rank_stats(
+    run: TraceRun, steps: StepBreakdown, loader: LoaderStats | None, unprofiled_step_ms: float | None
+) -> RankStats:
     """One rank's row."""
     collective_ms, kinds = collective_ms_per_step(run)
-    workers = [w.pss_mib_last for w in (loader.workers if loader else []) if w.worker >= 0 and w.pss_mib_last is not None]
+    workers = [
+        w.pss_mib_last for w in (loader.workers if loader else []) if w.worker >= 0 and w.pss_mib_last is not None
+    ]
     config = run.manifest.loader if run.manifest else None
     return RankStats(
         rank=run.rank if run.rank is not None else 0,

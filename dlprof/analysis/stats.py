@@ -1,8 +1,9 @@
 """Summary statistics with units in the field names."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -25,5 +26,5 @@ class Summary:
     p90_ms: float
 
     @classmethod
-    def of(cls, values_ms: Sequence[float]) -> "Summary":
+    def of(cls, values_ms: Sequence[float]) -> Summary:
         return cls(sum(values_ms) / len(values_ms), percentile(values_ms, 50), percentile(values_ms, 90))

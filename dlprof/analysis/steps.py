@@ -12,6 +12,7 @@ As the PyTorch TensorBoard plugin did, a microsecond that several things claim g
 
 The categories never overlap and add up to the step time.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -70,7 +71,9 @@ class Segment:
     end_us: float
 
 
-def _assign(lo: float, hi: float, claims: list[tuple[str, Timeline]], backward: Timeline, host: Timeline) -> dict[str, list[tuple[float, float]]]:
+def _assign(
+    lo: float, hi: float, claims: list[tuple[str, Timeline]], backward: Timeline, host: Timeline
+) -> dict[str, list[tuple[float, float]]]:
     """The intervals of ``[lo, hi)`` each category gets, by priority."""
     remaining = [(lo, hi)]
     taken: dict[str, list[tuple[float, float]]] = {}
@@ -86,17 +89,25 @@ def _assign(lo: float, hi: float, claims: list[tuple[str, Timeline]], backward: 
     return taken
 
 
-def _timelines(run: TraceRun, lo: float = float("-inf"), hi: float = float("inf")) -> tuple[list[tuple[str, Timeline]], Timeline, Timeline]:
+def _timelines(
+    run: TraceRun, lo: float = float("-inf"), hi: float = float("inf")
+) -> tuple[list[tuple[str, Timeline]], Timeline, Timeline]:
     """The claiming timelines, built from the events that overlap ``[lo, hi]`` only."""
-    near = lambda spans: [(s.start_us, s.end_us) for s in spans if s.end_us > lo and s.start_us < hi]  # noqa: E731
-    claims = [("data_wait", Timeline(near(run.next_calls))), ("h2d", Timeline(near(run.h2d_host))), ("optimizer", Timeline(near(run.optimizer)))]
+    near = lambda spans: [(s.start_us, s.end_us) for s in spans if s.end_us > lo and s.start_us < hi]
+    claims = [
+        ("data_wait", Timeline(near(run.next_calls))),
+        ("h2d", Timeline(near(run.h2d_host))),
+        ("optimizer", Timeline(near(run.optimizer))),
+    ]
     return claims, Timeline(near(run.backward)), Timeline(near(run.host_ops))
 
 
 def step_segments(run: TraceRun, first: int, count: int) -> list[Segment]:
     """Category segments of ``count`` consecutive steps from step index ``first``, in time order."""
     shown = run.steps[first : first + count]
-    claims, backward, host = _timelines(run, shown[0].start_us, shown[-1].end_us)  # a few steps need only their own events
+    claims, backward, host = _timelines(
+        run, shown[0].start_us, shown[-1].end_us
+    )  # a few steps need only their own events
     segments = []
     for step in shown:
         for category, intervals in _assign(step.start_us, step.end_us, claims, backward, host).items():
@@ -113,7 +124,9 @@ def segments_between(run: TraceRun, lo_us: float, hi_us: float) -> list[Segment]
     segments = []
     for step in shown:
         for category, intervals in _assign(step.start_us, step.end_us, claims, backward, host).items():
-            segments += [Segment(category, max(s, lo_us), min(e, hi_us)) for s, e in intervals if e > lo_us and s < hi_us]
+            segments += [
+                Segment(category, max(s, lo_us), min(e, hi_us)) for s, e in intervals if e > lo_us and s < hi_us
+            ]
     return sorted(segments, key=lambda g: g.start_us)
 
 
@@ -133,7 +146,14 @@ def step_breakdown(run: TraceRun) -> StepBreakdown:
     for step in run.steps:
         taken = _assign(step.start_us, step.end_us, claims, backward, host)
         spent = {c: total(taken[c]) / 1000 for c in CATEGORIES}
-        steps.append(StepTime(step.number, step.start_us, (step.end_us - step.start_us) / 1000, **{f"{c}_ms": spent[c] for c in CATEGORIES}))
+        steps.append(
+            StepTime(
+                step.number,
+                step.start_us,
+                (step.end_us - step.start_us) / 1000,
+                **{f"{c}_ms": spent[c] for c in CATEGORIES},
+            )
+        )
     return StepBreakdown(
         steps=steps,
         step=Summary.of([s.step_ms for s in steps]),

@@ -9,12 +9,14 @@ Throughput is total time over steps, so the speed and the consumer's time are me
 reference steps (with variable-length batches a long sequence is part of the real speed, not noise);
 the profiler's overhead compares medians, so that one slow step on either side does not move it.
 """
+
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
 
 from dlprof.manifest import EPOCH_SETTLE_STEPS, PHASE_AFTER, PHASE_PROFILED, LoaderConfig, Manifest, StepClock
+
 #: Fewer reference steps than this make the unprofiled speed unreliable.
 MIN_REFERENCE_STEPS = 5
 
@@ -39,7 +41,8 @@ class EpochStats:
 
 @dataclass(frozen=True)
 class UnprofiledStats:
-    """Unprofiled steps (after the window) against profiled ones, from the step clock (ms; means, but the ``_p50`` fields)."""
+    """Unprofiled steps (after the window) against profiled ones, from the step clock (ms; means, but the ``_p50``
+    fields)."""
 
     reference_steps: int
     step_ms: float
@@ -96,7 +99,7 @@ def _settling(flags: tuple[bool, ...]) -> set[int]:
 def _whole_epochs(clock: StepClock) -> range | None:
     """The epochs timed whole and unprofiled: from the first epoch start after the window to the last one."""
     starts = [i for i, started in enumerate(clock.epoch_start) if started and clock.phase[i] == PHASE_AFTER]
-    while len(starts) >= 2 and any(clock.fork_probe[starts[0]:starts[-1]]):
+    while len(starts) >= 2 and any(clock.fork_probe[starts[0] : starts[-1]]):
         starts.pop(0)  # the fork probe's steps are not the training's own
     return range(starts[0], starts[-1]) if len(starts) >= 2 else None
 
@@ -109,9 +112,16 @@ def _excess_ms(clock: StepClock, start: int, baseline_ms: float) -> float | None
     return max(0.0, sum(clock.wall_ms[j] - baseline_ms for j in span))
 
 
-def _epoch_stats(clock: StepClock, loader: LoaderConfig, batches_per_step: float, profiled: list[float], steady_ms: float,
-                 whole: range | None) -> EpochStats:  # fmt: skip
-    """``profiled``: the profiled steps' wall times, settling steps left out; ``steady_ms``: the unprofiled mean step."""
+def _epoch_stats(
+    clock: StepClock,
+    loader: LoaderConfig,
+    batches_per_step: float,
+    profiled: list[float],
+    steady_ms: float,
+    whole: range | None,
+) -> EpochStats:
+    """``profiled``: the profiled steps' wall times, settling steps left out; ``steady_ms``: the unprofiled mean
+    step."""
     restarts = []
     # Boundaries after start-up, against their phase's mean step (a mean: long batches among the settling
     # steps are no excess on average). The whole epochs' own boundaries, when there are some, are the ones to use.
@@ -122,7 +132,9 @@ def _epoch_stats(clock: StepClock, loader: LoaderConfig, batches_per_step: float
             extra = _excess_ms(clock, i, steady_ms)
         elif phase == PHASE_PROFILED and profiled:
             extra = _excess_ms(clock, i, statistics.fmean(profiled))
-            extra = None if extra is None else extra * steady_ms / statistics.fmean(profiled)  # the profiler slowed these too
+            extra = (
+                None if extra is None else extra * steady_ms / statistics.fmean(profiled)
+            )  # the profiler slowed these too
         else:
             continue
         if extra is not None:
@@ -139,7 +151,9 @@ def _epoch_stats(clock: StepClock, loader: LoaderConfig, batches_per_step: float
         boundaries_measured=len(restarts),
         first_batch_ms=statistics.median(firsts) if firsts else None,
         end_ms=statistics.median(ends) if ends else None,
-        whole_epoch_steps_per_s=1000 * len(whole) / sum(clock.wall_ms[whole.start:whole.stop]) if whole is not None else None,
+        whole_epoch_steps_per_s=(
+            1000 * len(whole) / sum(clock.wall_ms[whole.start : whole.stop]) if whole is not None else None
+        ),
         fork_probe_ms=fork_probe,
     )
 
@@ -161,13 +175,23 @@ def unprofiled_stats(manifest: Manifest | None, batches_per_step: float) -> Unpr
     if len(after) < MIN_REFERENCE_STEPS or statistics.median(clock.wall_ms[i] for i in after) <= 0:
         return None
     profiled = [clock.wall_ms[i] for i, p in enumerate(clock.phase) if p == PHASE_PROFILED and i not in near]
-    mean = lambda column: statistics.fmean(column[i] for i in after)  # noqa: E731
+    mean = lambda column: statistics.fmean(column[i] for i in after)
     consumer = statistics.fmean(max(0.0, clock.wall_ms[i] - clock.wait_ms[i] - clock.runq_ms[i]) for i in after)
     steady_ms = mean(clock.wall_ms)
-    epoch = _epoch_stats(clock, manifest.loader, batches_per_step, profiled, steady_ms, whole) if manifest.loader is not None else None
+    epoch = (
+        _epoch_stats(clock, manifest.loader, batches_per_step, profiled, steady_ms, whole)
+        if manifest.loader is not None
+        else None
+    )
     return UnprofiledStats(
-        reference_steps=len(after), step_ms=steady_ms, profiled_steps=len(profiled),
+        reference_steps=len(after),
+        step_ms=steady_ms,
+        profiled_steps=len(profiled),
         step_ms_p50=statistics.median(clock.wall_ms[i] for i in after),
-        profiled_step_ms=statistics.median(profiled) if profiled else None, consumer_ms=consumer, wait_ms=mean(clock.wait_ms),
-        cpu_ms=mean(clock.cpu_ms), runq_ms=mean(clock.runq_ms), epoch=epoch,
-    )  # fmt: skip
+        profiled_step_ms=statistics.median(profiled) if profiled else None,
+        consumer_ms=consumer,
+        wait_ms=mean(clock.wait_ms),
+        cpu_ms=mean(clock.cpu_ms),
+        runq_ms=mean(clock.runq_ms),
+        epoch=epoch,
+    )

@@ -9,6 +9,7 @@ and more per tensor on a small VM, and a run recorded with ``num_workers=0`` can
 main process times ``__next__`` on batches that are already waiting, for batches of 1 and of
 :data:`MANY_TENSORS` tensors.
 """
+
 from __future__ import annotations
 
 import multiprocessing
@@ -47,11 +48,17 @@ def _process_cpu_ms(pid: int) -> float:
 
 
 def _ready_next_ms(tensors: int) -> tuple[float, float]:
-    """The main process's cost of receiving a ready batch of ``tensors`` tensors, and the worker's CPU per batch sent."""
+    """The main process's cost of receiving a ready batch of ``tensors`` tensors, and the worker's CPU per batch
+    sent."""
     context = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
     loader = DataLoader(
-        _Tensors(tensors), batch_size=None, num_workers=1, prefetch_factor=TIMED_BATCHES + 2, multiprocessing_context=context,
-        timeout=WORKER_TIMEOUT_S, sampler=range(2 * TIMED_BATCHES + 4),
+        _Tensors(tensors),
+        batch_size=None,
+        num_workers=1,
+        prefetch_factor=TIMED_BATCHES + 2,
+        multiprocessing_context=context,
+        timeout=WORKER_TIMEOUT_S,
+        sampler=range(2 * TIMED_BATCHES + 4),
     )
     iterator = iter(loader)
     next(iterator)  # the worker is up
@@ -83,7 +90,12 @@ def measure_handoff() -> dict | None:
         return None
     per_batch, per_tensor = _per_batch_and_tensor(one, many)
     worker_per_batch, worker_per_tensor = _per_batch_and_tensor(one_sent, many_sent)
-    return {"per_batch_ms": per_batch, "per_tensor_ms": per_tensor, "worker_per_batch_ms": worker_per_batch, "worker_per_tensor_ms": worker_per_tensor}
+    return {
+        "per_batch_ms": per_batch,
+        "per_tensor_ms": per_tensor,
+        "worker_per_batch_ms": worker_per_batch,
+        "worker_per_tensor_ms": worker_per_tensor,
+    }
 
 
 #: Worker counts timed for the start-up calibration (a line through them gives fixed + per-worker cost).
@@ -95,8 +107,14 @@ STARTUP_REPEATS = 3
 def _epoch_ms(num_workers: int) -> float:
     """One whole epoch of a trivial dataset: workers started, one item each, workers shut down."""
     context = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
-    loader = DataLoader(_Tensors(1), batch_size=None, num_workers=num_workers, multiprocessing_context=context, timeout=WORKER_TIMEOUT_S,
-                        sampler=range(num_workers))  # fmt: skip
+    loader = DataLoader(
+        _Tensors(1),
+        batch_size=None,
+        num_workers=num_workers,
+        multiprocessing_context=context,
+        timeout=WORKER_TIMEOUT_S,
+        sampler=range(num_workers),
+    )
     start = time.perf_counter_ns()
     for _ in loader:
         pass

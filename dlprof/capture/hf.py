@@ -1,4 +1,5 @@
-"""``DlprofCallback``: record a Hugging Face ``Trainer`` run from inside the process, for notebooks and code ``dlprof record`` cannot wrap.
+"""``DlprofCallback``: record a Hugging Face ``Trainer`` run from inside the process, for notebooks and code ``dlprof
+record`` cannot wrap.
 
 It leaves the same run directory as ``dlprof record`` (``<out_dir>/<name>/<host>_<pid>.<ms>.pt.trace.json.gz``),
 DataLoader worker spans and memory included, through the same machinery: a
@@ -17,6 +18,7 @@ One callback records one ``train()``, and one callback at a time records in a pr
 probe is process-wide). Errors after training are printed, not raised: training's result is never lost
 to the profiler.
 """
+
 from __future__ import annotations
 
 import os
@@ -49,11 +51,12 @@ _REPLACED = "replaced"  # a newer callback took over the process's probe before 
 _INACTIVE = "inactive"  # this process is recorded another way (dlprof record), or is not rank 0
 
 #: The callback whose session this process's DataLoader probe serves.
-_ACTIVE: "DlprofCallback | None" = None
+_ACTIVE: DlprofCallback | None = None
 
 
 def default_run_name(out_dir: Path) -> str:
-    """``<script>-<date>-<time>``, as ``dlprof record`` names runs (``notebook-...`` in Jupyter), made unique in ``out_dir``."""
+    """``<script>-<date>-<time>``, as ``dlprof record`` names runs (``notebook-...`` in Jupyter), made unique in
+    ``out_dir``."""
     argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
     if "ipykernel" in sys.modules or not argv0.endswith(".py"):
         script = "notebook" if "ipykernel" in sys.modules else "trainer"
@@ -90,8 +93,17 @@ class DlprofCallback(TrainerCallback):
         run_dir: the run directory (None when the callback does nothing).
     """
 
-    def __init__(self, out_dir: str | os.PathLike = "traces", name: str | None = None, wait: int = 5, warmup: int = 3, active: int = 20,
-                 reference_steps: int = 40, stop_after_window: bool = False, loader_spans: bool = True):  # fmt: skip
+    def __init__(
+        self,
+        out_dir: str | os.PathLike = "traces",
+        name: str | None = None,
+        wait: int = 5,
+        warmup: int = 3,
+        active: int = 20,
+        reference_steps: int = 40,
+        stop_after_window: bool = False,
+        loader_spans: bool = True,
+    ):
         """
         Args:
             out_dir: directory that receives the run directory.
@@ -126,12 +138,17 @@ class DlprofCallback(TrainerCallback):
             raise UsageError(f"DlprofCallback: reference_steps={reference_steps}: must be >= 0")
         current = session_module.current()
         if current is not None and not current.finished and (_ACTIVE is None or current is not _ACTIVE._session):
-            print("dlprof: DlprofCallback does nothing here: dlprof record is recording this process already", file=sys.stderr)
+            print(
+                "dlprof: DlprofCallback does nothing here: dlprof record is recording this process already",
+                file=sys.stderr,
+            )
             self._state = _INACTIVE
             return
         if stop_after_window and session_module.env_int("WORLD_SIZE", 1) > 1:
-            raise UsageError("DlprofCallback: stop_after_window=True would stop rank 0 only, and the other ranks would hang: "
-                             "drop it, or record with 'dlprof record -- torchrun ...', which stops every rank")  # fmt: skip
+            raise UsageError(
+                "DlprofCallback: stop_after_window=True would stop rank 0 only, and the other ranks would hang: "
+                "drop it, or record with 'dlprof record -- torchrun ...', which stops every rank"
+            )
         if session_module.env_int("RANK", 0) != 0:
             self._state = _INACTIVE  # rank 0's callback records; one trace of a rank stands for the others
             return
@@ -142,10 +159,21 @@ class DlprofCallback(TrainerCallback):
             _ACTIVE._make_way()
         run_dir = self.out_dir / name
         if run_dir.exists() and any(run_dir.glob("*" + schema.TRACE_SUFFIX)):
-            raise UsageError(f"DlprofCallback: {run_dir} already holds a recorded run; pass another name= or delete that directory")
+            raise UsageError(
+                f"DlprofCallback: {run_dir} already holds a recorded run; pass another name= or delete that directory"
+            )
         self.name = name
-        request = launcher.RecordRequest((), self.out_dir, name, wait, warmup, active, loader_spans=loader_spans,
-                                         reference_steps=reference_steps, run_to_end=True)  # fmt: skip
+        request = launcher.RecordRequest(
+            (),
+            self.out_dir,
+            name,
+            wait,
+            warmup,
+            active,
+            loader_spans=loader_spans,
+            reference_steps=reference_steps,
+            run_to_end=True,
+        )
         self.run_dir = launcher.prepare_run_dir(request)
         scratch = self.run_dir / schema.SCRATCH_DIR
         # As dlprof record writes it. run_to_end: the recorder never raises SystemExit here (it would
@@ -170,12 +198,16 @@ class DlprofCallback(TrainerCallback):
         if self._state == _TRAINING:  # the previous train() was interrupted: keep what it recorded
             self._finish_run(INTERRUPTED)
         if self._state == _REPLACED:
-            raise UsageError("DlprofCallback: this callback was replaced by one created after it (one records at a time); "
-                             "pass the newer one to the Trainer")  # fmt: skip
+            raise UsageError(
+                "DlprofCallback: this callback was replaced by one created after it (one records at a time); "
+                "pass the newer one to the Trainer"
+            )
         if self._state == _FINISHED:
             where = f"into {self.run_dir}" if self.result is not None else "(no trace)"
-            raise UsageError(f"DlprofCallback: this callback recorded one train() already {where}; to record another, "
-                             "replace it: trainer.remove_callback(DlprofCallback); trainer.add_callback(DlprofCallback(name=...))")  # fmt: skip
+            raise UsageError(
+                f"DlprofCallback: this callback recorded one train() already {where}; to record another, "
+                "replace it: trainer.remove_callback(DlprofCallback); trainer.add_callback(DlprofCallback(name=...))"
+            )
         self._sampler = MemorySampler(os.getpid(), DEFAULT_INTERVAL_MS)
         self._sampler.start()
         self._state = _TRAINING
@@ -233,15 +265,29 @@ class DlprofCallback(TrainerCallback):
         finally:
             samples = self._sampler.stop() if self._sampler is not None else []
             self._detach()
-        command = ["dlprof.hf.DlprofCallback", f"out_dir={self.out_dir}", f"name={self.name}", f"wait={self.wait}", f"warmup={self.warmup}",
-                   f"active={self.active}", f"reference_steps={self.reference_steps}", f"stop_after_window={self.stop_after_window}",
-                   f"loader_spans={self.loader_spans}"]  # fmt: skip
+        command = [
+            "dlprof.hf.DlprofCallback",
+            f"out_dir={self.out_dir}",
+            f"name={self.name}",
+            f"wait={self.wait}",
+            f"warmup={self.warmup}",
+            f"active={self.active}",
+            f"reference_steps={self.reference_steps}",
+            f"stop_after_window={self.stop_after_window}",
+            f"loader_spans={self.loader_spans}",
+        ]
         inputs = merge.MergeInputs(session.session_dir, command, list(sys.argv), 0, samples, DEFAULT_INTERVAL_MS)
         try:
             self.result = launcher.write_traces(
-                self.run_dir, [TRAIN_CALL], 0, samples, inputs, first_recorded_step=self.wait + self.warmup + 1,
-                schedule_options=f"wait={self.wait}, warmup={self.warmup}", schedule_names="wait/warmup",
-            )  # fmt: skip
+                self.run_dir,
+                [TRAIN_CALL],
+                0,
+                samples,
+                inputs,
+                first_recorded_step=self.wait + self.warmup + 1,
+                schedule_options=f"wait={self.wait}, warmup={self.warmup}",
+                schedule_names="wait/warmup",
+            )
         except DlprofError as failure:
             self.error = failure
             print(f"dlprof: no trace written: {failure}", file=sys.stderr)
@@ -252,11 +298,14 @@ class DlprofCallback(TrainerCallback):
             return
         result = self.result
         status = result.status if result.error is None else f"{result.status}: {result.error}"
-        print(f"dlprof: trace {result.trace_path} ({result.steps_recorded} steps recorded, {status}, {result.workers_seen} DataLoader "
-              f"worker(s) seen); analyse it with: dlprof analyze {result.run_dir}")  # fmt: skip
+        print(
+            f"dlprof: trace {result.trace_path} ({result.steps_recorded} steps recorded, {status},"
+            f" {result.workers_seen} DataLoader worker(s) seen); analyse it with: dlprof analyze {result.run_dir}"
+        )
 
     def _detach(self) -> None:
-        """Leave this process as it was: no DataLoader probe, no optimizer hook, no SIGTERM or SIGINT handler of ours."""
+        """Leave this process as it was: no DataLoader probe, no optimizer hook, no SIGTERM or SIGINT handler of
+        ours."""
         session = self._session
         if session is None:
             return

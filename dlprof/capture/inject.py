@@ -8,6 +8,7 @@ that only launches others (``python -m torch.distributed.run``) records nothing 
 output and exit code pass through; what the merge needs is written to the session directory,
 whatever way the script ends.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,18 +31,20 @@ def main(argv: list[str] | None = None) -> None:
     session_dir = Path(os.environ[SESSION_ENV])
     if argv[:1] == ["-m"]:
         module, script_args = argv[1], argv[2:]
-        run = lambda: runpy.run_module(module, run_name="__main__", alter_sys=True)  # noqa: E731
+        run = lambda: runpy.run_module(module, run_name="__main__", alter_sys=True)
         sys.argv = [module, *script_args]
     else:
         script, script_args = argv[0], argv[1:]
-        run = lambda: runpy.run_path(script, run_name="__main__")  # noqa: E731
+        run = lambda: runpy.run_path(script, run_name="__main__")
         sys.argv = [script, *script_args]
 
     # Armed already when the bootstrap sitecustomize ran at start-up; this process finishes explicitly,
     # knowing how the script ended (an exit code included, which no exit hook can see).
     session = arm(exit_hooks=False)
     if session is None:
-        raise SystemExit(f"dlprof: {SESSION_ENV} names no recording session ({session_dir}); run this through 'dlprof record'")
+        raise SystemExit(
+            f"dlprof: {SESSION_ENV} names no recording session ({session_dir}); run this through 'dlprof record'"
+        )
     session.exit_hooks = False
     import torch  # noqa: F401  (instruments DataLoaders before the script creates any)
 

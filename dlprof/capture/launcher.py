@@ -8,6 +8,7 @@ sure no rank or DataLoader worker outlives the run; and merges what each rank re
 ``traces/<run>/``. A run directory either holds finished traces, one per rank that trained (manifest
 status ``complete``, or ``partial`` with the error when training failed midway), or no trace at all.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -28,9 +29,9 @@ import psutil
 
 from dlprof import redact, schema
 from dlprof.capture import merge
-from dlprof.capture.session import ENDED_FILE, ERROR_FILE, SESSION_ENV, SIGNALLED_PREFIX
 from dlprof.capture.memory import DEFAULT_INTERVAL_MS, MemorySampler
 from dlprof.capture.schedule import Schedule
+from dlprof.capture.session import ENDED_FILE, ERROR_FILE, SESSION_ENV, SIGNALLED_PREFIX
 from dlprof.errors import InputError, RecordError, UsageError
 
 #: Python options that take a value as the next argument (``python -W error script.py``).
@@ -108,8 +109,12 @@ def child_argv(command: tuple[str, ...]) -> list[str]:
     program = words[0]
     if shutil.which(program) is None:
         if os.path.exists(program):
-            raise InputError(f"{program}: not executable; run it as 'bash {program}' or 'python {program}', or make it executable")
-        raise InputError(f"{program}: no such command; check that it runs without dlprof (is its environment activated?)")
+            raise InputError(
+                f"{program}: not executable; run it as 'bash {program}' or 'python {program}', or make it executable"
+            )
+        raise InputError(
+            f"{program}: no such command; check that it runs without dlprof (is its environment activated?)"
+        )
     if not _is_python(program):
         return words
     options, i = [], 1
@@ -178,7 +183,8 @@ def _trainer_saw_signal(scratch: Path) -> bool:
 
 
 def _wait(child: subprocess.Popen, signals: _Signals, scratch: Path) -> int:
-    """Wait for the command; after SIGINT or SIGTERM, make sure it got the signal, give it INTERRUPT_GRACE_S, then stop it.
+    """Wait for the command; after SIGINT or SIGTERM, make sure it got the signal, give it INTERRUPT_GRACE_S, then stop
+    it.
 
     A terminal's Ctrl-C (and a scheduler's signal to the process group) reaches the training process
     itself; ``kill -INT <dlprof pid>`` or ``timeout`` reach this process alone, so the signal is passed
@@ -215,7 +221,8 @@ def _wait(child: subprocess.Popen, signals: _Signals, scratch: Path) -> int:
 
 
 def _run_child(argv: list[str], env: dict, memory_interval_ms: int, scratch: Path) -> tuple[int, list, int | None]:
-    """Run the command to its end; returns its exit code (as a shell reports it), the memory samples, and the signal that stopped dlprof, if one did."""
+    """Run the command to its end; returns its exit code (as a shell reports it), the memory samples, and the signal
+    that stopped dlprof, if one did."""
     _become_subreaper()
     # The training process turns SIGINT and SIGTERM into a partial trace, and this process must live on
     # to merge it. Handlers, not SIG_IGN: an ignored signal would be inherited through exec and the
@@ -237,8 +244,6 @@ def _run_child(argv: list[str], env: dict, memory_interval_ms: int, scratch: Pat
     return exit_code, samples, signals.first
 
 
-
-
 def _claim_run_dir(run_dir: Path) -> str | None:
     """Make ``run_dir`` this record's (its scratch folder, created exclusively); else why it is taken."""
     if run_dir.exists() and any(run_dir.glob("*" + schema.TRACE_SUFFIX)):
@@ -253,7 +258,9 @@ def _claim_run_dir(run_dir: Path) -> str | None:
             return f"is being recorded by another dlprof record (pid {owner})"
         return f"holds the scratch files of a record that did not finish ({scratch}); delete that folder"
     except OSError as error:
-        raise InputError(f"{run_dir}: cannot create the run directory ({error.strerror}); choose a writable --out") from None
+        raise InputError(
+            f"{run_dir}: cannot create the run directory ({error.strerror}); choose a writable --out"
+        ) from None
     try:
         (scratch / schema.SCRATCH_OWNER_FILE).write_text(json.dumps({"pid": os.getpid()}))
     except OSError as error:
@@ -321,7 +328,8 @@ def _fail(run_dir: Path, message: str, exit_code: int) -> RecordError:
 
 
 def record(request: RecordRequest) -> RecordResult:
-    """Run ``request.command`` under the profiler and write ``<out_dir>/<name>/<host>_<pid>.<ms>.pt.trace.json.gz`` per rank.
+    """Run ``request.command`` under the profiler and write ``<out_dir>/<name>/<host>_<pid>.<ms>.pt.trace.json.gz`` per
+    rank.
 
     Raises:
         UsageError, InputError: the command or options cannot work; nothing was run.
@@ -334,17 +342,40 @@ def record(request: RecordRequest) -> RecordResult:
     write_session_config(scratch, request)
     exit_code, samples, stopped_by = _run_child(argv, _child_env(scratch), request.memory_interval_ms, scratch)
     return write_traces(
-        run_dir, list(request.command), exit_code, samples,
-        merge.MergeInputs(scratch, list(request.cli_argv), list(request.command), exit_code, samples, request.memory_interval_ms, request.overrides,
-                          redact=request.redact),
-        first_recorded_step=request.wait + request.warmup + 1, schedule_options=f"--wait {request.wait} --warmup {request.warmup}",
-        schedule_names="--wait/--warmup", stopped_by=stopped_by,
-    )  # fmt: skip
+        run_dir,
+        list(request.command),
+        exit_code,
+        samples,
+        merge.MergeInputs(
+            scratch,
+            list(request.cli_argv),
+            list(request.command),
+            exit_code,
+            samples,
+            request.memory_interval_ms,
+            request.overrides,
+            redact=request.redact,
+        ),
+        first_recorded_step=request.wait + request.warmup + 1,
+        schedule_options=f"--wait {request.wait} --warmup {request.warmup}",
+        schedule_names="--wait/--warmup",
+        stopped_by=stopped_by,
+    )
 
 
-def write_traces(run_dir: Path, script: list[str], exit_code: int, samples: list, inputs: merge.MergeInputs, first_recorded_step: int,
-                 schedule_options: str, schedule_names: str, stopped_by: int | None = None) -> RecordResult:  # fmt: skip
-    """Turn what the processes left in the session directory into ``run_dir``'s traces, one per rank, and remove the session.
+def write_traces(
+    run_dir: Path,
+    script: list[str],
+    exit_code: int,
+    samples: list,
+    inputs: merge.MergeInputs,
+    first_recorded_step: int,
+    schedule_options: str,
+    schedule_names: str,
+    stopped_by: int | None = None,
+) -> RecordResult:
+    """Turn what the processes left in the session directory into ``run_dir``'s traces, one per rank, and remove the
+    session.
 
     Args:
         script: the command that trained (for messages).
@@ -360,27 +391,42 @@ def write_traces(run_dir: Path, script: list[str], exit_code: int, samples: list
     scratch = inputs.session_dir
     signalled = 128 + stopped_by if stopped_by is not None else None
     failed = signalled or 2
-    failed_early = lambda error: f"{' '.join(script)}: failed before the profiler recorded a step ({error}); fix the error shown above and record again"  # noqa: E731
+    failed_early = lambda error: (
+        f"{' '.join(script)}: failed before the profiler recorded a step ({error}); fix the error shown above and"
+        " record again"
+    )
     if (scratch / ERROR_FILE).exists():
         raise _fail(run_dir, (scratch / ERROR_FILE).read_text().strip(), failed)
     results = _read_results(scratch)
     for result in results:
         if result.get("provisional"):
             # Written when the window was exported; the process never finished its recording.
-            result["error"] = f"the training process {_how_it_ended(exit_code, stopped_by)} before dlprof finished its recording"
+            result["error"] = (
+                f"the training process {_how_it_ended(exit_code, stopped_by)} before dlprof finished its recording"
+            )
     export_errors = [r["export_error"] for r in results if r.get("export_error")]
     if export_errors and not any(r["trace_file"] for r in results):
-        raise _fail(run_dir, f"{' '.join(script)}: could not save the recorded steps ({export_errors[0]}); free disk space or choose another --out", 2)
+        raise _fail(
+            run_dir,
+            f"{' '.join(script)}: could not save the recorded steps ({export_errors[0]}); free disk space or choose"
+            " another --out",
+            2,
+        )
     if not results:
         if _disk_full(scratch):
-            raise _fail(run_dir, f"{scratch}: no space left on device, nothing could be recorded; free disk space or choose another --out", 2)
+            raise _fail(
+                run_dir,
+                f"{scratch}: no space left on device, nothing could be recorded; free disk space or choose another"
+                " --out",
+                2,
+            )
         ended = scratch / ENDED_FILE
         if ended.exists():
             raise _fail(run_dir, failed_early(json.loads(ended.read_text()).get("error")), failed)
         raise _fail(
             run_dir,
-            f"{' '.join(script)}: {_how_it_ended(exit_code, stopped_by)} before any of its processes trained (no optimizer step, "
-            "no DataLoader iterated); see its output above",
+            f"{' '.join(script)}: {_how_it_ended(exit_code, stopped_by)} before any of its processes trained (no"
+            " optimizer step, no DataLoader iterated); see its output above",
             failed,
         )
     traced = [r for r in results if r["trace_file"] is not None]
@@ -390,14 +436,17 @@ def write_traces(run_dir: Path, script: list[str], exit_code: int, samples: list
             message = failed_early(result["error"])
         else:
             message = (
-                f"{' '.join(script)}: ran {result['steps_run']} training steps but the profiler records from step {first_recorded_step} on "
-                f"({schedule_options}); run more steps or lower {schedule_names}"
+                f"{' '.join(script)}: ran {result['steps_run']} training steps but the profiler records from step"
+                f" {first_recorded_step} on ({schedule_options}); run more steps or lower {schedule_names}"
             )
         raise _fail(run_dir, message, failed)
     for result in results:
         if result["trace_file"] is None:
-            print(f"dlprof: rank {result['rank']} (pid {result['pid']}) ran {result['steps_run']} steps, too few to record; "
-                  "its trace is left out", file=sys.stderr)  # fmt: skip
+            print(
+                f"dlprof: rank {result['rank']} (pid {result['pid']}) ran {result['steps_run']} steps, too few to"
+                " record; its trace is left out",
+                file=sys.stderr,
+            )
 
     _share_calibration(traced)
     redactor = _redactor(traced, inputs) if inputs.redact else None
@@ -406,8 +455,12 @@ def write_traces(run_dir: Path, script: list[str], exit_code: int, samples: list
         try:
             kineto = orjson.loads((scratch / result["trace_file"]).read_bytes())
         except (OSError, orjson.JSONDecodeError) as error:  # written in part: the disk filled up during the export
-            raise _fail(run_dir, f"{' '.join(script)}: rank {result['rank']}'s recorded steps are incomplete ({error}; no space left on "
-                                 "the device?); free disk space or choose another --out", 2) from None  # fmt: skip
+            raise _fail(
+                run_dir,
+                f"{' '.join(script)}: rank {result['rank']}'s recorded steps are incomplete ({error}; no space left on "
+                "the device?); free disk space or choose another --out",
+                2,
+            ) from None
         document = merge.merge_rank(kineto, result, inputs)
         host = result["host"]["hostname"] or socket.gethostname()
         if redactor is not None:
@@ -419,16 +472,27 @@ def write_traces(run_dir: Path, script: list[str], exit_code: int, samples: list
         except OSError as error:
             for written, _ in traces:  # all ranks or none: a run is never half there
                 written.unlink(missing_ok=True)
-            raise _fail(run_dir, f"{trace_path}: could not write the trace ({error.strerror}); free disk space or choose another --out", 2) from None
+            raise _fail(
+                run_dir,
+                f"{trace_path}: could not write the trace ({error.strerror}); free disk space or choose another --out",
+                2,
+            ) from None
         traces.append((trace_path, document[schema.MANIFEST_KEY]))
     shutil.rmtree(scratch, ignore_errors=True)
     manifests = [m for _, m in traces]
     return RecordResult(
         run_dir=run_dir,
         trace_path=traces[0][0],
-        status=schema.STATUS_COMPLETE if all(m["status"] == schema.STATUS_COMPLETE for m in manifests) else schema.STATUS_PARTIAL,
+        status=(
+            schema.STATUS_COMPLETE
+            if all(m["status"] == schema.STATUS_COMPLETE for m in manifests)
+            else schema.STATUS_PARTIAL
+        ),
         exit_code=signalled or exit_code,
-        error=next((f"rank {m['rank']}: {m['error']}" if len(manifests) > 1 else m["error"] for m in manifests if m["error"]), None),
+        error=next(
+            (f"rank {m['rank']}: {m['error']}" if len(manifests) > 1 else m["error"] for m in manifests if m["error"]),
+            None,
+        ),
         steps_recorded=min(m["steps"]["recorded"] for m in manifests),
         workers_seen=sum(len({(w["loader"], w["worker_id"]) for w in m["workers"]}) for m in manifests),
         stopped_early=all(m["stopped_early"] for m in manifests),
@@ -463,7 +527,8 @@ def _disk_full(path: Path) -> bool:
 
 
 def _child_env(scratch: Path) -> dict:
-    """The command's environment: the session, and the bootstrap first on ``PYTHONPATH`` (it reaches every Python process the command starts)."""
+    """The command's environment: the session, and the bootstrap first on ``PYTHONPATH`` (it reaches every Python
+    process the command starts)."""
     env = dict(os.environ)
     env[SESSION_ENV] = str(scratch.resolve())
     package_root = str(Path(__file__).resolve().parents[2])
@@ -485,11 +550,16 @@ def _read_results(scratch: Path) -> list[dict]:
         by_rank.setdefault(result["rank"], []).append(result)
     chosen = []
     for rank, candidates in sorted(by_rank.items()):
-        candidates.sort(key=lambda r: (r["step_mode"] == "optimizer", r["trace_file"] is not None, r["steps_run"]), reverse=True)
+        candidates.sort(
+            key=lambda r: (r["step_mode"] == "optimizer", r["trace_file"] is not None, r["steps_run"]), reverse=True
+        )
         chosen.append(candidates[0])
         for other in candidates[1:]:
-            print(f"dlprof: pid {other['pid']} also iterated a DataLoader as rank {rank} ({other['steps_run']} steps, "
-                  f"no training like pid {candidates[0]['pid']}'s): its recording is left out", file=sys.stderr)  # fmt: skip
+            print(
+                f"dlprof: pid {other['pid']} also iterated a DataLoader as rank {rank} ({other['steps_run']} steps, "
+                f"no training like pid {candidates[0]['pid']}'s): its recording is left out",
+                file=sys.stderr,
+            )
     return chosen
 
 

@@ -20,6 +20,7 @@ How the probe gets in, without a change to the user's code:
 
 The records are described in :mod:`dlprof.capture.spanfile`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -28,8 +29,9 @@ import multiprocessing
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 from dlprof import schema
 from dlprof.capture import spanfile
@@ -78,7 +80,10 @@ class SpanLog:
             os.write(self._fd, data)
         except OSError as error:  # a full disk loses these spans, never the user's training
             if not self.write_failed:
-                print(f"dlprof: could not write DataLoader spans to {self.path} ({error.strerror}); they are left out", file=sys.stderr)
+                print(
+                    f"dlprof: could not write DataLoader spans to {self.path} ({error.strerror}); they are left out",
+                    file=sys.stderr,
+                )
             self.write_failed = True
 
 
@@ -100,9 +105,12 @@ class _ProcessState:
 
 _STATE = _ProcessState()
 _SPAN = spanfile.KIND_SPAN
-_BATCH, _FETCH, _TOKENIZER, _COLLATE = (spanfile.SPAN_CODE[name] for name in (schema.SPAN_BATCH, schema.SPAN_FETCH, schema.SPAN_TOKENIZER, schema.SPAN_COLLATE))
+_BATCH, _FETCH, _TOKENIZER, _COLLATE = (
+    spanfile.SPAN_CODE[name]
+    for name in (schema.SPAN_BATCH, schema.SPAN_FETCH, schema.SPAN_TOKENIZER, schema.SPAN_COLLATE)
+)
 _LOADER_CALLBACKS: list[Callable[[str, int], None]] = []
-_LOADERS: list["LoaderRecord"] = []
+_LOADERS: list[LoaderRecord] = []
 _ORIGINALS: dict[str, Any] = {}
 _OVERRIDES: dict[str, Any] = {}
 
@@ -215,7 +223,18 @@ def _timed_fetch(original: Callable) -> Callable:
                 log.records += (
                     (_SPAN, _BATCH, t0, t1, cpu1 - cpu0, runq1 - runq0, loader, epoch, batch, worker),
                     (_SPAN, _FETCH, t0, start[0], start[1] - cpu0, 0, loader, epoch, batch, worker),
-                    (_SPAN, _COLLATE, start[0], end[0], end[1] - start[1], st.batch_tensors, loader, epoch, batch, worker),
+                    (
+                        _SPAN,
+                        _COLLATE,
+                        start[0],
+                        end[0],
+                        end[1] - start[1],
+                        st.batch_tensors,
+                        loader,
+                        epoch,
+                        batch,
+                        worker,
+                    ),
                 )
             elif sys.exc_info()[0] is not StopIteration:  # StopIteration: an exhausted IterableDataset, no batch
                 # The dataset raised: keep the time it took, the exception goes on to the user.
@@ -242,7 +261,9 @@ def _timed_tokenizer(original: Callable) -> Callable:
             t1 = _time_ns()
             st.tokenizer_depth = 0
             ctx = st.ctx
-            st.log.records.append((_SPAN, _TOKENIZER, t0, t1, cpu_ns() - cpu0, 0, ctx.loader_id, ctx.epoch, st.batch, st.worker_id))
+            st.log.records.append(
+                (_SPAN, _TOKENIZER, t0, t1, cpu_ns() - cpu0, 0, ctx.loader_id, ctx.epoch, st.batch, st.worker_id)
+            )
 
     method._dlprof_original = original
     return method
@@ -328,7 +349,9 @@ def _start_worker_log(ctx: LoaderContext, worker_id: int, num_workers: Any) -> N
     state.worker_id = worker_id
     state.ctx = ctx
     workers = num_workers if isinstance(num_workers, int) else -1
-    state.log.records.append((spanfile.KIND_WORKER, 0, _time_ns(), 0, 0, 0, ctx.loader_id, ctx.epoch, workers, worker_id))
+    state.log.records.append(
+        (spanfile.KIND_WORKER, 0, _time_ns(), 0, 0, 0, ctx.loader_id, ctx.epoch, workers, worker_id)
+    )
     state.log.flush()
     _STATE = state
 
@@ -363,7 +386,9 @@ def _loader_config(loader: Any) -> dict:
         dataset_len = None
     context = loader.multiprocessing_context
     if context is None:
-        start_method = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_context().get_start_method()
+        start_method = (
+            multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_context().get_start_method()
+        )
     else:
         start_method = context if isinstance(context, str) else context.get_start_method()
     collate = loader.collate_fn
@@ -395,11 +420,16 @@ def _loader_config(loader: Any) -> dict:
 #: Hugging Face's Trainer, so their frames and the Trainer's are on the stack together.
 #: A prefix ending in "." names a package ("swift." is not "swiftly"); "transformers.trainer" also covers
 #: trainer_seq2seq and the Trainer's helper modules.
-FRAMEWORK_MODULES = (("swift.", "ms-swift"), ("llamafactory.", "llamafactory"), ("transformers.trainer", "transformers"))
+FRAMEWORK_MODULES = (
+    ("swift.", "ms-swift"),
+    ("llamafactory.", "llamafactory"),
+    ("transformers.trainer", "transformers"),
+)
 
 
 def created_by() -> str | None:
-    """The training framework creating a DataLoader now (called inside its ``__init__``), or None for the user's own code."""
+    """The training framework creating a DataLoader now (called inside its ``__init__``), or None for the user's own
+    code."""
     found = set()
     frame = sys._getframe(1)
     while frame is not None:

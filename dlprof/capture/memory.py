@@ -5,6 +5,7 @@ time from training. USS and PSS count copy-on-write pages fairly: a forked worke
 parent's pages it only shares, while its USS grows as Python's reference counting touches (and so
 copies) the parent's objects, the copy-on-read effect of a large Python Dataset.
 """
+
 from __future__ import annotations
 
 import threading

@@ -7,6 +7,7 @@ The output is a Chrome trace that TensorBoard's profiler plugin, Perfetto and HT
 any Kineto trace: dlprof's worker spans are extra processes (``DataLoader worker k``), memory samples
 are counter events, and the manifest is the top-level ``dlprof`` object.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -15,17 +16,17 @@ import json
 import os
 import statistics
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 import orjson
 
 from dlprof import schema
-from dlprof.manifest import MANIFEST_VERSION, parse_manifest
 from dlprof.capture.memory import MemorySample
 from dlprof.capture.session import spans_dir_of
 from dlprof.capture.spanfile import NextCall, SpanFiles, WorkerStart, read_span_files
+from dlprof.manifest import MANIFEST_VERSION, parse_manifest
 
 #: A main-process ``__next__`` span dlprof measured and the Kineto event inside it are matched when
 #: Kineto's event lies within ours give or take this much (Kineto's ts are µs with ns decimals; its op
@@ -114,7 +115,9 @@ def _worker_names(workers: list[WorkerStart]) -> dict[int, str]:
     return names
 
 
-def span_events(found: SpanFiles, main_pid: int, base_ns: int, window: tuple[int, int], consumed: set[tuple[int, int, int]]) -> list[dict]:
+def span_events(
+    found: SpanFiles, main_pid: int, base_ns: int, window: tuple[int, int], consumed: set[tuple[int, int, int]]
+) -> list[dict]:
     """Chrome events for the spans in ``window`` (ns) or of a batch in ``consumed``, plus track names.
 
     ``consumed`` holds the (loader, epoch, batch) of every batch a traced ``__next__`` returned: such
@@ -122,18 +125,34 @@ def span_events(found: SpanFiles, main_pid: int, base_ns: int, window: tuple[int
     """
     events: list[dict] = []
     lo, hi = window
-    kept = [s for s in found.spans if not ((s.end_ns < lo or s.start_ns > hi) and (s.loader_id, s.epoch, s.batch) not in consumed)]
+    kept = [
+        s
+        for s in found.spans
+        if not ((s.end_ns < lo or s.start_ns > hi) and (s.loader_id, s.epoch, s.batch) not in consumed)
+    ]
     # Tracks only for workers with spans in the trace: workers of other epochs would be empty tracks of the same name.
     shown = {s.pid for s in kept}
     workers = [w for w in found.workers if w.pid in shown]
     names = _worker_names(workers)
     for sort_index, w in enumerate(sorted(workers, key=lambda w: (w.loader_id, w.start_ns, w.worker_id))):
         events.append({"ph": "M", "name": "process_name", "pid": w.pid, "tid": 0, "args": {"name": names[w.pid]}})
-        events.append({"ph": "M", "name": "process_sort_index", "pid": w.pid, "tid": 0, "args": {"sort_index": 1000 + sort_index}})
-        events.append({"ph": "M", "name": "thread_name", "pid": w.pid, "tid": w.pid, "args": {"name": f"worker {w.worker_id}"}})
+        events.append(
+            {"ph": "M", "name": "process_sort_index", "pid": w.pid, "tid": 0, "args": {"sort_index": 1000 + sort_index}}
+        )
+        events.append(
+            {"ph": "M", "name": "thread_name", "pid": w.pid, "tid": w.pid, "args": {"name": f"worker {w.worker_id}"}}
+        )
     main_loader_tid = schema.MAIN_LOADER_TID_OFFSET + main_pid
     if any(s.worker_id < 0 for s in kept):
-        events.append({"ph": "M", "name": "thread_name", "pid": main_pid, "tid": main_loader_tid, "args": {"name": schema.MAIN_LOADER_THREAD_NAME}})
+        events.append(
+            {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": main_pid,
+                "tid": main_loader_tid,
+                "args": {"name": schema.MAIN_LOADER_THREAD_NAME},
+            }
+        )
     for s in kept:
         in_main = s.worker_id < 0
         events.append(
@@ -223,8 +242,13 @@ def _main_cpu(step_clock: list, window: tuple[int, int]) -> dict | None:
     if len(inside) < 2:
         return None
     steps = len(inside) - 1
-    per_step = lambda i: round((inside[-1][i] - inside[0][i]) / 1e6 / steps, 3)  # noqa: E731
-    return {"steps": steps, "wall_ms_per_step": per_step(0), "cpu_ms_per_step": per_step(1), "runq_ms_per_step": per_step(2)}
+    per_step = lambda i: round((inside[-1][i] - inside[0][i]) / 1e6 / steps, 3)
+    return {
+        "steps": steps,
+        "wall_ms_per_step": per_step(0),
+        "cpu_ms_per_step": per_step(1),
+        "runq_ms_per_step": per_step(2),
+    }
 
 
 def primary_loader(loaders: list[dict], next_events: list[dict]) -> dict | None:
@@ -236,7 +260,7 @@ def primary_loader(loaders: list[dict], next_events: list[dict]) -> dict | None:
         loader_id = event.get("args", {}).get(schema.ARG_LOADER)
         if loader_id is not None:
             counts[loader_id] = counts.get(loader_id, 0) + 1
-    return max(loaders, key=lambda l: (counts.get(l["id"], 0), l["batches"]))
+    return max(loaders, key=lambda loader: (counts.get(loader["id"], 0), loader["batches"]))
 
 
 def write_gzip_json_atomically(document: dict, final_path: Path, scratch_dir: Path) -> None:
@@ -276,7 +300,11 @@ def merge_rank(kineto: dict, result: dict, inputs: MergeInputs) -> dict:
     next_events = [e for e in events if e.get("ph") == "X" and schema.is_dataloader_next(e.get("name", ""))]
     steps_recorded = sum(1 for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
 
-    ends = [base_ns + round((float(e["ts"]) + float(e.get("dur", 0))) * 1000) for e in events if e.get("ph") == "X" and "ts" in e]
+    ends = [
+        base_ns + round((float(e["ts"]) + float(e.get("dur", 0))) * 1000)
+        for e in events
+        if e.get("ph") == "X" and "ts" in e
+    ]
     window_end = max(ends) if ends else result["finished_ns"]
     window_start = result.get("window_start_ns") or (min(ends) if ends else base_ns)
     window = (window_start, window_end)
@@ -291,54 +319,71 @@ def merge_rank(kineto: dict, result: dict, inputs: MergeInputs) -> dict:
     # torch.profiler writes distributedInfo only when the process group existed as the window opened
     # (often not yet): dlprof always writes the rank and world size it knows from the launcher.
     distributed = kineto.get("distributedInfo") if isinstance(kineto.get("distributedInfo"), dict) else {}
-    kineto["distributedInfo"] = {**distributed, "backend": distributed.get("backend"), "rank": result["rank"], "world_size": result["world_size"]}
-    manifest, problems = parse_manifest({
-        "manifest_version": MANIFEST_VERSION,
-        "dlprof_version": result["versions"].get("dlprof"),
-        "status": result["status"],
-        "error": result["error"],
-        "exit_code": inputs.exit_code,
-        "command": inputs.command,
-        "script": inputs.script,
+    kineto["distributedInfo"] = {
+        **distributed,
+        "backend": distributed.get("backend"),
         "rank": result["rank"],
         "world_size": result["world_size"],
-        "local_rank": result.get("local_rank"),
-        "local_world_size": result.get("local_world_size"),
-        "process_argv": result.get("process_argv") or [],
-        "backend": distributed.get("backend"),
-        "schedule": {**result["schedule"], "step_mode": result["step_mode"]},
-        "steps": {"run": result["steps_run"], "recorded": steps_recorded},
-        "main_process_cpu": _main_cpu(result.get("step_clock") or [], window),
-        "loader": primary_loader(result["loaders"], next_events),
-        "loaders": result["loaders"],
-        "workers": [
-            {"pid": w.pid, "worker_id": w.worker_id, "loader": w.loader_id, "epoch": w.epoch, "start_ns": w.start_ns}
-            for w in found.workers
-        ],
-        "host": result["host"],
-        "versions": result["versions"],
-        "clock": {
-            "source": "CLOCK_REALTIME (time.time_ns), the clock of baseTimeNanoseconds",
-            "base_time_ns": base_ns,
-            "window_ns": list(window),
-            "worker_cpu_clock": "process CPU time",
-            "main_cpu_clock": "thread CPU time",
-            "alignment": alignment,
-        },
-        "memory": memory_summary(inputs.memory_samples, main_pid, found.workers, inputs.memory_interval_ms),
-        "span_records_skipped": found.skipped_records,
-        "step_clock": result.get("all_steps") or {},
-        "overrides": inputs.overrides or {},
-        "stopped_early": bool(result.get("stopped_early")),
-        "redacted": inputs.redact,
-    })  # fmt: skip
+    }
+    manifest, problems = parse_manifest(
+        {
+            "manifest_version": MANIFEST_VERSION,
+            "dlprof_version": result["versions"].get("dlprof"),
+            "status": result["status"],
+            "error": result["error"],
+            "exit_code": inputs.exit_code,
+            "command": inputs.command,
+            "script": inputs.script,
+            "rank": result["rank"],
+            "world_size": result["world_size"],
+            "local_rank": result.get("local_rank"),
+            "local_world_size": result.get("local_world_size"),
+            "process_argv": result.get("process_argv") or [],
+            "backend": distributed.get("backend"),
+            "schedule": {**result["schedule"], "step_mode": result["step_mode"]},
+            "steps": {"run": result["steps_run"], "recorded": steps_recorded},
+            "main_process_cpu": _main_cpu(result.get("step_clock") or [], window),
+            "loader": primary_loader(result["loaders"], next_events),
+            "loaders": result["loaders"],
+            "workers": [
+                {
+                    "pid": w.pid,
+                    "worker_id": w.worker_id,
+                    "loader": w.loader_id,
+                    "epoch": w.epoch,
+                    "start_ns": w.start_ns,
+                }
+                for w in found.workers
+            ],
+            "host": result["host"],
+            "versions": result["versions"],
+            "clock": {
+                "source": "CLOCK_REALTIME (time.time_ns), the clock of baseTimeNanoseconds",
+                "base_time_ns": base_ns,
+                "window_ns": list(window),
+                "worker_cpu_clock": "process CPU time",
+                "main_cpu_clock": "thread CPU time",
+                "alignment": alignment,
+            },
+            "memory": memory_summary(inputs.memory_samples, main_pid, found.workers, inputs.memory_interval_ms),
+            "span_records_skipped": found.skipped_records,
+            "step_clock": result.get("all_steps") or {},
+            "overrides": inputs.overrides or {},
+            "stopped_early": bool(result.get("stopped_early")),
+            "redacted": inputs.redact,
+        }
+    )
     for problem in problems:  # the writer and the dataclass disagree: a dlprof bug (tests check for none)
         print(f"dlprof: internal: {problem}", file=sys.stderr)
     kineto[schema.MANIFEST_KEY] = manifest.to_dict()
     # distributedInfo first and metadata before the events: HTA reads a trace's rank from its first
     # lines, and a reader can take the manifest from the first kilobytes without parsing every event.
     head = {"distributedInfo": kineto["distributedInfo"]}
-    return {**head, **{k: v for k, v in kineto.items() if k not in ("traceEvents", "distributedInfo")}, "traceEvents": events}
+    return {
+        **head,
+        **{k: v for k, v in kineto.items() if k not in ("traceEvents", "distributedInfo")},
+        "traceEvents": events,
+    }
 
 
 def dumps_trace(document: dict) -> bytes:

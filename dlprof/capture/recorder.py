@@ -4,6 +4,7 @@ One profiler step per training step: after each ``optimizer.step()`` of the firs
 steps (a global post-hook, so no code change), or, for a script that never steps an optimizer (for
 example inference), after each batch a DataLoader returns.
 """
+
 from __future__ import annotations
 
 import gc
@@ -99,8 +100,15 @@ def calibrate() -> dict:
 class Recorder:
     """Runs ``torch.profiler`` over the training steps of this process and exports the trace."""
 
-    def __init__(self, schedule: Schedule, session_dir: Path, rank: int = 0, reference_steps: int = 0, run_to_end: bool = True,
-                 top_level: bool = True):  # fmt: skip
+    def __init__(
+        self,
+        schedule: Schedule,
+        session_dir: Path,
+        rank: int = 0,
+        reference_steps: int = 0,
+        run_to_end: bool = True,
+        top_level: bool = True,
+    ):
         """
         Args:
             reference_steps: unprofiled steps to time after the window before training is stopped.
@@ -143,7 +151,8 @@ class Recorder:
         self._profiler: torch.profiler.profile | None = None
 
     def start(self) -> None:
-        """Start the profiler; the caller forwards optimizer steps and loader events (:class:`dlprof.capture.session.Session`)."""
+        """Start the profiler; the caller forwards optimizer steps and loader events
+        (:class:`dlprof.capture.session.Session`)."""
         activities = [torch.profiler.ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -201,10 +210,18 @@ class Recorder:
             phase = manifest.PHASE_AFTER if self.exported else manifest.PHASE_BEFORE
         begin = self._step_begin
         epoch_started = self._step_epoch_start
-        self.all_steps.append([
-            phase, reading[0] - begin[0], reading[1] - begin[1], reading[2] - begin[2],
-            self._step_wait_ns, self._step_batches, epoch_started, self._step_fork_probe,
-        ])  # fmt: skip
+        self.all_steps.append(
+            [
+                phase,
+                reading[0] - begin[0],
+                reading[1] - begin[1],
+                reading[2] - begin[2],
+                self._step_wait_ns,
+                self._step_batches,
+                epoch_started,
+                self._step_fork_probe,
+            ]
+        )
         self._step_wait_ns = self._step_batches = 0
         self._step_epoch_start = False
         profiler.step()
@@ -251,7 +268,10 @@ class Recorder:
             return True
         batches_per_step = max(1.0, training.batches / max(1, self.steps))
         # The boundaries must have come by then (else the loader stopped early, or steps are not batches).
-        return after >= self.reference_steps + (epochs + 1) * training.length / batches_per_step + manifest.EPOCH_SETTLE_STEPS
+        return (
+            after
+            >= self.reference_steps + (epochs + 1) * training.length / batches_per_step + manifest.EPOCH_SETTLE_STEPS
+        )
 
     def _maybe_probe_fork(self) -> bool:
         """Fork once after the window in a run without workers: what starting forked workers costs training.
@@ -263,7 +283,11 @@ class Recorder:
         if self._fork_probed or self._steps_after_window != FORK_PROBE_AFTER_STEP or not hasattr(os, "fork"):
             return False
         training = self._training_loader()
-        if training is None or training.config.get("num_workers") or multiprocessing.get_start_method(allow_none=True) not in (None, "fork"):
+        if (
+            training is None
+            or training.config.get("num_workers")
+            or multiprocessing.get_start_method(allow_none=True) not in (None, "fork")
+        ):
             return False
         if "fork" not in multiprocessing.get_all_start_methods():
             return False
@@ -298,7 +322,10 @@ class Recorder:
             os.replace(tmp, self.trace_path)
         except Exception as error:  # a full disk must not kill the user's training from inside optimizer.step()
             self.export_error = f"{tmp}: {getattr(error, 'strerror', None) or error}"
-            print(f"dlprof: could not save the recorded steps ({self.export_error}); training goes on unrecorded", file=sys.stderr)
+            print(
+                f"dlprof: could not save the recorded steps ({self.export_error}); training goes on unrecorded",
+                file=sys.stderr,
+            )
             try:
                 tmp.unlink(missing_ok=True)
             except OSError:
@@ -318,13 +345,18 @@ class Recorder:
 
     def step_clock_columns(self) -> dict:
         """:class:`dlprof.manifest.StepClock` of every step seen, in ms."""
-        ms = lambda ns: round(ns / 1e6, 4)  # noqa: E731
+        ms = lambda ns: round(ns / 1e6, 4)
         rows = self.all_steps
         return {
-            "phase": [r[0] for r in rows], "wall_ms": [ms(r[1]) for r in rows], "cpu_ms": [ms(r[2]) for r in rows],
-            "runq_ms": [ms(r[3]) for r in rows], "wait_ms": [ms(r[4]) for r in rows], "batches": [r[5] for r in rows],
-            "epoch_start": [r[6] for r in rows], "fork_probe": [r[7] for r in rows],
-        }  # fmt: skip
+            "phase": [r[0] for r in rows],
+            "wall_ms": [ms(r[1]) for r in rows],
+            "cpu_ms": [ms(r[2]) for r in rows],
+            "runq_ms": [ms(r[3]) for r in rows],
+            "wait_ms": [ms(r[4]) for r in rows],
+            "batches": [r[5] for r in rows],
+            "epoch_start": [r[6] for r in rows],
+            "fork_probe": [r[7] for r in rows],
+        }
 
     def finish(self, status: str, error: str | None) -> dict:
         """Stop profiling (exporting what was recorded) and write this process's facts for the merge."""
@@ -364,10 +396,16 @@ class Recorder:
             "stopped_early": self.stopped_early,
             "finished_ns": time.time_ns(),
             "loaders": [
-                {"id": r.loader_id, "iterations": r.iterations, "batches": r.batches, **r.config, "length": r.length,
-                 "epochs": [e.as_manifest() for e in r.epochs]}
+                {
+                    "id": r.loader_id,
+                    "iterations": r.iterations,
+                    "batches": r.batches,
+                    **r.config,
+                    "length": r.length,
+                    "epochs": [e.as_manifest() for e in r.epochs],
+                }
                 for r in loaders
-            ],  # fmt: skip
+            ],
             "host": host_facts(),
             "versions": versions(),
         }

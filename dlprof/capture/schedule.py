@@ -1,4 +1,5 @@
 """The profiler's wait/warmup/active schedule, checked before anything starts (no torch import)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -18,6 +18,7 @@ The decision is taken from what the process does, never from its command's name:
 torchrun agent, ``accelerate``, ms-swift's CLI) imports torch but neither steps an optimizer nor
 iterates a DataLoader.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -122,10 +123,13 @@ class Session:
             from dlprof.capture.schedule import Schedule
 
             recorder = Recorder(
-                Schedule(**self.config["schedule"]), self.session_dir, rank=env_int("RANK", 0),
-                reference_steps=self.config.get("reference_steps", 0), run_to_end=self.config.get("run_to_end", True),
+                Schedule(**self.config["schedule"]),
+                self.session_dir,
+                rank=env_int("RANK", 0),
+                reference_steps=self.config.get("reference_steps", 0),
+                run_to_end=self.config.get("run_to_end", True),
                 top_level=not self.exit_hooks,
-            )  # fmt: skip
+            )
             recorder.start()
             self.recorder = recorder
             self._stop_cleanly_on_sigterm()
@@ -203,7 +207,8 @@ def _in_dataloader_worker() -> bool:
 
 
 class _AfterTorchImport(importlib.abc.MetaPathFinder):
-    """Calls the session's ``on_torch_imported`` right after ``import torch`` has run, in whatever process imports it."""
+    """Calls the session's ``on_torch_imported`` right after ``import torch`` has run, in whatever process imports
+    it."""
 
     def __init__(self, session: Session):
         self.session = session
@@ -231,7 +236,9 @@ def _safely(action: Any) -> None:
     try:
         action()
     except Exception as error:  # dlprof must never stop the user's program
-        print(f"dlprof: instrumentation disabled in pid {os.getpid()}: {type(error).__name__}: {error}", file=sys.stderr)
+        print(
+            f"dlprof: instrumentation disabled in pid {os.getpid()}: {type(error).__name__}: {error}", file=sys.stderr
+        )
 
 
 _SESSION: Session | None = None
@@ -290,7 +297,8 @@ def describe_failure(error: BaseException) -> str:
 
 
 def start_in_process(session_dir: Path, config: dict) -> Session:
-    """Make a session for a recording this process runs itself, without ``dlprof record`` (:class:`dlprof.hf.DlprofCallback`).
+    """Make a session for a recording this process runs itself, without ``dlprof record``
+    (:class:`dlprof.hf.DlprofCallback`).
 
     The session becomes this process's (:func:`current`): DataLoaders created from now on are
     instrumented, and the process records from its first training step. No exit hooks: the caller
@@ -307,8 +315,10 @@ def start_in_process(session_dir: Path, config: dict) -> Session:
     if _SESSION is not None and not _SESSION.finished:
         from dlprof.errors import UsageError
 
-        raise UsageError(f"a dlprof recording is already under way in this process (session {_SESSION.session_dir}); "
-                         "let it finish before starting another")  # fmt: skip
+        raise UsageError(
+            f"a dlprof recording is already under way in this process (session {_SESSION.session_dir}); "
+            "let it finish before starting another"
+        )
     session = Session(session_dir, config)
     session.on_torch_imported()
     _SESSION = session

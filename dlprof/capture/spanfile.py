@@ -14,13 +14,14 @@ Every record is ``<kind, name, a_ns, b_ns, c_ns, d_ns, loader, epoch, batch, wor
 * ``KIND_WORKER``: worker ``worker`` of ``loader`` started at ``a_ns`` serving ``epoch``; ``batch`` holds
   the loader's num_workers.
 """
+
 from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from dlprof import schema
 

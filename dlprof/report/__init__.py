@@ -1,13 +1,21 @@
 """Renderers: one module per format, each ``render(report) -> str``. They format; they never compute."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from dlprof.errors import UsageError
 
 FORMATS = ("text", "markdown", "json", "html")
-_EXTENSIONS = {".txt": "text", ".md": "markdown", ".markdown": "markdown", ".json": "json", ".html": "html", ".htm": "html"}
+_EXTENSIONS = {
+    ".txt": "text",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".json": "json",
+    ".html": "html",
+    ".htm": "html",
+}
 
 
 def pick_format(requested: str | None, output: Path | None) -> str:
@@ -18,7 +26,10 @@ def pick_format(requested: str | None, output: Path | None) -> str:
         return "text"
     found = _EXTENSIONS.get(output.suffix.lower())
     if found is None:
-        raise UsageError(f"-o {output}: cannot tell the format from '{output.suffix}'; add --format ({', '.join(FORMATS)}) or use .txt, .md, .json or .html")
+        raise UsageError(
+            f"-o {output}: cannot tell the format from '{output.suffix}'; add --format ({', '.join(FORMATS)}) or use"
+            " .txt, .md, .json or .html"
+        )
     return found
 
 
@@ -48,7 +59,9 @@ def write_report(path: Path, text: str) -> None:
     try:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".partial")
     except OSError as error:
-        raise InputError(f"{path}: cannot write into {directory} ({error.strerror}); choose a writable directory") from None
+        raise InputError(
+            f"{path}: cannot write into {directory} ({error.strerror}); choose a writable directory"
+        ) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)

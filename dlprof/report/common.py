@@ -1,4 +1,5 @@
 """Labels and number formatting shared by the renderers (formatting only, no computation)."""
+
 from __future__ import annotations
 
 from dlprof.analysis.steps import CATEGORIES
@@ -75,8 +76,16 @@ def recommendation_line(advice) -> str:
 
 def breakdown_rows(steps, total_label: str = "step") -> list[list[str]]:
     """Mean, p50, p90 and share of each category, then the step itself."""
-    rows = [[CATEGORY_LABELS[c], ms(steps.categories[c].mean_ms), ms(steps.categories[c].p50_ms), ms(steps.categories[c].p90_ms),
-             pct(steps.categories[c].mean_ms, steps.step.mean_ms)] for c in CATEGORIES]  # fmt: skip
+    rows = [
+        [
+            CATEGORY_LABELS[c],
+            ms(steps.categories[c].mean_ms),
+            ms(steps.categories[c].p50_ms),
+            ms(steps.categories[c].p90_ms),
+            pct(steps.categories[c].mean_ms, steps.step.mean_ms),
+        ]
+        for c in CATEGORIES
+    ]
     return rows + [[total_label, ms(steps.step.mean_ms), ms(steps.step.p50_ms), ms(steps.step.p90_ms), "100.0"]]
 
 
@@ -95,10 +104,15 @@ def unprofiled_line(run) -> str | None:
     u = run.unprofiled
     if u is None:
         return None
-    line = f"without the profiler: {u.step_ms:.2f} ms per step ({u.steps_per_s:.2f} steps/s), mean of {u.reference_steps} reference steps"
+    line = (
+        f"without the profiler: {u.step_ms:.2f} ms per step ({u.steps_per_s:.2f} steps/s), mean of {u.reference_steps}"
+        " reference steps"
+    )
     if u.overhead_pct is not None:
-        line += (f"; profiling made steps {u.overhead_pct:.0f} % slower: {u.profiled_step_ms:.2f} ms profiled vs {u.step_ms_p50:.2f} ms "
-                 "unprofiled (medians)")  # fmt: skip
+        line += (
+            f"; profiling made steps {u.overhead_pct:.0f} % slower: {u.profiled_step_ms:.2f} ms profiled vs"
+            f" {u.step_ms_p50:.2f} ms unprofiled (medians)"
+        )
     return line
 
 
@@ -107,10 +121,23 @@ def epoch_line(run) -> str | None:
     epoch = run.unprofiled.epoch if run.unprofiled else None
     if epoch is None or epoch.steps_per_epoch is None:
         return None
-    restart = ("no boundary timed after start-up" if epoch.restart_ms is None
-               else f"a boundary costs {epoch.restart_ms:.0f} ms (measured over {epoch.boundaries_measured})")  # fmt: skip
-    workers = "persistent workers" if epoch.persistent_workers else "workers restart each epoch" if epoch.num_workers else "no workers"
-    first = "" if epoch.first_batch_ms is None else f"; first batch {epoch.first_batch_ms:.1f} ms after the iterator was created"
+    restart = (
+        "no boundary timed after start-up"
+        if epoch.restart_ms is None
+        else f"a boundary costs {epoch.restart_ms:.0f} ms (measured over {epoch.boundaries_measured})"
+    )
+    workers = (
+        "persistent workers"
+        if epoch.persistent_workers
+        else "workers restart each epoch"
+        if epoch.num_workers
+        else "no workers"
+    )
+    first = (
+        ""
+        if epoch.first_batch_ms is None
+        else f"; first batch {epoch.first_batch_ms:.1f} ms after the iterator was created"
+    )
     return f"epochs: {epoch.steps_per_epoch:g} steps each, {workers}; {restart}{first}"
 
 
@@ -119,35 +146,71 @@ PREDICTED_HEADER = ["num_workers", "step ms", "steps/s", "steps/s over epochs", 
 
 def predicted_rows(advice, mark: str = "") -> list[list[str]]:
     """One row per predicted num_workers; ``mark`` is appended to the recommended count."""
-    return [[str(p.num_workers) + (mark if p.num_workers == advice.num_workers else ""), ms(p.step_ms), f"{p.steps_per_s:.2f}",
-             "-" if p.epoch_steps_per_s is None else f"{p.epoch_steps_per_s:.2f}", p.bound] for p in advice.predicted]  # fmt: skip
+    return [
+        [
+            str(p.num_workers) + (mark if p.num_workers == advice.num_workers else ""),
+            ms(p.step_ms),
+            f"{p.steps_per_s:.2f}",
+            "-" if p.epoch_steps_per_s is None else f"{p.epoch_steps_per_s:.2f}",
+            p.bound,
+        ]
+        for p in advice.predicted
+    ]
 
 
-RANKS_HEADER = ["rank", "step ms", "data wait ms", "wait %", "collectives ms", "own work ms", "loader ms/batch", "worker PSS MiB", "num_workers"]
+RANKS_HEADER = [
+    "rank",
+    "step ms",
+    "data wait ms",
+    "wait %",
+    "collectives ms",
+    "own work ms",
+    "loader ms/batch",
+    "worker PSS MiB",
+    "num_workers",
+]
 
 
 def rank_rows(ranks, mark: str = "") -> list[list[str]]:
     """One row per rank; ``mark`` is appended to the slowest rank."""
-    return [[str(r.rank) + (mark if r.rank == ranks.slowest_rank else ""), ms(r.step_ms), ms(r.data_wait_ms), f"{r.data_wait_pct:.1f}",
-             ms(r.collective_ms), ms(r.own_ms), ms(r.loader_batch_ms), "-" if r.worker_pss_mib is None else f"{r.worker_pss_mib:.1f}",
-             known(r.num_workers)] for r in ranks.ranks]  # fmt: skip
+    return [
+        [
+            str(r.rank) + (mark if r.rank == ranks.slowest_rank else ""),
+            ms(r.step_ms),
+            ms(r.data_wait_ms),
+            f"{r.data_wait_pct:.1f}",
+            ms(r.collective_ms),
+            ms(r.own_ms),
+            ms(r.loader_batch_ms),
+            "-" if r.worker_pss_mib is None else f"{r.worker_pss_mib:.1f}",
+            known(r.num_workers),
+        ]
+        for r in ranks.ranks
+    ]
 
 
 def ranks_line(ranks) -> str:
     """The cross-rank effect in one line: who is slowest, why, and who waited for it where."""
     slowest = next(r for r in ranks.ranks if r.rank == ranks.slowest_rank)
     if ranks.slowest_reason == "data":
-        why = f"rank {slowest.rank} waited {slowest.data_wait_ms:.2f} ms per step for data ({ranks.extra_data_wait_ms:.2f} ms more than the other ranks)"
+        why = (
+            f"rank {slowest.rank} waited {slowest.data_wait_ms:.2f} ms per step for data"
+            f" ({ranks.extra_data_wait_ms:.2f} ms more than the other ranks)"
+        )
     else:
-        why = (f"rank {slowest.rank} is the slowest: its own work takes {slowest.own_ms:.2f} ms per step (compute, not data: it waited "
-               f"{slowest.data_wait_ms:.2f} ms per step for data)")  # fmt: skip
+        why = (
+            f"rank {slowest.rank} is the slowest: its own work takes {slowest.own_ms:.2f} ms per step (compute, not"
+            f" data: it waited {slowest.data_wait_ms:.2f} ms per step for data)"
+        )
     where = f"in {ranks.collectives[0]}" if ranks.collectives else "(no collectives seen)"
     waited = sorted(ranks.waited_ms.items())
     if not waited:
         return why
     if len(waited) == 1:
-        (rank, value), = waited
+        ((rank, value),) = waited
         return f"{why}; rank {rank} waited {value:.2f} ms per step for rank {slowest.rank} {where}"
     values = [v for _, v in waited]
-    return (f"{why}; ranks {', '.join(str(r) for r, _ in waited)} waited {min(values):.2f}-{max(values):.2f} ms per step "
-            f"(mean {sum(values) / len(values):.2f}) for rank {slowest.rank} {where}")  # fmt: skip
+    return (
+        f"{why}; ranks {', '.join(str(r) for r, _ in waited)} waited {min(values):.2f}-{max(values):.2f} ms per step "
+        f"(mean {sum(values) / len(values):.2f}) for rank {slowest.rank} {where}"
+    )

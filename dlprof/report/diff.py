@@ -2,10 +2,12 @@
 
 Every number, change and the verdict come from :func:`dlprof.workflows.diff.diff`.
 """
+
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from dlprof.errors import UsageError
 from dlprof.report.common import UNKNOWN
@@ -38,7 +40,13 @@ def _setting(value: Any) -> str:
 
 
 def _cells(row: DiffRow) -> list[str]:
-    return [row.metric, _value(row.a, row.unit), _value(row.b, row.unit), _delta(row.delta, row.unit), _delta_pct(row.delta_pct)]
+    return [
+        row.metric,
+        _value(row.a, row.unit),
+        _value(row.b, row.unit),
+        _delta(row.delta, row.unit),
+        _delta_pct(row.delta_pct),
+    ]
 
 
 _HEADER = ["metric", "A", "B", "change", "change %"]
@@ -63,7 +71,9 @@ def render_text(result: DiffResult) -> str:
     rows = [_HEADER, *map(_cells, result.rows)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(_HEADER))]
     lines.append("")
-    lines += ["  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines += [
+        "  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -100,14 +110,23 @@ def render_json(result: DiffResult) -> str:
         "verdict": result.verdict,
         "speed_change_pct": _r(result.speed_change_pct, 2),
         "speed_basis": result.speed_basis,
-        "settings_changed": {name: [_json_value(a), _json_value(b)] for name, (a, b) in result.settings_changed.items()},
+        "settings_changed": {
+            name: [_json_value(a), _json_value(b)] for name, (a, b) in result.settings_changed.items()
+        },
         "settings_unknown": list(result.settings_unknown),
         "rows": [
-            {"metric": row.metric, "key": row.key, "unit": row.unit, "a": _r(row.a), "b": _r(row.b),
-             "delta": _r(row.delta), "delta_pct": _r(row.delta_pct, 2)}
+            {
+                "metric": row.metric,
+                "key": row.key,
+                "unit": row.unit,
+                "a": _r(row.a),
+                "b": _r(row.b),
+                "delta": _r(row.delta),
+                "delta_pct": _r(row.delta_pct, 2),
+            }
             for row in result.rows
         ],
-    }  # fmt: skip
+    }
     return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
@@ -119,5 +138,7 @@ def renderer(fmt: str) -> Callable[[DiffResult], str]:
     """
     found = {"text": render_text, "markdown": render_markdown, "json": render_json}.get(fmt)
     if found is None:
-        raise UsageError(f"dlprof diff writes {', '.join(FORMATS)}, not {fmt}; use -o with .txt, .md or .json, or --format")
+        raise UsageError(
+            f"dlprof diff writes {', '.join(FORMATS)}, not {fmt}; use -o with .txt, .md or .json, or --format"
+        )
     return found

@@ -6,6 +6,7 @@ an inline ``<svg role="img">`` with a ``data-picture`` attribute, so a test or a
 Scaling to pixels, colours and merging what is narrower than a pixel are drawing decisions made
 here; every number drawn comes from the Report.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,9 +14,23 @@ from html import escape
 
 from dlprof.analysis.steps import CATEGORIES
 from dlprof.report.common import (
-    CATEGORY_LABELS, PREDICTED_HEADER, RANKS_HEADER, breakdown_rows, epoch_line, known, loader_rows, ms, predicted_rows, rank_rows, ranks_line,
-    recommendation_line, setting, skipped_line, unprofiled_line, verdict_line,
-)  # fmt: skip
+    CATEGORY_LABELS,
+    PREDICTED_HEADER,
+    RANKS_HEADER,
+    breakdown_rows,
+    epoch_line,
+    known,
+    loader_rows,
+    ms,
+    predicted_rows,
+    rank_rows,
+    ranks_line,
+    recommendation_line,
+    setting,
+    skipped_line,
+    unprofiled_line,
+    verdict_line,
+)
 from dlprof.workflows.analyze import Report, RunReport, TimelinePicture
 
 #: Colours per segment kind: step categories, loader spans, the GPU. Data wait is the loud one.
@@ -120,7 +135,9 @@ def _tick_label(value: float, ticks: list[float]) -> str:
     return f"{value:.{decimals}f}"
 
 
-def _legend(items: list[tuple[str, str]], x: float, y: float, width: float, dashed: str | None = None) -> tuple[list[str], float]:
+def _legend(
+    items: list[tuple[str, str]], x: float, y: float, width: float, dashed: str | None = None
+) -> tuple[list[str], float]:
     """Swatches with labels, wrapped to ``width``; returns the markup and the height used."""
     parts = ['<g class="legend">']
     cx, cy = x, y
@@ -130,7 +147,10 @@ def _legend(items: list[tuple[str, str]], x: float, y: float, width: float, dash
         if cx + item_w > x + width and cx > x:
             cx, cy = x, cy + 20
         if is_line:
-            parts.append(f'<line x1="{_n(cx + 6)}" y1="{_n(cy - 4)}" x2="{_n(cx + 6)}" y2="{_n(cy + 8)}" stroke="{colour}" stroke-dasharray="3 2"/>')
+            parts.append(
+                f'<line x1="{_n(cx + 6)}" y1="{_n(cy - 4)}" x2="{_n(cx + 6)}" y2="{_n(cy + 8)}" stroke="{colour}"'
+                ' stroke-dasharray="3 2"/>'
+            )
         else:
             parts.append(f'<rect x="{_n(cx)}" y="{_n(cy - 4)}" width="12" height="12" fill="{colour}"/>')
         parts.append(f'<text x="{_n(cx + 18)}" y="{_n(cy + 6)}" font-size="{FONT}">{_e(label)}</text>')
@@ -223,14 +243,18 @@ def _timeline_svg(picture: TimelinePicture, title_id: str) -> str:
         body.append(f'<g class="lane" data-lane="{_e(lane.label)}">')
         body.append(f'<rect x="{TL_LEFT}" y="{y}" width="{plot_w}" height="{TL_LANE_H}" fill="#f3f4f6"/>')
         short = lane.label if len(lane.label) <= TL_LABEL_CHARS else lane.label[: TL_LABEL_CHARS - 1] + "\u2026"
-        body.append(f'<text class="lane-label" x="{TL_LEFT - 8}" y="{_n(y + TL_LANE_H / 2 + 4)}" text-anchor="end">'
-                    f"<title>{_e(lane.label)}</title>{_e(short)}</text>")  # fmt: skip
+        body.append(
+            f'<text class="lane-label" x="{TL_LEFT - 8}" y="{_n(y + TL_LANE_H / 2 + 4)}" text-anchor="end">'
+            f"<title>{_e(lane.label)}</title>{_e(short)}</text>"
+        )
         for depth, level in enumerate(_by_depth(lane.segments)):
             inset = depth * TL_INSET
             for kind, c0, c1, opacity in _lane_rects(level, scale, plot_w):
                 fade = "" if opacity == 1 else f' fill-opacity="{opacity:g}"'
-                body.append(f'<rect x="{TL_LEFT + c0}" y="{y + inset}" width="{c1 - c0}" height="{TL_LANE_H - 2 * inset}" '
-                            f'fill="{_colour(kind, spare)}"{fade}/>')  # fmt: skip
+                body.append(
+                    f'<rect x="{TL_LEFT + c0}" y="{y + inset}" width="{c1 - c0}" height="{TL_LANE_H - 2 * inset}" '
+                    f'fill="{_colour(kind, spare)}"{fade}/>'
+                )
         body.append("</g>")
         for kind, _, _ in lane.segments:
             if kind not in kinds_seen:
@@ -239,11 +263,15 @@ def _timeline_svg(picture: TimelinePicture, title_id: str) -> str:
     bottom = top + lanes_h
     for start in [*picture.step_starts_ms, picture.duration_ms]:
         x = TL_LEFT + start * scale
-        body.append(f'<line class="step-boundary" x1="{_n(x)}" y1="{top - 4}" x2="{_n(x)}" y2="{bottom + 4}" '
-                    'stroke="#222" stroke-width="1.2" stroke-dasharray="4 3"/>')
+        body.append(
+            f'<line class="step-boundary" x1="{_n(x)}" y1="{top - 4}" x2="{_n(x)}" y2="{bottom + 4}" '
+            'stroke="#222" stroke-width="1.2" stroke-dasharray="4 3"/>'
+        )
     # Time axis.
     axis_y = bottom + 10
-    body.append(f'<g class="axis"><line x1="{TL_LEFT}" y1="{axis_y}" x2="{TL_LEFT + plot_w}" y2="{axis_y}" stroke="#444"/>')
+    body.append(
+        f'<g class="axis"><line x1="{TL_LEFT}" y1="{axis_y}" x2="{TL_LEFT + plot_w}" y2="{axis_y}" stroke="#444"/>'
+    )
     ticks = [t for t in _ticks(picture.duration_ms, 8) if t <= picture.duration_ms + 1e-9]
     for t in ticks:
         x = TL_LEFT + t * scale
@@ -252,12 +280,13 @@ def _timeline_svg(picture: TimelinePicture, title_id: str) -> str:
     body.append(f'<text x="{TL_LEFT - 8}" y="{axis_y + 18}" text-anchor="end">time (ms)</text></g>')
     # Known kinds in a fixed order (categories, loader spans, GPU), then any others as met.
     order = [k for k in COLOURS if k in kinds_seen] + [k for k in kinds_seen if k not in COLOURS]
-    legend, legend_h = _legend([(KIND_LABELS.get(k, k), _colour(k, spare)) for k in order], TL_LEFT, axis_y + 40, plot_w, "step boundary")
+    legend, legend_h = _legend(
+        [(KIND_LABELS.get(k, k), _colour(k, spare)) for k in order], TL_LEFT, axis_y + 40, plot_w, "step boundary"
+    )
     body += legend
     height = axis_y + 40 + legend_h
-    label = (
-        f"Timeline of {len(picture.step_starts_ms)} consecutive steps ({picture.duration_ms:.1f} ms): "
-        + ", ".join(lane.label for lane in picture.lanes)
+    label = f"Timeline of {len(picture.step_starts_ms)} consecutive steps ({picture.duration_ms:.1f} ms): " + ", ".join(
+        lane.label for lane in picture.lanes
     )
     return _svg("timeline", height, label, title_id, body)
 
@@ -289,7 +318,7 @@ def _breakdown_svg(run: RunReport, title_id: str) -> str:
     plot_w = WIDTH - BD_LEFT - BD_RIGHT
     ticks = _ticks(max((sum(s.category_ms(c) for c in CATEGORIES) for s in steps), default=1.0))
     y_max = ticks[-1]
-    y_of = lambda v: BD_TOP + BD_PLOT_H - v / y_max * BD_PLOT_H  # noqa: E731
+    y_of = lambda v: BD_TOP + BD_PLOT_H - v / y_max * BD_PLOT_H
     base = BD_TOP + BD_PLOT_H
     body = _y_axis(BD_LEFT, plot_w, BD_TOP, BD_PLOT_H, ticks, y_of, "ms per step")
     body[-1] += "</g>"
@@ -299,19 +328,27 @@ def _breakdown_svg(run: RunReport, title_id: str) -> str:
     for i, step in enumerate(steps):
         x = BD_LEFT + i * slot + (slot - bar_w) / 2
         parts = ", ".join(f"{CATEGORY_LABELS[c]} {step.category_ms(c):.2f}" for c in CATEGORIES)
-        body.append(f'<g class="bar" data-step="{step.number}"><title>step {step.number}: {step.step_ms:.2f} ms ({_e(parts)})</title>')
+        body.append(
+            f'<g class="bar" data-step="{step.number}"><title>step {step.number}: {step.step_ms:.2f} ms'
+            f" ({_e(parts)})</title>"
+        )
         stacked = 0.0
         for c in CATEGORIES:
             value = step.category_ms(c)
             if value <= 0:
                 continue
             y1, y0 = y_of(stacked + value), y_of(stacked)
-            body.append(f'<rect x="{_n(x)}" y="{_n(y1)}" width="{_n(bar_w)}" height="{_n(y0 - y1)}" fill="{COLOURS[c]}" data-category="{c}"/>')
+            body.append(
+                f'<rect x="{_n(x)}" y="{_n(y1)}" width="{_n(bar_w)}" height="{_n(y0 - y1)}" fill="{COLOURS[c]}"'
+                f' data-category="{c}"/>'
+            )
             stacked += value
         if i % label_every == 0:
             body.append(f'<text x="{_n(x + bar_w / 2)}" y="{base + 16}" text-anchor="middle">{step.number}</text>')
         body.append("</g>")
-    body.append(f'<text x="{BD_LEFT + plot_w / 2}" y="{base + 34}" text-anchor="middle">step (ProfilerStep number)</text>')
+    body.append(
+        f'<text x="{BD_LEFT + plot_w / 2}" y="{base + 34}" text-anchor="middle">step (ProfilerStep number)</text>'
+    )
     legend, legend_h = _legend([(CATEGORY_LABELS[c], COLOURS[c]) for c in CATEGORIES], BD_LEFT, base + 58, plot_w)
     body += legend
     label = f"Time per step by category for {len(steps)} steps, stacked from data wait at the bottom"
@@ -334,10 +371,10 @@ def _predicted_svg(run: RunReport, title_id: str) -> str:
     plot_w = WIDTH - PR_LEFT - PR_RIGHT
     lo_n = min(p.num_workers for p in points)
     hi_n = max(max(p.num_workers for p in points), lo_n + 1)
-    x_of = lambda n: PR_LEFT + (n - lo_n) / (hi_n - lo_n) * plot_w  # noqa: E731
+    x_of = lambda n: PR_LEFT + (n - lo_n) / (hi_n - lo_n) * plot_w
     ticks = _ticks(max(p.steps_per_s for p in points))
     y_max = ticks[-1]
-    y_of = lambda v: PR_TOP + PR_PLOT_H - v / y_max * PR_PLOT_H  # noqa: E731
+    y_of = lambda v: PR_TOP + PR_PLOT_H - v / y_max * PR_PLOT_H
     base = PR_TOP + PR_PLOT_H
     body = _y_axis(PR_LEFT, plot_w, PR_TOP, PR_PLOT_H, ticks, y_of, "predicted steps/s")
     label_every = max(1, math.ceil((hi_n - lo_n + 1) * 24 / plot_w))
@@ -349,8 +386,11 @@ def _predicted_svg(run: RunReport, title_id: str) -> str:
     recorded = run.info.num_workers
     if recorded is not None and lo_n <= recorded <= hi_n:
         x = x_of(recorded)
-        body.append(f'<g class="recorded"><line x1="{_n(x)}" y1="{PR_TOP - 8}" x2="{_n(x)}" y2="{base}" stroke="#666" stroke-dasharray="4 3"/>'
-                    f'<text x="{_n(x + 4)}" y="{PR_TOP - 12}" fill="#555">as recorded ({recorded})</text></g>')  # fmt: skip
+        body.append(
+            f'<g class="recorded"><line x1="{_n(x)}" y1="{PR_TOP - 8}" x2="{_n(x)}" y2="{base}" stroke="#666"'
+            f' stroke-dasharray="4 3"/><text x="{_n(x + 4)}" y="{PR_TOP - 12}" fill="#555">as recorded'
+            f" ({recorded})</text></g>"
+        )
     coords = " ".join(f"{_n(x_of(p.num_workers))},{_n(y_of(p.steps_per_s))}" for p in points)
     body.append(f'<polyline points="{coords}" fill="none" stroke="{PR_LINE}" stroke-width="2"/>')
     chosen = None
@@ -359,9 +399,10 @@ def _predicted_svg(run: RunReport, title_id: str) -> str:
         chosen = p if is_chosen else chosen
         radius, fill, cls = (7, PR_CHOSEN, "point recommended") if is_chosen else (4, PR_LINE, "point")
         body.append(
-            f'<circle class="{cls}" data-num-workers="{p.num_workers}" cx="{_n(x_of(p.num_workers))}" cy="{_n(y_of(p.steps_per_s))}" '
-            f'r="{radius}" fill="{fill}" stroke="#fff" stroke-width="1.5"><title>num_workers={p.num_workers}: {p.steps_per_s:.2f} steps/s '
-            f"({p.step_ms:.2f} ms/step, bound by {_e(p.bound)})</title></circle>"
+            f'<circle class="{cls}" data-num-workers="{p.num_workers}" cx="{_n(x_of(p.num_workers))}"'
+            f' cy="{_n(y_of(p.steps_per_s))}" r="{radius}" fill="{fill}" stroke="#fff"'
+            f' stroke-width="1.5"><title>num_workers={p.num_workers}: {p.steps_per_s:.2f} steps/s ({p.step_ms:.2f}'
+            f" ms/step, bound by {_e(p.bound)})</title></circle>"
         )
     if chosen is not None:
         x, y = x_of(chosen.num_workers), y_of(chosen.steps_per_s)
@@ -369,7 +410,10 @@ def _predicted_svg(run: RunReport, title_id: str) -> str:
         right = x + 12 + len(text) * CHAR_W > WIDTH - PR_RIGHT
         anchor, tx = ("end", x - 12) if right else ("start", x + 12)
         ty = y + 20 if y < PR_TOP + 16 else y - 10  # keep the label inside the plot
-        body.append(f'<text class="recommended-label" x="{_n(tx)}" y="{_n(ty)}" text-anchor="{anchor}" fill="{PR_CHOSEN}" font-weight="600">{_e(text)}</text>')
+        body.append(
+            f'<text class="recommended-label" x="{_n(tx)}" y="{_n(ty)}" text-anchor="{anchor}" fill="{PR_CHOSEN}"'
+            f' font-weight="600">{_e(text)}</text>'
+        )
     label = f"Predicted steps per second for num_workers {lo_n} to {max(p.num_workers for p in points)}" + (
         f"; recommended num_workers={advice.num_workers}" if advice.num_workers is not None else ""
     )
@@ -395,15 +439,27 @@ def _facts(run: RunReport) -> str:
     info, steps = run.info, run.steps
     rows = [
         ("device", info.device + (f" ({info.gpu_name})" if info.gpu_name else "")),
-        ("DataLoader", f"num_workers={known(info.num_workers)}, batch_size={known(info.batch_size)}, pin_memory={known(info.pin_memory)}, "
-                       f"prefetch_factor={known(info.prefetch_factor)}, persistent_workers={known(info.persistent_workers)}"),
+        (
+            "DataLoader",
+            (
+                f"num_workers={known(info.num_workers)}, batch_size={known(info.batch_size)},"
+                f" pin_memory={known(info.pin_memory)}, prefetch_factor={known(info.prefetch_factor)},"
+                f" persistent_workers={known(info.persistent_workers)}"
+            ),
+        ),
         ("usable cores", known(info.usable_cores)),
         ("RAM", "unknown" if info.ram_total_mib is None else f"{info.ram_total_mib} MiB"),
         ("torch", known(info.torch_version)),
-        ("steps", f"{len(steps.steps)} recorded, {steps.step.mean_ms:.2f} ms mean (p50 {steps.step.p50_ms:.2f}, p90 {steps.step.p90_ms:.2f}), "
-                  f"{_per_s(steps.step.mean_ms)} steps/s (profiled); {info.batches_per_step:g} batch(es) per step"),
+        (
+            "steps",
+            (
+                f"{len(steps.steps)} recorded, {steps.step.mean_ms:.2f} ms mean (p50 {steps.step.p50_ms:.2f}, p90"
+                f" {steps.step.p90_ms:.2f}), {_per_s(steps.step.mean_ms)} steps/s (profiled); {info.batches_per_step:g}"
+                " batch(es) per step"
+            ),
+        ),
         *[(label, line) for label, line in (("unprofiled", unprofiled_line(run)), ("epochs", epoch_line(run))) if line],
-    ]  # fmt: skip
+    ]
     cells = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
     return f'<table class="facts"><tbody>{cells}</tbody></table>'
 
@@ -416,12 +472,18 @@ def _breakdown_table(run: RunReport) -> str:
 def _loader_tables(run: RunReport) -> str:
     loader = run.loader
     if loader is None:
-        return '<p>Loader: unknown (no worker spans in this trace; record with <code>dlprof record</code> to see inside the workers).</p>'
+        return (
+            "<p>Loader: unknown (no worker spans in this trace; record with <code>dlprof record</code> to see inside"
+            " the workers).</p>"
+        )
     where = "main process" if loader.in_main_process else f"{loader.workers_observed} workers"
     parts = [
         f"<h3>Loader, per batch ({len(loader.batches)} batches, {_e(where)})</h3>",
         _table(["per batch", "wall ms", "CPU ms"], loader_rows(loader), ["", "", "", "total"]),
-        f"<p>CPU/wall {loader.cpu_fraction:.2f}: {_e(loader.bound)}-bound; waiting for a core {loader.batch_runq_ms_mean:.2f} ms per batch.",
+        (
+            f"<p>CPU/wall {loader.cpu_fraction:.2f}: {_e(loader.bound)}-bound; waiting for a core"
+            f" {loader.batch_runq_ms_mean:.2f} ms per batch."
+        ),
     ]
     if loader.wait:
         parts.append(
@@ -430,9 +492,21 @@ def _loader_tables(run: RunReport) -> str:
         )
     parts.append("</p>")
     parts.append(
-        _table(["process", "pid", "batches", "ms/batch", "batches/s", "PSS MiB", "PSS growth MiB/min"],
-               [["main process" if w.worker < 0 else f"worker {w.worker}", str(w.pid), str(w.batches), ms(w.batch_ms_mean),
-                 "-" if w.capacity_per_s is None else f"{w.capacity_per_s:.1f}", ms(w.pss_mib_last), ms(w.pss_growth_mib_per_min)] for w in loader.workers])  # fmt: skip
+        _table(
+            ["process", "pid", "batches", "ms/batch", "batches/s", "PSS MiB", "PSS growth MiB/min"],
+            [
+                [
+                    "main process" if w.worker < 0 else f"worker {w.worker}",
+                    str(w.pid),
+                    str(w.batches),
+                    ms(w.batch_ms_mean),
+                    "-" if w.capacity_per_s is None else f"{w.capacity_per_s:.1f}",
+                    ms(w.pss_mib_last),
+                    ms(w.pss_growth_mib_per_min),
+                ]
+                for w in loader.workers
+            ],
+        )
     )
     return "".join(parts)
 
@@ -441,13 +515,17 @@ def _gpu_table(run: RunReport) -> str:
     gpu = run.gpu
     if gpu is None:
         return "<p>GPU: none in this trace.</p>"
-    rows = [["busy", ms(gpu.busy.mean_ms), ms(gpu.busy.p90_ms)], ["idle", ms(gpu.idle.mean_ms), ms(gpu.idle.p90_ms)],
-            ["idle: waiting for data", ms(gpu.idle_data.mean_ms), ms(gpu.idle_data.p90_ms)],
-            ["idle: waiting for the host to launch", ms(gpu.idle_launch.mean_ms), ms(gpu.idle_launch.p90_ms)],
-            ["idle: other", ms(gpu.idle_other.mean_ms), ms(gpu.idle_other.p90_ms)],
-            ["host-to-device copies", ms(gpu.h2d.mean_ms), ms(gpu.h2d.p90_ms)]]  # fmt: skip
+    rows = [
+        ["busy", ms(gpu.busy.mean_ms), ms(gpu.busy.p90_ms)],
+        ["idle", ms(gpu.idle.mean_ms), ms(gpu.idle.p90_ms)],
+        ["idle: waiting for data", ms(gpu.idle_data.mean_ms), ms(gpu.idle_data.p90_ms)],
+        ["idle: waiting for the host to launch", ms(gpu.idle_launch.mean_ms), ms(gpu.idle_launch.p90_ms)],
+        ["idle: other", ms(gpu.idle_other.mean_ms), ms(gpu.idle_other.p90_ms)],
+        ["host-to-device copies", ms(gpu.h2d.mean_ms), ms(gpu.h2d.p90_ms)],
+    ]
     return (
-        f"<h3>GPU (busy {gpu.busy_pct:.1f} %)</h3>" + _table(["GPU, ms per step", "mean", "p90"], rows)
+        f"<h3>GPU (busy {gpu.busy_pct:.1f} %)</h3>"
+        + _table(["GPU, ms per step", "mean", "p90"], rows)
         + f"<p>{gpu.h2d_copies} host-to-device copies, {gpu.h2d_pageable_copies} from pageable memory, "
         f"{gpu.h2d_mib_per_step:.1f} MiB per step.</p>"
     )
@@ -481,10 +559,18 @@ def _run(run: RunReport, index: int) -> str:
     if run.ranks is not None:
         ranks = run.ranks
         parts.append(f"<h3>Ranks ({len(ranks.ranks)}; ms per step, profiled)</h3>")
-        parts.append(_table(RANKS_HEADER, rank_rows(ranks, " (slowest)"),
-                            ["slowest" if r.rank == ranks.slowest_rank else "" for r in ranks.ranks], cls="ranks"))  # fmt: skip
-        parts.append(f'<p class="ranks-line">{_e(ranks_line(ranks))}. The rest of this report is rank {ranks.slowest_rank}\'s: '
-                     "num_workers is set per rank, and the slowest sets the pace.</p>")  # fmt: skip
+        parts.append(
+            _table(
+                RANKS_HEADER,
+                rank_rows(ranks, " (slowest)"),
+                ["slowest" if r.rank == ranks.slowest_rank else "" for r in ranks.ranks],
+                cls="ranks",
+            )
+        )
+        parts.append(
+            f'<p class="ranks-line">{_e(ranks_line(ranks))}. The rest of this report is rank {ranks.slowest_rank}\'s: '
+            "num_workers is set per rank, and the slowest sets the pace.</p>"
+        )
     parts.append('<div class="rec"><h3>Recommendation</h3>')
     parts.append(f'<p class="settings"><code>{_e(recommendation_line(advice))}</code></p>')
     if advice.trainer_arguments:  # a Trainer (or ms-swift, LLaMA-Factory) created the DataLoader
@@ -496,28 +582,41 @@ def _run(run: RunReport, index: int) -> str:
 
     tl = run.timeline
     parts.append("<h3>Timeline</h3>")
-    parts.append(_figure(
-        _timeline_svg(tl, f"{rid}-timeline-title"),
-        f"{len(tl.step_starts_ms)} consecutive steps ({tl.duration_ms:.1f} ms). Main thread coloured by where the step's time goes, "
-        "loader lanes by what the process was doing, GPU lane where any kernel or copy ran. Dashed lines: step boundaries. "
-        "Lighter shading: activity covering only part of that stretch at this scale.",
-    ))  # fmt: skip
+    parts.append(
+        _figure(
+            _timeline_svg(tl, f"{rid}-timeline-title"),
+            f"{len(tl.step_starts_ms)} consecutive steps ({tl.duration_ms:.1f} ms). Main thread coloured by where the"
+            " step's time goes, loader lanes by what the process was doing, GPU lane where any kernel or copy ran."
+            " Dashed lines: step boundaries. Lighter shading: activity covering only part of that stretch at this"
+            " scale.",
+        )
+    )
     parts.append("<h3>Where each step's time goes</h3>")
-    parts.append(_figure(
-        _breakdown_svg(run, f"{rid}-breakdown-title"),
-        f"{len(run.steps.steps)} recorded steps, each split into data wait, host-to-device copies, forward, backward, optimizer and other.",
-    ))  # fmt: skip
+    parts.append(
+        _figure(
+            _breakdown_svg(run, f"{rid}-breakdown-title"),
+            f"{len(run.steps.steps)} recorded steps, each split into data wait, host-to-device copies, forward,"
+            " backward, optimizer and other.",
+        )
+    )
     parts.append("<h3>Predicted throughput</h3>")
     if any(math.isfinite(p.steps_per_s) for p in advice.predicted):
-        rec = "" if advice.num_workers is None else f" The recommended num_workers={advice.num_workers} is marked in red."
-        parts.append(_figure(
-            _predicted_svg(run, f"{rid}-predicted-title"),
-            f"Predicted steps per second against num_workers, from this run's measurements (bound per point in the table below).{_e(rec)}",
-        ))  # fmt: skip
+        rec = (
+            "" if advice.num_workers is None else f" The recommended num_workers={advice.num_workers} is marked in red."
+        )
+        parts.append(
+            _figure(
+                _predicted_svg(run, f"{rid}-predicted-title"),
+                "Predicted steps per second against num_workers, from this run's measurements (bound per point in the"
+                f" table below).{_e(rec)}",
+            )
+        )
         parts.append("<details><summary>Predictions table</summary>" + _predicted_table(run) + "</details>")
     else:
-        parts.append('<p class="note no-predictions">No predictions: this run does not say what a batch costs to produce '
-                     "(see what this rests on, above).</p>")  # fmt: skip
+        parts.append(
+            '<p class="note no-predictions">No predictions: this run does not say what a batch costs to produce '
+            "(see what this rests on, above).</p>"
+        )
 
     parts.append("<details><summary>Step breakdown, loader and GPU details</summary>")
     parts.append("<h3>Step breakdown</h3>" + _breakdown_table(run))
@@ -531,11 +630,24 @@ def _comparison(report: Report) -> str:
     header = ["run", "num_workers", "step ms", "steps/s", "data wait %", "input-bound", "recommended num_workers"]
     rows = []
     for i, r in enumerate(report.runs, 1):
-        cells = [setting(r.info.num_workers), ms(r.steps.step.mean_ms), _per_s(r.steps.step.mean_ms), f"{r.steps.data_wait_pct:.1f}",
-                 r.advice.verdict, setting(r.advice.num_workers)]  # fmt: skip
-        rows.append(f'<tr><td><a href="#run-{i}">{_e(r.info.name)}</a></td>' + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
+        cells = [
+            setting(r.info.num_workers),
+            ms(r.steps.step.mean_ms),
+            _per_s(r.steps.step.mean_ms),
+            f"{r.steps.data_wait_pct:.1f}",
+            r.advice.verdict,
+            setting(r.advice.num_workers),
+        ]
+        rows.append(
+            f'<tr><td><a href="#run-{i}">{_e(r.info.name)}</a></td>'
+            + "".join(f"<td>{_e(c)}</td>" for c in cells)
+            + "</tr>"
+        )
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
-    return f'<h2>Runs compared</h2><table class="compare"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    return (
+        "<h2>Runs compared</h2><table"
+        f' class="compare"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    )
 
 
 def render(report: Report) -> str:
@@ -544,7 +656,9 @@ def render(report: Report) -> str:
     body = [_comparison(report)] if len(report.runs) > 1 else []
     body += [_run(run, i) for i, run in enumerate(report.runs, 1)]
     if report.skipped:
-        body.append("<h2>Skipped</h2><ul>" + "".join(f"<li>{_e(skipped_line(s))}</li>" for s in report.skipped) + "</ul>")
+        body.append(
+            "<h2>Skipped</h2><ul>" + "".join(f"<li>{_e(skipped_line(s))}</li>" for s in report.skipped) + "</ul>"
+        )
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en">\n<head>\n<meta charset="utf-8">\n'

@@ -1,15 +1,36 @@
-"""Markdown renderer, for a GitHub issue: summary table, recommendation with evidence, predictions, details collapsed."""
+"""Markdown renderer, for a GitHub issue: summary table, recommendation with evidence, predictions, details
+collapsed."""
+
 from __future__ import annotations
 
 from dlprof.report.common import (
-    PREDICTED_HEADER, RANKS_HEADER, breakdown_rows, epoch_line, known, loader_rows, ms, per_s, predicted_rows, rank_rows, ranks_line, rate,
-    recommendation_line, setting, skipped_line, unprofiled_line, verdict_line,
-)  # fmt: skip
+    PREDICTED_HEADER,
+    RANKS_HEADER,
+    breakdown_rows,
+    epoch_line,
+    known,
+    loader_rows,
+    ms,
+    per_s,
+    predicted_rows,
+    rank_rows,
+    ranks_line,
+    rate,
+    recommendation_line,
+    setting,
+    skipped_line,
+    unprofiled_line,
+    verdict_line,
+)
 from dlprof.workflows.analyze import Report, RunReport
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|", *("| " + " | ".join(r) + " |" for r in rows)]
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" for _ in header) + "|",
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
 
 
 def _run(run: RunReport) -> list[str]:
@@ -17,15 +38,37 @@ def _run(run: RunReport) -> list[str]:
     lines = [f"### dlprof: `{info.name}`", "", f"**{verdict_line(run)}**", ""]
     lines += _table(
         ["", "value"],
-        [["device", info.device + (f" ({info.gpu_name})" if info.gpu_name else "")],
-         ["DataLoader", f"num_workers={known(info.num_workers)}, batch_size={known(info.batch_size)}, pin_memory={known(info.pin_memory)}, "
-                        f"prefetch_factor={known(info.prefetch_factor)}, persistent_workers={known(info.persistent_workers)}"],
-         ["usable cores", known(info.usable_cores)],
-         ["steps", f"{len(steps.steps)} recorded, {steps.step.mean_ms:.2f} ms mean (p90 {steps.step.p90_ms:.2f}), {per_s(steps.step.mean_ms)} steps/s (profiled)"],
-         *[[label, line] for label, line in (("unprofiled", unprofiled_line(run)), ("epochs", epoch_line(run))) if line]],
-    )  # fmt: skip
+        [
+            ["device", info.device + (f" ({info.gpu_name})" if info.gpu_name else "")],
+            [
+                "DataLoader",
+                (
+                    f"num_workers={known(info.num_workers)}, batch_size={known(info.batch_size)},"
+                    f" pin_memory={known(info.pin_memory)}, prefetch_factor={known(info.prefetch_factor)},"
+                    f" persistent_workers={known(info.persistent_workers)}"
+                ),
+            ],
+            ["usable cores", known(info.usable_cores)],
+            [
+                "steps",
+                (
+                    f"{len(steps.steps)} recorded, {steps.step.mean_ms:.2f} ms mean (p90 {steps.step.p90_ms:.2f}),"
+                    f" {per_s(steps.step.mean_ms)} steps/s (profiled)"
+                ),
+            ],
+            *[
+                [label, line]
+                for label, line in (("unprofiled", unprofiled_line(run)), ("epochs", epoch_line(run)))
+                if line
+            ],
+        ],
+    )
     if run.ranks is not None:
-        lines += ["", f"**Ranks** ({len(run.ranks.ranks)}; ms per step, profiled; ★ the slowest, which sets the job's pace):", ""]
+        lines += [
+            "",
+            f"**Ranks** ({len(run.ranks.ranks)}; ms per step, profiled; ★ the slowest, which sets the job's pace):",
+            "",
+        ]
         lines += _table(RANKS_HEADER, rank_rows(run.ranks, " ★"))
         lines += ["", f"**{ranks_line(run.ranks)}.** The rest of this report is rank {run.ranks.slowest_rank}'s."]
     lines += ["", "**Recommendation:** `" + recommendation_line(advice) + "`", ""]
@@ -42,19 +85,43 @@ def _run(run: RunReport) -> list[str]:
         lines.append("Loader: unknown (no worker spans; record with `dlprof record`).")
     else:
         lines += _table(["per batch", "wall ms", "CPU ms"], loader_rows(loader))
-        lines += ["", f"CPU/wall {loader.cpu_fraction:.2f} ({loader.bound}-bound), {len(loader.batches)} batches, "
-                      f"{'main process' if loader.in_main_process else f'{loader.workers_observed} workers'}."]  # fmt: skip
-        workers = [w for w in loader.workers]
-        lines += [""] + _table(["process", "batches", "ms/batch", "batches/s", "PSS MiB", "PSS growth MiB/min"],
-                               [["main" if w.worker < 0 else f"worker {w.worker}", str(w.batches), ms(w.batch_ms_mean), rate(w.capacity_per_s),
-                                 ms(w.pss_mib_last), ms(w.pss_growth_mib_per_min)] for w in workers])  # fmt: skip
+        lines += [
+            "",
+            (
+                f"CPU/wall {loader.cpu_fraction:.2f} ({loader.bound}-bound), {len(loader.batches)} batches, "
+                f"{'main process' if loader.in_main_process else f'{loader.workers_observed} workers'}."
+            ),
+        ]
+        workers = list(loader.workers)
+        lines += [""] + _table(
+            ["process", "batches", "ms/batch", "batches/s", "PSS MiB", "PSS growth MiB/min"],
+            [
+                [
+                    "main" if w.worker < 0 else f"worker {w.worker}",
+                    str(w.batches),
+                    ms(w.batch_ms_mean),
+                    rate(w.capacity_per_s),
+                    ms(w.pss_mib_last),
+                    ms(w.pss_growth_mib_per_min),
+                ]
+                for w in workers
+            ],
+        )
     if gpu is not None:
-        lines += ["", *_table(["GPU, ms per step", "mean", "p90"],
-                              [["busy", ms(gpu.busy.mean_ms), ms(gpu.busy.p90_ms)], ["idle", ms(gpu.idle.mean_ms), ms(gpu.idle.p90_ms)],
-                               ["idle: waiting for data", ms(gpu.idle_data.mean_ms), ms(gpu.idle_data.p90_ms)],
-                               ["idle: waiting for the host to launch", ms(gpu.idle_launch.mean_ms), ms(gpu.idle_launch.p90_ms)],
-                               ["idle: other", ms(gpu.idle_other.mean_ms), ms(gpu.idle_other.p90_ms)],
-                               ["host-to-device copies", ms(gpu.h2d.mean_ms), ms(gpu.h2d.p90_ms)]])]  # fmt: skip
+        lines += [
+            "",
+            *_table(
+                ["GPU, ms per step", "mean", "p90"],
+                [
+                    ["busy", ms(gpu.busy.mean_ms), ms(gpu.busy.p90_ms)],
+                    ["idle", ms(gpu.idle.mean_ms), ms(gpu.idle.p90_ms)],
+                    ["idle: waiting for data", ms(gpu.idle_data.mean_ms), ms(gpu.idle_data.p90_ms)],
+                    ["idle: waiting for the host to launch", ms(gpu.idle_launch.mean_ms), ms(gpu.idle_launch.p90_ms)],
+                    ["idle: other", ms(gpu.idle_other.mean_ms), ms(gpu.idle_other.p90_ms)],
+                    ["host-to-device copies", ms(gpu.h2d.mean_ms), ms(gpu.h2d.p90_ms)],
+                ],
+            ),
+        ]
     if advice.basis:
         lines += ["", "What this rests on:", ""] + [f"- {b}" for b in advice.basis]
     lines += ["", "</details>"]
@@ -65,9 +132,21 @@ def render(report: Report) -> str:
     lines: list[str] = []
     if len(report.runs) > 1:
         lines += ["### dlprof: runs compared", ""]
-        lines += _table(["run", "num_workers", "step ms", "steps/s", "data wait %", "input-bound", "recommended num_workers"],
-                        [[f"`{r.info.name}`", setting(r.info.num_workers), ms(r.steps.step.mean_ms), per_s(r.steps.step.mean_ms),
-                          f"{r.steps.data_wait_pct:.1f}", r.advice.verdict, setting(r.advice.num_workers)] for r in report.runs])  # fmt: skip
+        lines += _table(
+            ["run", "num_workers", "step ms", "steps/s", "data wait %", "input-bound", "recommended num_workers"],
+            [
+                [
+                    f"`{r.info.name}`",
+                    setting(r.info.num_workers),
+                    ms(r.steps.step.mean_ms),
+                    per_s(r.steps.step.mean_ms),
+                    f"{r.steps.data_wait_pct:.1f}",
+                    r.advice.verdict,
+                    setting(r.advice.num_workers),
+                ]
+                for r in report.runs
+            ],
+        )
         lines.append("")
     for run in report.runs:
         lines += _run(run) + [""]

@@ -3,18 +3,53 @@
 One table (measured against predicted steps/s per ``num_workers``) and one verdict line: whether the
 recommendation of the first run held. They format; every number comes from the SweepResult.
 """
+
 from __future__ import annotations
 
 import json
 import math
 
-from dlprof.report.html import CHAR_W, CSS, PR_LEFT, PR_LINE, PR_PLOT_H, PR_RIGHT, PR_TOP, WIDTH, _e, _figure, _legend, _n, _svg, _table as _html_table, _ticks, _y_axis  # fmt: skip
+from dlprof.report.html import (
+    CHAR_W,
+    CSS,
+    PR_LEFT,
+    PR_LINE,
+    PR_PLOT_H,
+    PR_RIGHT,
+    PR_TOP,
+    WIDTH,
+    _e,
+    _figure,
+    _legend,
+    _n,
+    _svg,
+    _ticks,
+    _y_axis,
+)
+from dlprof.report.html import (
+    _table as _html_table,
+)
 from dlprof.workflows.sweep import (
-    OUTCOME_HELD, OUTCOME_MORE_WORKERS, OUTCOME_NO_RECOMMENDATION, OUTCOME_NOT_MEASURED, OUTCOME_SLOWER, SweepResult, SweepRun,
-)  # fmt: skip
+    OUTCOME_HELD,
+    OUTCOME_MORE_WORKERS,
+    OUTCOME_NO_RECOMMENDATION,
+    OUTCOME_NOT_MEASURED,
+    OUTCOME_SLOWER,
+    SweepResult,
+    SweepRun,
+)
 
 NA = "-"
-HEADER = ["num_workers", "measured steps/s", "predicted steps/s", "error %", "data wait %", "worker memory MiB", "run dir", "note"]
+HEADER = [
+    "num_workers",
+    "measured steps/s",
+    "predicted steps/s",
+    "error %",
+    "data wait %",
+    "worker memory MiB",
+    "run dir",
+    "note",
+]
 #: Colours of the chart: measured (solid) and predicted (dashed) lines, the recommended count.
 MEASURED_COLOUR = "#d62728"
 PREDICTED_COLOUR = PR_LINE
@@ -45,10 +80,18 @@ def _notes(result: SweepResult, run: SweepRun) -> str:
 def rows(result: SweepResult) -> list[list[str]]:
     """The table's cells, one row per run in the order recorded."""
     return [
-        [str(r.num_workers), f"{r.steps_per_s:.2f}", _f(r.predicted_steps_per_s), _f(r.error_pct, "+.1f"), f"{r.data_wait_pct:.1f}",
-         _f(r.worker_pss_mib, ".1f"), str(r.run_dir), _notes(result, r)]
+        [
+            str(r.num_workers),
+            f"{r.steps_per_s:.2f}",
+            _f(r.predicted_steps_per_s),
+            _f(r.error_pct, "+.1f"),
+            f"{r.data_wait_pct:.1f}",
+            _f(r.worker_pss_mib, ".1f"),
+            str(r.run_dir),
+            _notes(result, r),
+        ]
         for r in result.runs
-    ]  # fmt: skip
+    ]
 
 
 def verdict_line(result: SweepResult) -> str:
@@ -56,20 +99,34 @@ def verdict_line(result: SweepResult) -> str:
     within = f"{result.within_best_pct:g} %"
     best = f"{result.best_steps_per_s:.2f} steps/s at num_workers={result.best_num_workers}"
     if result.outcome == OUTCOME_NO_RECOMMENDATION:
-        return (f"dlprof made no num_workers recommendation from the num_workers={result.from_run} run, so there is nothing to check; "
-                f"the best measured was {best}")  # fmt: skip
+        return (
+            f"dlprof made no num_workers recommendation from the num_workers={result.from_run} run, so there is nothing"
+            f" to check; the best measured was {best}"
+        )
     head = f"dlprof recommended num_workers={result.recommended} from the num_workers={result.from_run} run"
     if result.outcome == OUTCOME_NOT_MEASURED:
-        return f"{head}: unknown whether it held, because num_workers={result.recommended} was not measured; add it to --workers"
+        return (
+            f"{head}: unknown whether it held, because num_workers={result.recommended} was not measured; add it to"
+            " --workers"
+        )
     measured = f"it measured {_f(result.recommended_steps_per_s)} steps/s"
     if result.outcome == OUTCOME_SLOWER:
-        return f"{head}: it did not hold, because {measured}, {_f(result.recommended_below_best_pct, '.1f')} % below the best ({best})"
+        return (
+            f"{head}: it did not hold, because {measured}, {_f(result.recommended_below_best_pct, '.1f')} % below the"
+            f" best ({best})"
+        )
     if result.outcome == OUTCOME_MORE_WORKERS:
         fewest = next(r for r in result.runs if r.num_workers == result.fewest_near_best)
-        return (f"{head}: it did not hold, because num_workers={fewest.num_workers} came within {within} of the best ({best}) "
-                f"with fewer workers, at {fewest.steps_per_s:.2f} steps/s ({measured})")  # fmt: skip
+        return (
+            f"{head}: it did not hold, because num_workers={fewest.num_workers} came within {within} of the best"
+            f" ({best}) with fewer workers, at {fewest.steps_per_s:.2f} steps/s ({measured})"
+        )
     if result.outcome == OUTCOME_HELD:
-        where = "the best measured" if result.recommended == result.best_num_workers else f"within {within} of the best ({best})"
+        where = (
+            "the best measured"
+            if result.recommended == result.best_num_workers
+            else f"within {within} of the best ({best})"
+        )
         return f"{head}: it held, because {measured}, {where}, and no fewer workers came within {within} of the best"
     return f"{head}: {result.outcome}"
 
@@ -77,17 +134,25 @@ def verdict_line(result: SweepResult) -> str:
 def footnotes(result: SweepResult) -> list[str]:
     """What the numbers rest on."""
     notes = [
-        f"measured: steps/s of the unprofiled reference steps after each run's profiler window; predicted: the num_workers={result.from_run} "
-        "run's prediction; error % = (predicted - measured) / measured; both inside an epoch, or, where marked, over whole epochs "
-        "(the measured epoch boundary's cost included)"
+        "measured: steps/s of the unprofiled reference steps after each run's profiler window; predicted: the"
+        f" num_workers={result.from_run} run's prediction; error % = (predicted - measured) / measured; both inside an"
+        " epoch, or, where marked, over whole epochs (the measured epoch boundary's cost included)"
     ]
     if any(not r.unprofiled for r in result.runs):
-        notes.append("profiled steps*: too few unprofiled reference steps, so measured from the profiled steps, which the profiler slows; "
-                     "raise --reference-steps for the training's real speed")  # fmt: skip
+        notes.append(
+            "profiled steps*: too few unprofiled reference steps, so measured from the profiled steps, which the"
+            " profiler slows; raise --reference-steps for the training's real speed"
+        )
     if all(r.predicted_steps_per_s is None for r in result.runs):
-        notes.append(f"the num_workers={result.from_run} run predicted nothing (see 'dlprof analyze {result.runs[0].run_dir}' for why)")
+        notes.append(
+            f"the num_workers={result.from_run} run predicted nothing (see 'dlprof analyze {result.runs[0].run_dir}'"
+            " for why)"
+        )
     if result.scalars_dir is not None:
-        notes.append(f"TensorBoard: tensorboard --logdir {result.sweep_dir} (scalars in {result.scalars_dir}, traces in each run dir)")
+        notes.append(
+            f"TensorBoard: tensorboard --logdir {result.sweep_dir} (scalars in {result.scalars_dir}, traces in each run"
+            " dir)"
+        )
     return notes
 
 
@@ -97,7 +162,9 @@ def footnotes(result: SweepResult) -> list[str]:
 def render_text(result: SweepResult) -> str:
     table = [HEADER, *rows(result)]
     widths = [max(len(row[i]) for row in table) for i in range(len(HEADER))]
-    line = lambda row: "  " + "  ".join(c.ljust(w) if i >= 6 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()  # noqa: E731
+    line = lambda row: (
+        "  " + "  ".join(c.ljust(w) if i >= 6 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+    )
     lines = [f"dlprof sweep: {result.name}  ({result.sweep_dir})", ""]
     lines += [line(r) for r in table]
     lines += ["", verdict_line(result), ""]
@@ -133,11 +200,18 @@ def document(result: SweepResult) -> dict:
         "workers": list(result.counts),
         "runs": [
             {
-                "num_workers": r.num_workers, "run_dir": str(r.run_dir), "trace_file": str(r.trace_file),
-                "steps_per_s": _r(r.steps_per_s), "measured": "unprofiled" if r.unprofiled else "profiled", "over_epochs": r.over_epochs,
-                "data_wait_pct": _r(r.data_wait_pct, 2), "worker_pss_mib": _r(r.worker_pss_mib, 1),
-                "predicted_steps_per_s": _r(r.predicted_steps_per_s), "error_pct": _r(r.error_pct, 2),
-                "num_workers_recorded": r.num_workers_recorded, "profiler_overhead_pct": _r(r.profiler_overhead_pct, 2),
+                "num_workers": r.num_workers,
+                "run_dir": str(r.run_dir),
+                "trace_file": str(r.trace_file),
+                "steps_per_s": _r(r.steps_per_s),
+                "measured": "unprofiled" if r.unprofiled else "profiled",
+                "over_epochs": r.over_epochs,
+                "data_wait_pct": _r(r.data_wait_pct, 2),
+                "worker_pss_mib": _r(r.worker_pss_mib, 1),
+                "predicted_steps_per_s": _r(r.predicted_steps_per_s),
+                "error_pct": _r(r.error_pct, 2),
+                "num_workers_recorded": r.num_workers_recorded,
+                "profiler_overhead_pct": _r(r.profiler_overhead_pct, 2),
             }
             for r in result.runs
         ],
@@ -148,7 +222,7 @@ def document(result: SweepResult) -> dict:
         "outcome": result.outcome,
         "verdict": verdict_line(result),
         "scalars_dir": None if result.scalars_dir is None else str(result.scalars_dir),
-    }  # fmt: skip
+    }
 
 
 def render_json(result: SweepResult) -> str:
@@ -164,10 +238,12 @@ def _chart(result: SweepResult, title_id: str) -> str:
     plot_w = WIDTH - PR_LEFT - PR_RIGHT
     lo_n = runs[0].num_workers
     hi_n = max(runs[-1].num_workers, lo_n + 1)
-    x_of = lambda n: PR_LEFT + (n - lo_n) / (hi_n - lo_n) * plot_w  # noqa: E731
-    values = [r.steps_per_s for r in runs] + [r.predicted_steps_per_s for r in runs if r.predicted_steps_per_s is not None]
+    x_of = lambda n: PR_LEFT + (n - lo_n) / (hi_n - lo_n) * plot_w
+    values = [r.steps_per_s for r in runs] + [
+        r.predicted_steps_per_s for r in runs if r.predicted_steps_per_s is not None
+    ]
     ticks = _ticks(max(values))
-    y_of = lambda v: PR_TOP + PR_PLOT_H - v / ticks[-1] * PR_PLOT_H  # noqa: E731
+    y_of = lambda v: PR_TOP + PR_PLOT_H - v / ticks[-1] * PR_PLOT_H
     base = PR_TOP + PR_PLOT_H
     body = _y_axis(PR_LEFT, plot_w, PR_TOP, PR_PLOT_H, ticks, y_of, "steps/s")
     for r in runs:
@@ -179,27 +255,48 @@ def _chart(result: SweepResult, title_id: str) -> str:
         x = x_of(result.recommended)
         text = f"recommended ({result.recommended})"
         anchor, tx = ("end", x - 4) if x + 4 + len(text) * CHAR_W > WIDTH - PR_RIGHT else ("start", x + 4)
-        body.append(f'<g class="recommended"><line x1="{_n(x)}" y1="{PR_TOP - 8}" x2="{_n(x)}" y2="{base}" stroke="{RECOMMENDED_COLOUR}" '
-                    f'stroke-dasharray="4 3"/><text x="{_n(tx)}" y="{PR_TOP - 12}" text-anchor="{anchor}" fill="{RECOMMENDED_COLOUR}">'
-                    f"{_e(text)}</text></g>")  # fmt: skip
+        body.append(
+            f'<g class="recommended"><line x1="{_n(x)}" y1="{PR_TOP - 8}" x2="{_n(x)}" y2="{base}"'
+            f' stroke="{RECOMMENDED_COLOUR}" stroke-dasharray="4 3"/><text x="{_n(tx)}" y="{PR_TOP - 12}"'
+            f' text-anchor="{anchor}" fill="{RECOMMENDED_COLOUR}">{_e(text)}</text></g>'
+        )
     predicted = [r for r in runs if r.predicted_steps_per_s is not None]
     if predicted:
         coords = " ".join(f"{_n(x_of(r.num_workers))},{_n(y_of(r.predicted_steps_per_s))}" for r in predicted)
-        body.append(f'<polyline class="predicted" points="{coords}" fill="none" stroke="{PREDICTED_COLOUR}" stroke-width="2" stroke-dasharray="6 4"/>')
+        body.append(
+            f'<polyline class="predicted" points="{coords}" fill="none" stroke="{PREDICTED_COLOUR}" stroke-width="2"'
+            ' stroke-dasharray="6 4"/>'
+        )
         for r in predicted:
-            body.append(f'<circle class="point predicted" data-num-workers="{r.num_workers}" cx="{_n(x_of(r.num_workers))}" '
-                        f'cy="{_n(y_of(r.predicted_steps_per_s))}" r="4" fill="#fff" stroke="{PREDICTED_COLOUR}" stroke-width="2">'
-                        f"<title>num_workers={r.num_workers}: predicted {r.predicted_steps_per_s:.2f} steps/s</title></circle>")  # fmt: skip
+            body.append(
+                f'<circle class="point predicted" data-num-workers="{r.num_workers}" cx="{_n(x_of(r.num_workers))}"'
+                f' cy="{_n(y_of(r.predicted_steps_per_s))}" r="4" fill="#fff" stroke="{PREDICTED_COLOUR}"'
+                f' stroke-width="2"><title>num_workers={r.num_workers}: predicted {r.predicted_steps_per_s:.2f}'
+                " steps/s</title></circle>"
+            )
     coords = " ".join(f"{_n(x_of(r.num_workers))},{_n(y_of(r.steps_per_s))}" for r in runs)
-    body.append(f'<polyline class="measured" points="{coords}" fill="none" stroke="{MEASURED_COLOUR}" stroke-width="2"/>')
+    body.append(
+        f'<polyline class="measured" points="{coords}" fill="none" stroke="{MEASURED_COLOUR}" stroke-width="2"/>'
+    )
     for r in runs:
         error = "" if r.error_pct is None else f", prediction error {r.error_pct:+.1f} %"
-        body.append(f'<circle class="point measured" data-num-workers="{r.num_workers}" cx="{_n(x_of(r.num_workers))}" cy="{_n(y_of(r.steps_per_s))}" '
-                    f'r="5" fill="{MEASURED_COLOUR}" stroke="#fff" stroke-width="1.5"><title>num_workers={r.num_workers}: measured '
-                    f"{r.steps_per_s:.2f} steps/s{_e(error)}</title></circle>")  # fmt: skip
-    legend, legend_h = _legend([("measured", MEASURED_COLOUR)] + ([("predicted", PREDICTED_COLOUR)] if predicted else []), PR_LEFT, base + 58, plot_w)
+        body.append(
+            f'<circle class="point measured" data-num-workers="{r.num_workers}" cx="{_n(x_of(r.num_workers))}"'
+            f' cy="{_n(y_of(r.steps_per_s))}" r="5" fill="{MEASURED_COLOUR}" stroke="#fff"'
+            f' stroke-width="1.5"><title>num_workers={r.num_workers}: measured {r.steps_per_s:.2f}'
+            f" steps/s{_e(error)}</title></circle>"
+        )
+    legend, legend_h = _legend(
+        [("measured", MEASURED_COLOUR)] + ([("predicted", PREDICTED_COLOUR)] if predicted else []),
+        PR_LEFT,
+        base + 58,
+        plot_w,
+    )
     body += legend
-    label = f"Measured{' and predicted' if predicted else ''} steps per second for num_workers {', '.join(str(r.num_workers) for r in runs)}"
+    label = (
+        f"Measured{' and predicted' if predicted else ''} steps per second for num_workers"
+        f" {', '.join(str(r.num_workers) for r in runs)}"
+    )
     return _svg("sweep", base + 58 + legend_h, label, title_id, body)
 
 
@@ -207,8 +304,15 @@ def render_html(result: SweepResult) -> str:
     verdict_class = {True: "good", False: "bad"}.get(result.held, "warn")
     rendered_rows = rows(result)
     classes = ["chosen" if r.num_workers == result.recommended else "" for r in result.runs]
-    caption = (f"Measured steps/s (solid) against the num_workers={result.from_run} run's predictions (dashed) for each swept count."
-               + ("" if result.recommended is None else f" The recommended num_workers={result.recommended} is marked in green."))  # fmt: skip
+    caption = (
+        f"Measured steps/s (solid) against the num_workers={result.from_run} run's predictions (dashed) for each swept"
+        " count."
+        + (
+            ""
+            if result.recommended is None
+            else f" The recommended num_workers={result.recommended} is marked in green."
+        )
+    )
     body = [
         "<h1>dlprof sweep</h1>",
         f'<p class="sub">{_e(result.name)} ({_e(result.sweep_dir)})</p>',
@@ -223,8 +327,9 @@ def render_html(result: SweepResult) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f'<meta name="generator" content="dlprof ({_e(result.schema)})">\n'
         f"<title>dlprof sweep: {_e(result.name)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n<main>\n"
-        + "\n".join(body) + "\n</main>\n</body>\n</html>\n"
-    )  # fmt: skip
+        + "\n".join(body)
+        + "\n</main>\n</body>\n</html>\n"
+    )
 
 
 _RENDERERS = {"text": render_text, "markdown": render_markdown, "json": render_json, "html": render_html}

@@ -1,16 +1,34 @@
 """Plain-text renderer, for the terminal."""
+
 from __future__ import annotations
 
 from dlprof.report.common import (
-    PREDICTED_HEADER, RANKS_HEADER, breakdown_rows, epoch_line, loader_rows, ms, per_s, predicted_rows, rank_rows, ranks_line, rate,
-    recommendation_line, run_line, setting, skipped_line, unprofiled_line, verdict_line,
-)  # fmt: skip
+    PREDICTED_HEADER,
+    RANKS_HEADER,
+    breakdown_rows,
+    epoch_line,
+    loader_rows,
+    ms,
+    per_s,
+    predicted_rows,
+    rank_rows,
+    ranks_line,
+    rate,
+    recommendation_line,
+    run_line,
+    setting,
+    skipped_line,
+    unprofiled_line,
+    verdict_line,
+)
 from dlprof.workflows.analyze import Report, RunReport
 
 
 def _table(rows: list[list[str]], header: list[str]) -> list[str]:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    fmt = lambda row: "  " + "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths)))  # noqa: E731
+    fmt = lambda row: (
+        "  " + "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+    )
     return [fmt(header), *map(fmt, rows)]
 
 
@@ -20,8 +38,10 @@ def _run(run: RunReport) -> list[str]:
     if info.status and info.status != "complete":
         lines.append(f"note: the recording is {info.status}")
     lines += [
-        f"steps: {len(steps.steps)}, {steps.step.mean_ms:.2f} ms mean (p50 {steps.step.p50_ms:.2f}, p90 {steps.step.p90_ms:.2f}), "
-        f"{per_s(steps.step.mean_ms)} steps/s (profiled)",
+        (
+            f"steps: {len(steps.steps)}, {steps.step.mean_ms:.2f} ms mean (p50 {steps.step.p50_ms:.2f}, p90"
+            f" {steps.step.p90_ms:.2f}), {per_s(steps.step.mean_ms)} steps/s (profiled)"
+        ),
         *[line for line in (unprofiled_line(run), epoch_line(run)) if line],
         *_ranks(run),
         "",
@@ -31,30 +51,52 @@ def _run(run: RunReport) -> list[str]:
     ]
     lines += _table(breakdown_rows(steps), ["", "mean", "p50", "p90", "%"])
     if loader is None:
-        lines += ["", "Loader: unknown (no worker spans in this trace; record with 'dlprof record' to see inside the workers)"]
+        lines += [
+            "",
+            "Loader: unknown (no worker spans in this trace; record with 'dlprof record' to see inside the workers)",
+        ]
     else:
-        where = "main process" if loader.in_main_process else f"{loader.workers_observed} worker{'s' if loader.workers_observed != 1 else ''}"
+        where = (
+            "main process"
+            if loader.in_main_process
+            else f"{loader.workers_observed} worker{'s' if loader.workers_observed != 1 else ''}"
+        )
         lines += ["", f"Loader, per batch ({len(loader.batches)} batches, {where})"]
         lines += _table(loader_rows(loader), ["", "wall ms", "CPU ms"])
-        lines.append(f"  CPU/wall {loader.cpu_fraction:.2f}: {loader.bound}-bound; waiting for a core {loader.batch_runq_ms_mean:.2f} ms per batch")
+        lines.append(
+            f"  CPU/wall {loader.cpu_fraction:.2f}: {loader.bound}-bound; waiting for a core"
+            f" {loader.batch_runq_ms_mean:.2f} ms per batch"
+        )
         if loader.wait:
             lines.append(
-                f"  the main process waited {loader.wait.not_ready_ms_mean:.2f} ms/step for batches still being produced, "
-                f"{loader.wait.ready_ms_mean:.2f} ms/step for batches already produced"
+                f"  the main process waited {loader.wait.not_ready_ms_mean:.2f} ms/step for batches still being"
+                f" produced, {loader.wait.ready_ms_mean:.2f} ms/step for batches already produced"
             )
         for w in loader.workers:
             who = "main process" if w.worker < 0 else f"worker {w.worker}"
-            memory = "" if w.pss_mib_last is None else f", PSS {w.pss_mib_last:.1f} MiB" + (
-                "" if w.pss_growth_mib_per_min is None else f" ({w.pss_growth_mib_per_min:+.1f} MiB/min)")
-            lines.append(f"  {who} (pid {w.pid}): {w.batches} batches, {w.batch_ms_mean:.2f} ms each, up to {rate(w.capacity_per_s)} batches/s{memory}")
+            memory = (
+                ""
+                if w.pss_mib_last is None
+                else f", PSS {w.pss_mib_last:.1f} MiB"
+                + ("" if w.pss_growth_mib_per_min is None else f" ({w.pss_growth_mib_per_min:+.1f} MiB/min)")
+            )
+            lines.append(
+                f"  {who} (pid {w.pid}): {w.batches} batches, {w.batch_ms_mean:.2f} ms each, up to"
+                f" {rate(w.capacity_per_s)} batches/s{memory}"
+            )
     if gpu is not None:
         lines += [
             "",
             "GPU (ms per step)",
-            f"  busy {gpu.busy.mean_ms:.2f} ({gpu.busy_pct:.1f} %), idle {gpu.idle.mean_ms:.2f}: waiting for data {gpu.idle_data.mean_ms:.2f}, "
-            f"for the host to launch {gpu.idle_launch.mean_ms:.2f}, other {gpu.idle_other.mean_ms:.2f}",
-            f"  host-to-device copies {gpu.h2d.mean_ms:.2f} ms, {gpu.h2d_mib_per_step:.1f} MiB per step; "
-            f"{gpu.h2d_copies} copies, {gpu.h2d_pageable_copies} from pageable memory",
+            (
+                f"  busy {gpu.busy.mean_ms:.2f} ({gpu.busy_pct:.1f} %), idle {gpu.idle.mean_ms:.2f}: waiting for data"
+                f" {gpu.idle_data.mean_ms:.2f}, for the host to launch {gpu.idle_launch.mean_ms:.2f}, other"
+                f" {gpu.idle_other.mean_ms:.2f}"
+            ),
+            (
+                f"  host-to-device copies {gpu.h2d.mean_ms:.2f} ms, {gpu.h2d_mib_per_step:.1f} MiB per step; "
+                f"{gpu.h2d_copies} copies, {gpu.h2d_pageable_copies} from pageable memory"
+            ),
         ]
     lines += ["", "Recommendation", "  " + recommendation_line(advice)]
     if advice.trainer_arguments:  # a Trainer (or ms-swift, LLaMA-Factory) created the DataLoader
@@ -74,14 +116,34 @@ def _ranks(run: RunReport) -> list[str]:
         return []
     lines = ["", f"Ranks ({len(run.ranks.ranks)}; ms per step, profiled; * the slowest, which sets the job's pace)"]
     lines += _table(rank_rows(run.ranks, "*"), RANKS_HEADER)
-    lines += [f"  {ranks_line(run.ranks)}", f"  The rest of this report is rank {run.ranks.slowest_rank}'s: num_workers is set per rank, and the slowest sets the pace."]
+    lines += [
+        f"  {ranks_line(run.ranks)}",
+        (
+            f"  The rest of this report is rank {run.ranks.slowest_rank}'s: num_workers is set per rank, and the"
+            " slowest sets the pace."
+        ),
+    ]
     return lines
 
 
 def _comparison(report: Report) -> list[str]:
-    rows = [[r.info.name, setting(r.info.num_workers), ms(r.steps.step.mean_ms), per_s(r.steps.step.mean_ms),
-             f"{r.steps.data_wait_pct:.1f}", r.advice.verdict, setting(r.advice.num_workers)] for r in report.runs]  # fmt: skip
-    return ["Runs compared"] + _table(rows, ["run", "num_workers", "step ms", "steps/s", "wait %", "input-bound", "recommended"]) + [""]
+    rows = [
+        [
+            r.info.name,
+            setting(r.info.num_workers),
+            ms(r.steps.step.mean_ms),
+            per_s(r.steps.step.mean_ms),
+            f"{r.steps.data_wait_pct:.1f}",
+            r.advice.verdict,
+            setting(r.advice.num_workers),
+        ]
+        for r in report.runs
+    ]
+    return (
+        ["Runs compared"]
+        + _table(rows, ["run", "num_workers", "step ms", "steps/s", "wait %", "input-bound", "recommended"])
+        + [""]
+    )
 
 
 def render(report: Report) -> str:

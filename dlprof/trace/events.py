@@ -3,6 +3,7 @@
 Old Kineto traces spell categories differently (``Kernel`` vs ``kernel``, ``Memcpy`` vs
 ``gpu_memcpy``, ``Runtime`` vs ``cuda_runtime``); categories are compared lower-cased.
 """
+
 from __future__ import annotations
 
 import re
@@ -55,7 +56,7 @@ def is_profiler_step(name: str) -> bool:
 
 def step_number(name: str) -> int | None:
     try:
-        return int(name[len(PROFILER_STEP_PREFIX):])
+        return int(name[len(PROFILER_STEP_PREFIX) :])
     except ValueError:
         return None
 
@@ -70,8 +71,11 @@ def is_optimizer(name: str) -> bool:
 
 
 def is_backward(name: str) -> bool:
-    """Autograd engine work: ``autograd::engine::evaluate_function: ...`` (PyTorch >= 1.10) or an old trace's bare node."""
-    return name.startswith(BACKWARD_PREFIX) or name == OLD_ACCUMULATE_GRAD or OLD_BACKWARD_NODE.fullmatch(name) is not None
+    """Autograd engine work: ``autograd::engine::evaluate_function: ...`` (PyTorch >= 1.10) or an old trace's bare
+    node."""
+    return (
+        name.startswith(BACKWARD_PREFIX) or name == OLD_ACCUMULATE_GRAD or OLD_BACKWARD_NODE.fullmatch(name) is not None
+    )
 
 
 def is_h2d_memcpy(name: str) -> bool:
@@ -91,11 +95,17 @@ def is_collective_kernel(name: str) -> bool:
 
 
 def collective_kind(name: str) -> str:
-    """``c10d::allreduce_`` / ``gloo:all_reduce`` / ``nccl:all_reduce`` / ``ncclDevKernel_AllReduce_Sum_f32_RING_LL`` -> ``all_reduce``."""
+    """``c10d::allreduce_`` / ``gloo:all_reduce`` / ``nccl:all_reduce`` / ``ncclDevKernel_AllReduce_Sum_f32_RING_LL`` ->
+    ``all_reduce``."""
     if is_collective_kernel(name) and "_" in name:
         name = name.split("_")[1]  # ncclDevKernel_AllReduce_... -> AllReduce
     kind = name.split(":")[-1].strip("_").lower()
-    for plain, spelled in (("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reduce_scatter", "reduce_scatter"), ("alltoall", "all_to_all")):
+    for plain, spelled in (
+        ("allreduce", "all_reduce"),
+        ("allgather", "all_gather"),
+        ("reduce_scatter", "reduce_scatter"),
+        ("alltoall", "all_to_all"),
+    ):
         if kind.startswith(plain):
-            return spelled + kind[len(plain):]
+            return spelled + kind[len(plain) :]
     return kind

@@ -7,14 +7,16 @@ the events are decoded one at a time, into a small struct whose ``args`` stay ra
 :func:`dlprof.trace.run.build_run` keeps only what the analysis needs. Nothing here judges an event's
 fields: that is ``build_run``'s job, done once.
 """
+
 from __future__ import annotations
 
 import sys
 import threading
 import time
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import msgspec
 
@@ -61,9 +63,17 @@ class Event(msgspec.Struct, gc=False):
     args: Any = ABSENT
 
     @classmethod
-    def from_dict(cls, event: dict) -> "Event":
-        return cls(event.get("ph"), event.get("name"), event.get("cat", ""), event.get("ts"), event.get("dur", 0),
-                   event.get("pid", ABSENT), event.get("tid", 0), event.get("args", ABSENT))  # fmt: skip
+    def from_dict(cls, event: dict) -> Event:
+        return cls(
+            event.get("ph"),
+            event.get("name"),
+            event.get("cat", ""),
+            event.get("ts"),
+            event.get("dur", 0),
+            event.get("pid", ABSENT),
+            event.get("tid", 0),
+            event.get("args", ABSENT),
+        )
 
 
 class _RawEvent(Event, gc=False):
@@ -118,7 +128,7 @@ class TraceEvents:
     def __len__(self) -> int:
         return self._count
 
-    def __iter__(self) -> Iterator["Event | NotAnEvent"]:
+    def __iter__(self) -> Iterator[Event | NotAnEvent]:
         decode = _EVENT.decode
         for raw in self._raws:
             try:
@@ -126,7 +136,7 @@ class TraceEvents:
             except msgspec.DecodeError as error:  # its subclass ValidationError: valid JSON, not an event
                 yield _not_an_event(error)
 
-    def drain(self) -> Iterator["Event | NotAnEvent"]:
+    def drain(self) -> Iterator[Event | NotAnEvent]:
         """Iterate once, letting each raw event go as it is decoded: when the last goes, so does the buffer
         they point into, and the decoded events are never all in memory next to it."""
         raws, self._raws = self._raws, []
@@ -162,7 +172,9 @@ def _gunzip(path: Path, f) -> bytearray:
             if not decompressor.eof:
                 raise EOFError("compressed file ended before the end-of-stream marker was reached")
     except (EOFError, zlib.error) as error:
-        raise TraceFormatError(f"{path}: truncated or corrupt gzip ({error}); record the trace again or gunzip what is left") from None
+        raise TraceFormatError(
+            f"{path}: truncated or corrupt gzip ({error}); record the trace again or gunzip what is left"
+        ) from None
     return out
 
 
@@ -258,7 +270,7 @@ class Progress:
             if self._shown:
                 print(f" {result} in {time.perf_counter() - self._start:.1f} s", file=sys.stderr, flush=True)
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, kind, *_) -> None:

@@ -4,6 +4,7 @@ Times stay in the trace's own unit, microseconds on the trace's clock (``ts``): 
 ``baseTimeNanoseconds`` on current Kineto traces, absolute Unix µs on old ones. Only differences are
 ever used, so both work.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -13,17 +14,28 @@ import os
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from itertools import compress
 from dataclasses import dataclass, field
+from itertools import compress
 from pathlib import Path
 
 import msgspec
 
 from dlprof import schema
-from dlprof.errors import printable, NoStepsError, TraceFormatError, TraceNotFoundError
+from dlprof.errors import NoStepsError, TraceFormatError, TraceNotFoundError, printable
 from dlprof.manifest import Manifest, parse_manifest
 from dlprof.trace import events as ev
-from dlprof.trace.reader import ABSENT, Event, NotAnEvent, Progress, TraceEvents, decode_raw, is_raw, raw_is_object, read_bytes, parse_trace
+from dlprof.trace.reader import (
+    ABSENT,
+    Event,
+    NotAnEvent,
+    Progress,
+    TraceEvents,
+    decode_raw,
+    is_raw,
+    parse_trace,
+    raw_is_object,
+    read_bytes,
+)
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 #: What torch.profiler's tensorboard_trace_handler (and dlprof) names a trace.
@@ -134,7 +146,8 @@ class TraceRun:
 
     @property
     def loads_in_main_process(self) -> bool | None:
-        """Whether batches were loaded in the main process (num_workers=0), from the iterator's name; None if no DataLoader was seen."""
+        """Whether batches were loaded in the main process (num_workers=0), from the iterator's name; None if no
+        DataLoader was seen."""
         if not self.next_calls:
             return None
         return all(ev.SINGLE_PROCESS_ITERATOR in c.name for c in self.next_calls)
@@ -165,7 +178,9 @@ def _time(value: object, field_name: str, limit: float, signed: bool = False) ->
     except OverflowError:
         raise _Malformed(f"'{field_name}' too large") from None
     if not math.isfinite(number) or abs(number) > limit or (number < 0 and not signed):
-        raise _Malformed(f"'{field_name}' {'non-finite or too large' if signed else 'negative, non-finite or too large'}")
+        raise _Malformed(
+            f"'{field_name}' {'non-finite or too large' if signed else 'negative, non-finite or too large'}"
+        )
     return number
 
 
@@ -216,13 +231,20 @@ def _check_args(args: object) -> None:
 
 
 def _complete(event: Event) -> tuple[str, float, float, int | str, int | str]:
-    """A complete (``ph: X``) event's name, start, end, pid and tid, checked (its ``args`` are checked by the caller)."""
+    """A complete (``ph: X``) event's name, start, end, pid and tid, checked (its ``args`` are checked by the
+    caller)."""
     name = event.name
     if not isinstance(name, str):
         raise _Malformed("'name' missing or not a string")
     start = _ts(event.ts)
     duration = _time(event.dur, "dur", MAX_DUR_US)
-    return name, start, start + duration, _ident(0 if event.pid is ABSENT else event.pid, "pid"), _ident(event.tid, "tid")
+    return (
+        name,
+        start,
+        start + duration,
+        _ident(0 if event.pid is ABSENT else event.pid, "pid"),
+        _ident(event.tid, "tid"),
+    )
 
 
 def _events(events: Iterable, drain: bool = False) -> Iterator[Event | NotAnEvent]:
@@ -285,7 +307,9 @@ class _HostColumns:
         """Where to note the position of an op of ``kind``: the lists of the flags it has."""
         return tuple(positions for flag, positions in self.marked.items() if kind & flag)
 
-    def add(self, name: str, start: float, end: float, pid: int | str, tid: int | str, marks: tuple[array, ...]) -> None:
+    def add(
+        self, name: str, start: float, end: float, pid: int | str, tid: int | str, marks: tuple[array, ...]
+    ) -> None:
         for positions in marks:
             positions.append(len(self.names))
         self.names.append(name)
@@ -293,7 +317,7 @@ class _HostColumns:
         self.ends.append(end)
         self.threads.append(self.thread(pid, tid))
 
-    def of(self, flag: int, pid: int | str, tid: "int | str | None" = None) -> list[int]:
+    def of(self, flag: int, pid: int | str, tid: int | str | None = None) -> list[int]:
         """Positions of the ops marked ``flag`` on process ``pid`` (and thread ``tid``, if given)."""
         wanted = {i for i, (p, t) in enumerate(self.thread_ids) if p == pid and (tid is None or t == tid)}
         threads = self.threads
@@ -327,7 +351,8 @@ def _stream(args: dict, tid: int | str) -> int:
 
 
 def _main_thread(steps: list[tuple], next_events: list[tuple], host: _HostColumns) -> tuple[int | str, int | str]:
-    """The (pid, tid) that runs the training loop: where ProfilerStep lives, else most DataLoader waits, else most ops."""
+    """The (pid, tid) that runs the training loop: where ProfilerStep lives, else most DataLoader waits, else most
+    ops."""
     for candidates in (steps, next_events):
         if candidates:
             (pid, tid), _ = Counter((e[3], e[4]) for e in candidates).most_common(1)[0]
@@ -340,7 +365,11 @@ def _main_thread(steps: list[tuple], next_events: list[tuple], host: _HostColumn
 def _batch_key(args: dict) -> tuple[int, int, int] | None:
     """(loader, epoch, batch) of a dlprof span or ``__next__`` call; None when absent or malformed."""
     try:
-        return (_count(args[schema.ARG_LOADER], "loader"), _count(args[schema.ARG_EPOCH], "epoch"), _count(args[schema.ARG_BATCH], "batch"))
+        return (
+            _count(args[schema.ARG_LOADER], "loader"),
+            _count(args[schema.ARG_EPOCH], "epoch"),
+            _count(args[schema.ARG_BATCH], "batch"),
+        )
     except (KeyError, _Malformed):
         return None
 
@@ -393,7 +422,12 @@ def _build_run(document: dict, path: Path, name: str, release: bool) -> TraceRun
     last_pid = last_tid = None  # ops come in runs on one thread
     last_thread = -1
     # Bound once: the fast path below runs for millions of events.
-    add_name, add_start, add_end, add_thread = host.names.append, host.starts.append, host.ends.append, host.threads.append
+    add_name, add_start, add_end, add_thread = (
+        host.names.append,
+        host.starts.append,
+        host.ends.append,
+        host.threads.append,
+    )
     for event in _events(all_events, drain=release):
         if type(event) is NotAnEvent:
             skipped[str(event)] += 1
@@ -402,12 +436,27 @@ def _build_run(document: dict, path: Path, name: str, release: bool) -> TraceRun
         if ph == "X":
             # The fast path: a well-formed host op, 9 in 10 events of a real trace. It takes only events that
             # the checks below would pass unchanged, and does with them what they would; the rest go there.
-            event_name, cat, ts, dur, pid, tid, args = event.name, event.cat, event.ts, event.dur, event.pid, event.tid, event.args
-            if (type(event_name) is str and type(cat) is str and cat.lower() in HOST_OP_CATEGORIES
-                    and (type(ts) is float or type(ts) is int) and -MAX_TS_US <= ts <= MAX_TS_US
-                    and (type(dur) is float or type(dur) is int) and 0 <= dur <= MAX_DUR_US
-                    and (type(pid) is int or type(pid) is str) and (type(tid) is int or type(tid) is str)
-                    and (args is ABSENT or (type(args) is Raw and memoryview(args)[0] == 0x7B) or type(args) is dict)):  # fmt: skip
+            event_name, cat, ts, dur, pid, tid, args = (
+                event.name,
+                event.cat,
+                event.ts,
+                event.dur,
+                event.pid,
+                event.tid,
+                event.args,
+            )
+            if (
+                type(event_name) is str
+                and type(cat) is str
+                and cat.lower() in HOST_OP_CATEGORIES
+                and (type(ts) is float or type(ts) is int)
+                and -MAX_TS_US <= ts <= MAX_TS_US
+                and (type(dur) is float or type(dur) is int)
+                and 0 <= dur <= MAX_DUR_US
+                and (type(pid) is int or type(pid) is str)
+                and (type(tid) is int or type(tid) is str)
+                and (args is ABSENT or (type(args) is Raw and memoryview(args)[0] == 0x7B) or type(args) is dict)
+            ):
                 known = kinds.get(event_name)
                 if known is None:
                     kind = _name_kind(event_name)
@@ -428,16 +477,22 @@ def _build_run(document: dict, path: Path, name: str, release: bool) -> TraceRun
         try:
             if ph == "M":
                 if event.name == "process_name":
-                    process_names[_ident(None if event.pid is ABSENT else event.pid, "pid")] = str(_args(event.args).get("name", ""))
+                    process_names[_ident(None if event.pid is ABSENT else event.pid, "pid")] = str(
+                        _args(event.args).get("name", "")
+                    )
                     used += 1
                 continue
             if ph == "C":
                 if event.name == schema.MEMORY_COUNTER:
                     args = _args(event.args)
-                    raw_memory.append(MemorySample(
-                        _count(0 if event.pid is ABSENT else event.pid, "pid"), _ts(event.ts),
-                        _time(args.get("uss_mib", 0), "args.uss_mib", MAX_DUR_US), _time(args.get("pss_mib", 0), "args.pss_mib", MAX_DUR_US),
-                    ))  # fmt: skip
+                    raw_memory.append(
+                        MemorySample(
+                            _count(0 if event.pid is ABSENT else event.pid, "pid"),
+                            _ts(event.ts),
+                            _time(args.get("uss_mib", 0), "args.uss_mib", MAX_DUR_US),
+                            _time(args.get("pss_mib", 0), "args.pss_mib", MAX_DUR_US),
+                        )
+                    )
                     used += 1
                 continue
             if ph != "X":
@@ -446,8 +501,12 @@ def _build_run(document: dict, path: Path, name: str, release: bool) -> TraceRun
             is_step = ev.is_profiler_step(str(event.name))
             step_events += is_step
             event_name, start, end, pid, tid = _complete(event)
-            if (cat == schema.CATEGORY or cat in ev.GPU_CATEGORIES or cat in ev.RUNTIME_CATEGORIES
-                    or (cat in ev.HOST_OP_CATEGORIES and not is_step and ev.is_dataloader_next(event_name))):  # fmt: skip
+            if (
+                cat == schema.CATEGORY
+                or cat in ev.GPU_CATEGORIES
+                or cat in ev.RUNTIME_CATEGORIES
+                or (cat in ev.HOST_OP_CATEGORIES and not is_step and ev.is_dataloader_next(event_name))
+            ):
                 args = _args(event.args)
             else:
                 _check_args(event.args)
@@ -479,12 +538,18 @@ def _build_run(document: dict, path: Path, name: str, release: bool) -> TraceRun
                 host.add(event_name, start, end, pid, tid, known[2])
     event = None  # its raw args would keep the whole buffer alive
     if not used and skipped:
-        raise TraceFormatError(f"{path}: none of its {total} events is usable ({_skipped_lines(skipped, total, 0)[0]}); give a trace written by torch.profiler")
+        raise TraceFormatError(
+            f"{path}: none of its {total} events is usable ({_skipped_lines(skipped, total, 0)[0]}); give a trace"
+            " written by torch.profiler"
+        )
     if step_events and not raw_steps:
-        raise NoStepsError(f"{path}: none of its {step_events} ProfilerStep events is usable (malformed or of zero duration); record the trace again")
+        raise NoStepsError(
+            f"{path}: none of its {step_events} ProfilerStep events is usable (malformed or of zero duration); record"
+            " the trace again"
+        )
 
     main_pid, main_tid = _main_thread(raw_steps, raw_next, host)
-    on_main = lambda e: e[3] == main_pid and e[4] == main_tid  # noqa: E731
+    on_main = lambda e: e[3] == main_pid and e[4] == main_tid
     duplicates = 0
 
     def distinct(events: list[tuple]) -> list[tuple]:
@@ -503,7 +568,9 @@ def _build_run(document: dict, path: Path, name: str, release: bool) -> TraceRun
     steps = []
     for e in distinct([e for e in raw_steps if on_main(e)]):
         number = ev.step_number(e[0])
-        steps.append(Step(e[0], e[1], e[2], number=number if number is not None and 0 <= number <= MAX_COUNT else len(steps)))
+        steps.append(
+            Step(e[0], e[1], e[2], number=number if number is not None and 0 <= number <= MAX_COUNT else len(steps))
+        )
     steps.sort(key=lambda s: s.start_us)
     next_calls = sorted(
         (NextCall(e[0], e[1], e[2], batch=_batch_key(e[5])) for e in raw_next if e[3] == main_pid),
@@ -514,7 +581,10 @@ def _build_run(document: dict, path: Path, name: str, release: bool) -> TraceRun
     optimizer = host.spans(host.of(_OPTIMIZER, main_pid))
     # Any thread of the training process: gloo runs a collective on its own threads while the training
     # thread waits for it (DDP's backward ends by waiting for its gradient all-reduce).
-    collectives = [Span(ev.collective_kind(s.name), s.start_us, s.end_us) for s in host.spans(host.of(_COLLECTIVE, main_pid), by_start=False)]
+    collectives = [
+        Span(ev.collective_kind(s.name), s.start_us, s.end_us)
+        for s in host.spans(host.of(_COLLECTIVE, main_pid), by_start=False)
+    ]
 
     gpu = []
     h2d_correlations = set()
@@ -532,11 +602,26 @@ def _build_run(document: dict, path: Path, name: str, release: bool) -> TraceRun
         h2d = cat_kind == "memcpy" and ev.is_h2d_memcpy(event_name)
         if h2d and correlation is not None:
             h2d_correlations.add(correlation)
-        gpu.append(GpuActivity(event_name, start, end, kind=cat_kind, stream=stream, correlation=correlation, h2d=h2d,
-                               pinned=h2d and ev.PINNED_MARK in event_name, bytes=size))  # fmt: skip
+        gpu.append(
+            GpuActivity(
+                event_name,
+                start,
+                end,
+                kind=cat_kind,
+                stream=stream,
+                correlation=correlation,
+                h2d=h2d,
+                pinned=h2d and ev.PINNED_MARK in event_name,
+                bytes=size,
+            )
+        )
     gpu.sort(key=lambda g: g.start_us)
     # NCCL's kernels run (and wait for the other ranks) on the GPU.
-    collectives += [Span(ev.collective_kind(g.name), g.start_us, g.end_us) for g in gpu if g.kind == "kernel" and ev.is_collective_kernel(g.name)]
+    collectives += [
+        Span(ev.collective_kind(g.name), g.start_us, g.end_us)
+        for g in gpu
+        if g.kind == "kernel" and ev.is_collective_kernel(g.name)
+    ]
     collectives.sort(key=lambda s: s.start_us)
     launches = []
     for e in raw_runtime:
@@ -548,7 +633,11 @@ def _build_run(document: dict, path: Path, name: str, release: bool) -> TraceRun
             skipped[str(malformed)] += 1
     launches.sort(key=lambda s: s.start_us)
     # Host copy ops that enclose a runtime memcpy whose device copy was host-to-device.
-    h2d_launch_times = [l.start_us for l in launches if ev.is_memcpy_runtime(l.name) and l.correlation in h2d_correlations]
+    h2d_launch_times = [
+        launch.start_us
+        for launch in launches
+        if ev.is_memcpy_runtime(launch.name) and launch.correlation in h2d_correlations
+    ]
     h2d_host = []
     if h2d_launch_times:
         for e in host.spans(host.of(_COPY, main_pid, main_tid), by_start=False):
@@ -566,11 +655,16 @@ def _build_run(document: dict, path: Path, name: str, release: bool) -> TraceRun
             continue
         try:
             span = LoaderSpan(
-                e[0], e[1], e[2], pid=_count(e[3], "pid"), cpu_us=_time(args.get(schema.ARG_CPU_US, 0.0), "args.cpu_us", MAX_DUR_US),
+                e[0],
+                e[1],
+                e[2],
+                pid=_count(e[3], "pid"),
+                cpu_us=_time(args.get(schema.ARG_CPU_US, 0.0), "args.cpu_us", MAX_DUR_US),
                 runq_us=_time(args.get(schema.ARG_RUNQ_US, 0.0), "args.runq_us", MAX_DUR_US),
                 tensors=_count(args.get(schema.ARG_TENSORS, 0), "args.tensors"),
-                worker=_count(args.get(schema.ARG_WORKER, -1), "args.worker", signed=True), batch=key,
-            )  # fmt: skip
+                worker=_count(args.get(schema.ARG_WORKER, -1), "args.worker", signed=True),
+                batch=key,
+            )
         except _Malformed as malformed:
             skipped[str(malformed)] += 1
             continue
@@ -582,12 +676,29 @@ def _build_run(document: dict, path: Path, name: str, release: bool) -> TraceRun
         rank = None
     manifest, manifest_problems = parse_manifest(document.get(schema.MANIFEST_KEY))
     return TraceRun(
-        name=name, path=path, manifest=manifest, rank=rank, main_pid=main_pid, main_tid=main_tid, steps=steps,
-        next_calls=next_calls, host_ops=host_ops, backward=backward, optimizer=optimizer, h2d_host=h2d_host, gpu=gpu,
-        launches=launches, loader_spans=loader_spans, memory=raw_memory, collectives=collectives, base_us=_base_us(document),
-        process_names=process_names, event_count=total, manifest_problems=manifest_problems,
+        name=name,
+        path=path,
+        manifest=manifest,
+        rank=rank,
+        main_pid=main_pid,
+        main_tid=main_tid,
+        steps=steps,
+        next_calls=next_calls,
+        host_ops=host_ops,
+        backward=backward,
+        optimizer=optimizer,
+        h2d_host=h2d_host,
+        gpu=gpu,
+        launches=launches,
+        loader_spans=loader_spans,
+        memory=raw_memory,
+        collectives=collectives,
+        base_us=_base_us(document),
+        process_names=process_names,
+        event_count=total,
+        manifest_problems=manifest_problems,
         trace_problems=_skipped_lines(skipped, total, duplicates),
-    )  # fmt: skip
+    )
 
 
 def _base_us(document: dict) -> float:
@@ -607,13 +718,14 @@ def is_profiler_trace_name(path: Path) -> bool:
     return path.name.endswith(PROFILER_TRACE_SUFFIXES)
 
 
-def display(path: "Path | str") -> str:
+def display(path: Path | str) -> str:
     """A path as text that can always be printed: bytes that are not UTF-8 (a run named on another system) replaced."""
     return printable(os.fsdecode(path))
 
 
 def _run_files(directory: Path) -> list[Path]:
-    """A run directory's traces: its ``*.pt.trace.json[.gz]`` files when it has any, else its ``.json``/``.json.gz`` files.
+    """A run directory's traces: its ``*.pt.trace.json[.gz]`` files when it has any, else its ``.json``/``.json.gz``
+    files.
 
     With profiler-named traces there, other JSON files (a report written with ``-o``, notes) are not
     taken for traces; without, they are candidates that the reader skips when they are not traces.
@@ -646,7 +758,9 @@ def find_runs(path: Path) -> tuple[list[list[Path]], list[tuple[Path, str]]]:
     if path.is_file():
         return [[path]], []
     if not path.is_dir():
-        raise TraceNotFoundError(f"{display(path)}: no such file or directory; give a run directory (traces/<run>) or a trace file")
+        raise TraceNotFoundError(
+            f"{display(path)}: no such file or directory; give a run directory (traces/<run>) or a trace file"
+        )
     try:
         own = _run_files(path)
         subs = sorted(sub for sub in path.iterdir() if sub.is_dir()) if not own else []
@@ -670,7 +784,10 @@ def find_runs(path: Path) -> tuple[list[list[Path]], list[tuple[Path, str]]]:
             unreadable.append((sub, recording))
     if not runs:
         why = f" ({display(unreadable[0][0])}: {unreadable[0][1]})" if unreadable else ""
-        raise TraceNotFoundError(f"{display(path)}: no trace files (*.json, *.json.gz) here or in its sub-directories{why}; record one with 'dlprof record'")
+        raise TraceNotFoundError(
+            f"{display(path)}: no trace files (*.json, *.json.gz) here or in its sub-directories{why}; record one with"
+            " 'dlprof record'"
+        )
     return runs, unreadable
 
 

@@ -1,16 +1,17 @@
 """``dlprof analyze``: trace -> analysis -> advice, into the Report every renderer takes. Renderers only format it."""
+
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
 
+from dlprof import redact, schema
 from dlprof.advice.rules import Advice, advise
 from dlprof.analysis.gpu import GpuStats, gpu_stats
-from dlprof.analysis.loader import LoaderStats, loader_stats
-from dlprof import redact, schema
 from dlprof.analysis.intervals import Timeline
+from dlprof.analysis.loader import LoaderStats, loader_stats
 from dlprof.analysis.ranks import RankComparison, compare_ranks, rank_stats
 from dlprof.analysis.steps import StepBreakdown, segments_between, step_breakdown, step_segments
 from dlprof.analysis.unprofiled import UnprofiledStats, unprofiled_stats
@@ -112,16 +113,23 @@ def _info(run: TraceRun, batches_per_step: float) -> RunInfo:
     host = manifest.host if manifest else None
     gpu = host.gpu if host else None
     return RunInfo(
-        name=run.name, trace_file=display(run.path), status=manifest.status if manifest else None,
+        name=run.name,
+        trace_file=display(run.path),
+        status=manifest.status if manifest else None,
         device="cuda" if run.has_gpu else "cpu",
         num_workers=loader.num_workers if loader else (0 if run.loads_in_main_process else None),
         batch_size=loader.batch_size if loader else None,
-        pin_memory=loader.pin_memory if loader else None, prefetch_factor=loader.prefetch_factor if loader else None,
-        persistent_workers=loader.persistent_workers if loader else None, usable_cores=host.usable_cores if host else None,
-        ram_total_mib=host.ram_total_mib if host else None, gpu_name=gpu.name if gpu else None,
-        torch_version=manifest.versions.get("torch") if manifest else None, steps_recorded=len(run.steps),
-        batches_per_step=batches_per_step, has_worker_spans=run.has_loader_spans,
-    )  # fmt: skip
+        pin_memory=loader.pin_memory if loader else None,
+        prefetch_factor=loader.prefetch_factor if loader else None,
+        persistent_workers=loader.persistent_workers if loader else None,
+        usable_cores=host.usable_cores if host else None,
+        ram_total_mib=host.ram_total_mib if host else None,
+        gpu_name=gpu.name if gpu else None,
+        torch_version=manifest.versions.get("torch") if manifest else None,
+        steps_recorded=len(run.steps),
+        batches_per_step=batches_per_step,
+        has_worker_spans=run.has_loader_spans,
+    )
 
 
 #: Steps shown in the timeline picture: enough to see the rhythm of waits, few enough to read.
@@ -133,19 +141,29 @@ def _timeline(run: TraceRun, other_ranks: Sequence[TraceRun] = ()) -> TimelinePi
     first = 1 if len(run.steps) > TIMELINE_STEPS else 0  # the first recorded step often carries warm-up
     shown = run.steps[first : first + TIMELINE_STEPS]
     lo, hi = shown[0].start_us, shown[-1].end_us
-    rel = lambda us: round((us - lo) / 1000, 4)  # noqa: E731
+    rel = lambda us: round((us - lo) / 1000, 4)
     main_label = f"rank {run.rank} main thread" if other_ranks else "main thread"
-    lanes = [Lane(main_label, [(g.category, rel(g.start_us), rel(g.end_us)) for g in step_segments(run, first, TIMELINE_STEPS)])]
+    lanes = [
+        Lane(
+            main_label,
+            [(g.category, rel(g.start_us), rel(g.end_us)) for g in step_segments(run, first, TIMELINE_STEPS)],
+        )
+    ]
     for other in other_ranks:
         # Each trace counts from its own base time; on one clock (CLOCK_REALTIME) the shift lines them up.
         shift = other.base_us - run.base_us
         segments = segments_between(other, lo - shift, hi - shift)
-        lanes.append(Lane(f"rank {other.rank} main thread", [(g.category, rel(g.start_us + shift), rel(g.end_us + shift)) for g in segments]))
+        lanes.append(
+            Lane(
+                f"rank {other.rank} main thread",
+                [(g.category, rel(g.start_us + shift), rel(g.end_us + shift)) for g in segments],
+            )
+        )
     by_pid: dict[int, list] = {}
     for span in run.loader_spans:
         if span.name != schema.SPAN_BATCH and span.end_us > lo and span.start_us < hi:
             by_pid.setdefault(span.pid, []).append(span)
-    for pid, spans in sorted(by_pid.items(), key=lambda kv: (kv[1][0].worker, kv[0])):
+    for _pid, spans in sorted(by_pid.items(), key=lambda kv: (kv[1][0].worker, kv[0])):
         worker = spans[0].worker
         label = "loader (main process)" if worker < 0 else f"worker {worker}"
         lanes.append(Lane(label, [(s.name, rel(max(s.start_us, lo)), rel(min(s.end_us, hi))) for s in spans]))
@@ -174,7 +192,9 @@ def analyze_job(runs: Sequence[TraceRun]) -> RunReport:
     rows = []
     for run in runs:
         report = reports[run.rank]
-        rows.append(rank_stats(run, report.steps, report.loader, report.unprofiled.step_ms if report.unprofiled else None))
+        rows.append(
+            rank_stats(run, report.steps, report.loader, report.unprofiled.step_ms if report.unprofiled else None)
+        )
     comparison = compare_ranks(rows)
     pace = by_rank[comparison.slowest_rank]
     others = [by_rank[r.rank] for r in comparison.ranks if r.rank != comparison.slowest_rank]
@@ -232,12 +252,15 @@ def build_report(path: Path) -> Report:
             continue
         skipped += notes
     if not reports:
-        raise TraceFormatError(f"{display(path)}: none of its {len(groups)} runs could be read; first: {skipped[0].reason}")
+        raise TraceFormatError(
+            f"{display(path)}: none of its {len(groups)} runs could be read; first: {skipped[0].reason}"
+        )
     return Report(reports, skipped=skipped)
 
 
 def report_redactor(report: Report, path: Path) -> redact.Redactor:
-    """The Redactor of ``dlprof analyze --redact``: what the report's runs hold about their machines, users and commands.
+    """The Redactor of ``dlprof analyze --redact``: what the report's runs hold about their machines, users and
+    commands.
 
     Its manifests (host names, command lines, paths), the host in each trace file's name, this machine's
     host, user and home directory, and ``path`` itself when given as an absolute path.
@@ -272,10 +295,15 @@ def check_output(output: Path | None, path: Path) -> None:
     inputs = [path] if path.is_file() else [f for files in find_runs(path)[0] for f in files] if path.is_dir() else []
     for given in inputs:
         if target == given.resolve() and not _is_report(target):
-            raise UsageError(f"-o {display(output)}: is the input trace {display(given)}; write the report to another file (e.g. report.html)")
+            raise UsageError(
+                f"-o {display(output)}: is the input trace {display(given)}; write the report to another file (e.g."
+                " report.html)"
+            )
     directory = target.parent
     if not directory.is_dir():
-        raise InputError(f"-o {display(output)}: the directory {display(directory)} does not exist; create it or choose another -o")
+        raise InputError(
+            f"-o {display(output)}: the directory {display(directory)} does not exist; create it or choose another -o"
+        )
     if not os.access(directory, os.W_OK) or target.is_relative_to("/proc") or target.is_relative_to("/sys"):
         raise InputError(f"-o {display(output)}: cannot write into {display(directory)}; choose a writable directory")
     if target.exists() and not target.is_file():

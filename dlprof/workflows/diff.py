@@ -7,6 +7,7 @@ and a one-line verdict. Everything a renderer prints is computed here (report/di
 ``None`` means unknown throughout (a trace without dlprof's manifest or worker spans, a run recorded
 without unprofiled reference steps); a change is ``None`` when either side is unknown.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,9 +26,21 @@ SCHEMA = "dlprof.diff/1"
 #: ``epochs``), ``length`` (follows from the dataset and ``batch_size``), ``id`` and
 #: ``num_workers_requested`` (dlprof's own bookkeeping).
 DATALOADER_SETTINGS = (
-    "num_workers", "batch_size", "pin_memory", "prefetch_factor", "persistent_workers", "drop_last",
-    "timeout_s", "in_order", "start_method", "dataset", "dataset_len", "iterable_dataset", "sampler", "collate_fn",
-)  # fmt: skip
+    "num_workers",
+    "batch_size",
+    "pin_memory",
+    "prefetch_factor",
+    "persistent_workers",
+    "drop_last",
+    "timeout_s",
+    "in_order",
+    "start_method",
+    "dataset",
+    "dataset_len",
+    "iterable_dataset",
+    "sampler",
+    "collate_fn",
+)
 #: Settings the RunInfo knows even without a manifest's loader (num_workers from the iterator's name).
 _INFO_SETTINGS = ("num_workers", "batch_size", "pin_memory", "prefetch_factor", "persistent_workers")
 #: Settings that only matter with worker processes (PyTorch leaves them unset with ``num_workers=0``).
@@ -125,11 +138,21 @@ def _rows(a: RunReport, b: RunReport) -> tuple[DiffRow, ...]:
     def both(get) -> tuple[float | None, float | None]:
         return get(a), get(b)
 
-    loader = lambda stage: lambda r: getattr(r.loader, stage).mean_ms if r.loader else None  # noqa: E731
+    loader = lambda stage: lambda r: getattr(r.loader, stage).mean_ms if r.loader else None
     rows = [
         _row("step_ms", "step time, profiled mean (ms)", "ms", *both(lambda r: r.steps.step.mean_ms)),
-        _row("unprofiled_step_ms", "step time, unprofiled (ms)", "ms", *both(lambda r: r.unprofiled.step_ms if r.unprofiled else None)),
-        _row("unprofiled_steps_per_s", "steps/s, unprofiled", "steps/s", *both(lambda r: r.unprofiled.steps_per_s if r.unprofiled else None)),
+        _row(
+            "unprofiled_step_ms",
+            "step time, unprofiled (ms)",
+            "ms",
+            *both(lambda r: r.unprofiled.step_ms if r.unprofiled else None),
+        ),
+        _row(
+            "unprofiled_steps_per_s",
+            "steps/s, unprofiled",
+            "steps/s",
+            *both(lambda r: r.unprofiled.steps_per_s if r.unprofiled else None),
+        ),
         _row("data_wait_ms", "data wait (ms per step)", "ms", *both(lambda r: r.steps.categories["data_wait"].mean_ms)),
         _row("data_wait_pct", "data wait (% of step)", "%", *both(lambda r: r.steps.data_wait_pct)),
         _row("fetch_ms", "dataset fetch (ms per batch)", "ms", *both(loader("fetch"))),
@@ -138,10 +161,17 @@ def _rows(a: RunReport, b: RunReport) -> tuple[DiffRow, ...]:
         _row("batch_ms", "whole batch (ms per batch)", "ms", *both(loader("batch"))),
     ]
     if a.gpu is not None or b.gpu is not None:
-        rows.append(_row("gpu_idle_ms", "GPU idle (ms per step)", "ms", *both(lambda r: r.gpu.idle.mean_ms if r.gpu else None)))
+        rows.append(
+            _row("gpu_idle_ms", "GPU idle (ms per step)", "ms", *both(lambda r: r.gpu.idle.mean_ms if r.gpu else None))
+        )
     rows += [
         _row("worker_pss_mib", "worker memory (PSS MiB, all workers)", "MiB", *both(_worker_pss_mib)),
-        _row("profiler_overhead_pct", "profiler overhead (%)", "%", *both(lambda r: r.unprofiled.overhead_pct if r.unprofiled else None)),
+        _row(
+            "profiler_overhead_pct",
+            "profiler overhead (%)",
+            "%",
+            *both(lambda r: r.unprofiled.overhead_pct if r.unprofiled else None),
+        ),
     ]
     return tuple(rows)
 
@@ -167,8 +197,10 @@ def _compare_settings(a: RunReport, b: RunReport) -> tuple[dict[str, tuple[Any, 
     sa, sb = _settings(a), _settings(b)
     changed = {k: (sa[k], sb[k]) for k in sa if sa[k] is not None and sb[k] is not None and sa[k] != sb[k]}
     # A setting that only workers use is not unknown in a run without workers: it does not apply there.
-    no_workers = lambda s, k: s["num_workers"] == 0 and k in _WORKER_ONLY_SETTINGS  # noqa: E731
-    unknown = tuple(k for k in sa if (sa[k] is None) != (sb[k] is None) and not no_workers(sa if sa[k] is None else sb, k))
+    no_workers = lambda s, k: s["num_workers"] == 0 and k in _WORKER_ONLY_SETTINGS
+    unknown = tuple(
+        k for k in sa if (sa[k] is None) != (sb[k] is None) and not no_workers(sa if sa[k] is None else sb, k)
+    )
     return changed, unknown
 
 
@@ -200,7 +232,7 @@ def _speed(a: RunReport, b: RunReport) -> tuple[float | None, str, str]:
     return change, basis, f"{words} ({detail})"
 
 
-def diff(path_a: "str | Path", path_b: "str | Path") -> DiffResult:
+def diff(path_a: str | Path, path_b: str | Path) -> DiffResult:
     """Compare two runs: what changed in their settings, and what it did to every metric.
 
     Args:
@@ -223,7 +255,7 @@ def diff(path_a: "str | Path", path_b: "str | Path") -> DiffResult:
     return DiffResult(a, b, changed, unknown, _rows(a.report, b.report), change, basis, verdict)
 
 
-def check_output(output: "str | Path | None", *inputs: "str | Path") -> None:
+def check_output(output: str | Path | None, *inputs: str | Path) -> None:
     """Refuse an output file that would overwrite an input or put a non-trace file in a run directory.
 
     Raises:
@@ -238,7 +270,10 @@ def check_output(output: "str | Path | None", *inputs: "str | Path") -> None:
             raise UsageError(f"-o {output}: names the input {given}; write the diff to another file")
         run_dir = given.resolve()
         if given.is_dir() and target.parent == run_dir and target.name.endswith((".json", ".gz")):
-            raise UsageError(f"-o {output}: a .json/.gz file inside the run directory {run_dir} would be read as a trace; write it elsewhere")
+            raise UsageError(
+                f"-o {output}: a .json/.gz file inside the run directory {run_dir} would be read as a trace; write it"
+                " elsewhere"
+            )
 
 
 __all__ = ["SCHEMA", "DiffResult", "DiffRow", "DiffRun", "check_output", "diff"]

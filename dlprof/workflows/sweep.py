@@ -13,6 +13,7 @@ enough reference steps falls back to its profiled steps and says so.
 
 The renderers in :mod:`dlprof.report.sweep` format a :class:`SweepResult`; they never compute.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -20,9 +21,9 @@ import math
 import os
 import re
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
 
 from dlprof import schema
 from dlprof.advice.rules import WITHIN_BEST
@@ -121,7 +122,9 @@ def check_counts(counts: Sequence[int]) -> tuple[int, ...]:
     counts = tuple(counts)
     for n in counts:
         if n < 0:
-            raise UsageError(f"--workers: num_workers={n} is negative; give counts of 0 or more, e.g. --workers 0,1,2,4")
+            raise UsageError(
+                f"--workers: num_workers={n} is negative; give counts of 0 or more, e.g. --workers 0,1,2,4"
+            )
     seen: set[int] = set()
     for n in counts:
         if n in seen:
@@ -138,8 +141,11 @@ def measure(run: RunReport, num_workers: int, run_dir: Path, first: RunReport) -
     prediction = next((p for p in first.advice.predicted if p.num_workers == num_workers), None)
     # Over whole epochs (worker restarts included) when both the measurement and the prediction know
     # the epochs; else inside an epoch, both.
-    over_epochs = unprofiled is not None and unprofiled.epoch_steps_per_s is not None and (
-        prediction is None or prediction.epoch_steps_per_s is not None)
+    over_epochs = (
+        unprofiled is not None
+        and unprofiled.epoch_steps_per_s is not None
+        and (prediction is None or prediction.epoch_steps_per_s is not None)
+    )
     if unprofiled is not None:
         steps_per_s = unprofiled.epoch_steps_per_s if over_epochs else unprofiled.steps_per_s
         data_wait_pct = 100 * unprofiled.wait_ms / unprofiled.step_ms
@@ -157,10 +163,19 @@ def measure(run: RunReport, num_workers: int, run_dir: Path, first: RunReport) -
         predicted = None
     error = None if predicted is None else 100 * (predicted - steps_per_s) / steps_per_s
     return SweepRun(
-        num_workers=num_workers, run_dir=run_dir, trace_file=Path(run.info.trace_file), steps_per_s=steps_per_s,
-        unprofiled=unprofiled is not None, over_epochs=over_epochs, data_wait_pct=data_wait_pct, worker_pss_mib=memory,
-        predicted_steps_per_s=predicted, error_pct=error, num_workers_recorded=run.info.num_workers, profiler_overhead_pct=overhead,
-    )  # fmt: skip
+        num_workers=num_workers,
+        run_dir=run_dir,
+        trace_file=Path(run.info.trace_file),
+        steps_per_s=steps_per_s,
+        unprofiled=unprofiled is not None,
+        over_epochs=over_epochs,
+        data_wait_pct=data_wait_pct,
+        worker_pss_mib=memory,
+        predicted_steps_per_s=predicted,
+        error_pct=error,
+        num_workers_recorded=run.info.num_workers,
+        profiler_overhead_pct=overhead,
+    )
 
 
 def judge(
@@ -188,13 +203,21 @@ def judge(
     else:
         held, outcome = True, OUTCOME_HELD
     return SweepResult(
-        name=name, sweep_dir=sweep_dir, runs=runs, from_run=runs[0].num_workers, recommended=recommended,
-        best_num_workers=best.num_workers, best_steps_per_s=best.steps_per_s, fewest_near_best=fewest,
-        within_best_pct=100 * WITHIN_BEST, held=held, outcome=outcome,
+        name=name,
+        sweep_dir=sweep_dir,
+        runs=runs,
+        from_run=runs[0].num_workers,
+        recommended=recommended,
+        best_num_workers=best.num_workers,
+        best_steps_per_s=best.steps_per_s,
+        fewest_near_best=fewest,
+        within_best_pct=100 * WITHIN_BEST,
+        held=held,
+        outcome=outcome,
         recommended_steps_per_s=chosen.steps_per_s if chosen else None,
         recommended_below_best_pct=100 * (1 - chosen.steps_per_s / best.steps_per_s) if chosen else None,
         scalars_dir=scalars_dir,
-    )  # fmt: skip
+    )
 
 
 def write_scalars(directory: Path, runs: Sequence[SweepRun]) -> Path:
@@ -222,12 +245,15 @@ def _check_sweep_dir(sweep_dir: Path, name: str, counts: Sequence[int]) -> None:
         raise UsageError(f"--name {name!r}: use letters, digits, '.', '_' and '-' only")
     for n in counts:
         if any((sweep_dir / str(n)).glob("*" + schema.TRACE_SUFFIX)):
-            raise UsageError(f"{sweep_dir / str(n)}: already holds a recorded run; choose another --name or delete {sweep_dir}")
+            raise UsageError(
+                f"{sweep_dir / str(n)}: already holds a recorded run; choose another --name or delete {sweep_dir}"
+            )
 
 
 @contextlib.contextmanager
 def _training_output_to_stderr():
-    """While a run records, the training's own output goes to stderr: stdout carries only the report (``--format json | jq``)."""
+    """While a run records, the training's own output goes to stderr: stdout carries only the report (``--format json |
+    jq``)."""
     try:
         sys.stdout.flush()
         saved = os.dup(1)
@@ -248,7 +274,8 @@ def _training_output_to_stderr():
 
 
 def sweep(counts: Sequence[int], request: RecordRequest, progress: Callable[[str], None] | None = None) -> SweepResult:
-    """Record and analyse ``request`` once per ``num_workers`` in ``counts``, in that order; judge the first run's advice.
+    """Record and analyse ``request`` once per ``num_workers`` in ``counts``, in that order; judge the first run's
+    advice.
 
     Args:
         counts: the num_workers to measure (checked by :func:`check_counts`); the first count's run
@@ -279,13 +306,22 @@ def sweep(counts: Sequence[int], request: RecordRequest, progress: Callable[[str
     for i, count in enumerate(counts, 1):
         if progress is not None:
             progress(f"sweep: num_workers={count} ({i}/{len(counts)}) -> {sweep_dir / str(count)}")
-        one = replace(request, out_dir=sweep_dir, name=str(count), overrides={"num_workers": count}, fresh_name_if_taken=False)
-        kept = "" if not runs else f"; the runs already recorded ({', '.join(str(r.num_workers) for r in runs)}) are kept in {sweep_dir}"
+        one = replace(
+            request, out_dir=sweep_dir, name=str(count), overrides={"num_workers": count}, fresh_name_if_taken=False
+        )
+        kept = (
+            ""
+            if not runs
+            else f"; the runs already recorded ({', '.join(str(r.num_workers) for r in runs)}) are kept in {sweep_dir}"
+        )
         try:
             with _training_output_to_stderr():
                 result = record(one)
             if result.status != schema.STATUS_COMPLETE:
-                raise RecordError(f"the training failed ({result.error}); its partial trace is in {result.run_dir}", result.exit_code or 2)
+                raise RecordError(
+                    f"the training failed ({result.error}); its partial trace is in {result.run_dir}",
+                    result.exit_code or 2,
+                )
             report = analyze(result.run_dir).runs[0]
         except DlprofError as error:
             raise RecordError(f"sweep: num_workers={count}: {error}{kept}", error.exit_code) from error

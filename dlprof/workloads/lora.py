@@ -9,6 +9,7 @@ take local files instead. Nothing is ever downloaded.
 Importing this module imports no torch: :func:`check` runs in ``dlprof record`` before it starts
 anything.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -91,10 +92,14 @@ class WorkloadOptions:
 
 #: Help for the options whose meaning the name does not tell (`dlprof record --help` documents the rest).
 OPTION_HELP = {
-    "tokenizer_cost_ms": "CPU time (ms) added to tokenizing each sample, inside the tokenizer calls: a slow tokenizer "
-    "(the regime where tokenizing in the DataLoader dominates) [default: 0]",
-    "report": "write the measured speed to this JSON file: steps_per_s_epochs (over whole epochs after the first, "
-    "worker restarts included), steps_per_s_steady (1000 / median step ms after the first epoch), epochs, steps_per_epoch",
+    "tokenizer_cost_ms": (
+        "CPU time (ms) added to tokenizing each sample, inside the tokenizer calls: a slow tokenizer "
+        "(the regime where tokenizing in the DataLoader dominates) [default: 0]"
+    ),
+    "report": (
+        "write the measured speed to this JSON file: steps_per_s_epochs (over whole epochs after the first, worker"
+        " restarts included), steps_per_s_steady (1000 / median step ms after the first epoch), epochs, steps_per_epoch"
+    ),
 }
 
 
@@ -106,7 +111,9 @@ def parse_args(argv: list[str]) -> WorkloadOptions:
         default = getattr(defaults, field.name)
         help_text = OPTION_HELP.get(field.name)
         if field.type in ("bool", "bool | None"):
-            parser.add_argument(flag, dest=field.name, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+            parser.add_argument(
+                flag, dest=field.name, action=argparse.BooleanOptionalAction, default=default, help=help_text
+            )
         elif field.name in ("model", "dataset", "tokenizer", "device", "report"):
             parser.add_argument(flag, dest=field.name, default=default, help=help_text)
         elif field.type == "float":
@@ -128,29 +135,45 @@ def check(options: WorkloadOptions) -> None:
         if value < low:
             raise UsageError(f"--{name.replace('_', '-')} {value}: must be >= {low}")
     if not options.tokenizer_cost_ms >= 0:  # also rejects NaN
-        raise UsageError(f"--tokenizer-cost-ms {options.tokenizer_cost_ms}: must be >= 0 (CPU ms added to tokenizing each sample)")
+        raise UsageError(
+            f"--tokenizer-cost-ms {options.tokenizer_cost_ms}: must be >= 0 (CPU ms added to tokenizing each sample)"
+        )
     if options.report is not None and not Path(options.report).resolve().parent.is_dir():
         raise InputError(f"{options.report}: its folder does not exist; create it or write the report elsewhere")
     if options.device not in DEVICES:
         raise UsageError(f"--device {options.device}: unknown device; use one of {', '.join(DEVICES)}")
     if options.num_workers == 0 and options.prefetch_factor is not None:
-        raise UsageError("--prefetch-factor: only applies with worker processes; add --num-workers 1 or more, or drop it")
+        raise UsageError(
+            "--prefetch-factor: only applies with worker processes; add --num-workers 1 or more, or drop it"
+        )
     if options.prefetch_factor is not None and options.prefetch_factor < 1:
         raise UsageError(f"--prefetch-factor {options.prefetch_factor}: must be >= 1")
     if options.num_workers == 0 and options.persistent_workers:
-        raise UsageError("--persistent-workers: only applies with worker processes; add --num-workers 1 or more, or drop it")
+        raise UsageError(
+            "--persistent-workers: only applies with worker processes; add --num-workers 1 or more, or drop it"
+        )
     if options.model is not None:
         model = Path(options.model)
         if not model.is_dir():
-            raise InputError(f"{model}: no such model directory; give a local Hugging Face model directory, or leave --model out for the built-in tiny model")
+            raise InputError(
+                f"{model}: no such model directory; give a local Hugging Face model directory, or leave --model out for"
+                " the built-in tiny model"
+            )
         if not (model / "config.json").is_file():
-            raise InputError(f"{model}: no config.json in this directory; give a Hugging Face model directory (config.json and weights)")
+            raise InputError(
+                f"{model}: no config.json in this directory; give a Hugging Face model directory (config.json and"
+                " weights)"
+            )
     if options.tokenizer is not None and not Path(options.tokenizer).exists():
-        raise InputError(f"{options.tokenizer}: no such tokenizer file or directory; give a tokenizer.json or a tokenizer directory")
+        raise InputError(
+            f"{options.tokenizer}: no such tokenizer file or directory; give a tokenizer.json or a tokenizer directory"
+        )
     load_examples(options.dataset or DEFAULT_DATASET)
 
 
-def plan(workload: dict, wait: int, warmup: int, active: int | None, reference_steps: int = 0) -> tuple[WorkloadOptions, int]:
+def plan(
+    workload: dict, wait: int, warmup: int, active: int | None, reference_steps: int = 0
+) -> tuple[WorkloadOptions, int]:
     """Fit the workload's steps and the profiler's window together, and check the options.
 
     ``--steps`` alone records the steps left after ``wait + warmup`` (and the reference steps);
@@ -164,28 +187,41 @@ def plan(workload: dict, wait: int, warmup: int, active: int | None, reference_s
     Schedule(wait, warmup, 1 if active is None else active).check()
     if steps is not None and steps < wait + warmup + 1 + reference_steps:
         raise UsageError(
-            f"--steps {steps}: the profiler skips {wait} + {warmup} steps (--wait, --warmup) before it records and "
-            f"{reference_steps} reference steps follow (--reference-steps); use --steps {wait + warmup + 1 + reference_steps} or more"
+            f"--steps {steps}: the profiler skips {wait} + {warmup} steps (--wait, --warmup) before it records and"
+            f" {reference_steps} reference steps follow (--reference-steps); use --steps"
+            f" {wait + warmup + 1 + reference_steps} or more"
         )
     if active is None:
         active = steps - wait - warmup - reference_steps if steps is not None else DEFAULT_ACTIVE_STEPS
     elif steps is not None and steps < wait + warmup + active + reference_steps:
         raise UsageError(
-            f"--steps {steps}: fewer than --wait + --warmup + --active + --reference-steps = {wait + warmup + active + reference_steps}; "
-            "raise --steps or lower --active"
+            f"--steps {steps}: fewer than --wait + --warmup + --active + --reference-steps ="
+            f" {wait + warmup + active + reference_steps}; raise --steps or lower --active"
         )
     if steps is None:
         # Enough steps for the whole epochs the recorder times after the window (and the boundary before
         # them): `dlprof record` stops the workload once it has timed the reference steps and those epochs.
-        per_epoch = math.ceil(len(load_examples(workload.get("dataset") or DEFAULT_DATASET)) / max(1, workload.get("batch_size") or 1))
-        steps = wait + warmup + active + reference_steps + (whole_epochs_to_time(per_epoch) + 1) * per_epoch + EPOCH_SETTLE_STEPS
+        per_epoch = math.ceil(
+            len(load_examples(workload.get("dataset") or DEFAULT_DATASET)) / max(1, workload.get("batch_size") or 1)
+        )
+        steps = (
+            wait
+            + warmup
+            + active
+            + reference_steps
+            + (whole_epochs_to_time(per_epoch) + 1) * per_epoch
+            + EPOCH_SETTLE_STEPS
+        )
     options = WorkloadOptions(**{**workload, "steps": steps})
     check(options)
     return options, active
 
 
 def _has_tokenizer(directory: Path) -> bool:
-    return any((directory / name).exists() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json"))
+    return any(
+        (directory / name).exists()
+        for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+    )
 
 
 def load_tokenizer(options: WorkloadOptions):
@@ -206,7 +242,10 @@ def load_tokenizer(options: WorkloadOptions):
         else:
             tokenizer = AutoTokenizer.from_pretrained(str(source), local_files_only=True)
     except Exception as error:  # transformers raises many types for a bad tokenizer
-        raise InputError(f"{source}: cannot be loaded as a tokenizer ({type(error).__name__}: {error}); give a tokenizer.json or a tokenizer directory") from None
+        raise InputError(
+            f"{source}: cannot be loaded as a tokenizer ({type(error).__name__}: {error}); give a tokenizer.json or a"
+            " tokenizer directory"
+        ) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.convert_ids_to_tokens(0)
     return tokenizer
@@ -233,9 +272,15 @@ def build_model(options: WorkloadOptions, tokenizer, device: str):
         try:
             model = AutoModelForCausalLM.from_pretrained(options.model, local_files_only=True, dtype=dtype)
         except Exception as error:
-            raise InputError(f"{options.model}: cannot be loaded as a causal LM ({type(error).__name__}: {error}); give a Hugging Face causal LM directory") from None
+            raise InputError(
+                f"{options.model}: cannot be loaded as a causal LM ({type(error).__name__}: {error}); give a Hugging"
+                " Face causal LM directory"
+            ) from None
         if len(tokenizer) > model.get_input_embeddings().num_embeddings:
-            raise InputError(f"{options.tokenizer or DEFAULT_TOKENIZER}: has {len(tokenizer)} tokens, more than {options.model} embeds; use the model's own tokenizer")
+            raise InputError(
+                f"{options.tokenizer or DEFAULT_TOKENIZER}: has {len(tokenizer)} tokens, more than {options.model}"
+                " embeds; use the model's own tokenizer"
+            )
     else:
         config = Qwen2Config(
             vocab_size=len(tokenizer),
@@ -250,7 +295,13 @@ def build_model(options: WorkloadOptions, tokenizer, device: str):
             eos_token_id=tokenizer.eos_token_id,
         )
         model = Qwen2ForCausalLM(config).to(dtype)
-    lora = LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, lora_dropout=LORA_DROPOUT, target_modules="all-linear", task_type="CAUSAL_LM")
+    lora = LoraConfig(
+        r=LORA_RANK,
+        lora_alpha=LORA_ALPHA,
+        lora_dropout=LORA_DROPOUT,
+        target_modules="all-linear",
+        task_type="CAUSAL_LM",
+    )
     return get_peft_model(model, lora).to(device)
 
 
@@ -287,7 +338,8 @@ class SpeedLog:
         self.epochs.append((self._epoch_steps, time.perf_counter() - self._epoch_start))
 
     def summary(self) -> dict:
-        """Steps/s over whole epochs after the first, and 1000 / the median step after the first epoch (None when there are none)."""
+        """Steps/s over whole epochs after the first, and 1000 / the median step after the first epoch (None when there
+        are none)."""
         whole = [(steps, seconds) for steps, seconds in self.epochs[1:] if steps == self.steps_per_epoch]
         steady = [ms for epoch, ms in self.step_ms if epoch >= 1]
         return {
@@ -352,8 +404,13 @@ def train(options: WorkloadOptions) -> float:
                     break
             speed.epoch_end()
     if options.report is not None:
-        Path(options.report).write_text(json.dumps({**speed.summary(), "num_workers": options.num_workers, "steps": step}, indent=1) + "\n")
-    print(f"dlprof workload: {options.steps} LoRA steps on {device}, batch {options.batch_size}, loss {last_loss:.3f}", file=sys.stderr)
+        Path(options.report).write_text(
+            json.dumps({**speed.summary(), "num_workers": options.num_workers, "steps": step}, indent=1) + "\n"
+        )
+    print(
+        f"dlprof workload: {options.steps} LoRA steps on {device}, batch {options.batch_size}, loss {last_loss:.3f}",
+        file=sys.stderr,
+    )
     return last_loss
 
 

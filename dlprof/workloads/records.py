@@ -2,6 +2,7 @@
 
 Pure Python (no torch), so ``dlprof record`` checks a dataset before it starts anything.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,8 @@ def _first(record: dict, keys: tuple[str, ...]) -> str | None:
 def _from_chat(turns: list) -> Example | None:
     if not turns or not all(isinstance(t, dict) for t in turns):
         return None
-    role = lambda t: str(t.get("role", t.get("from", ""))).lower()  # noqa: E731
-    text = lambda t: str(t.get("content", t.get("value", "")))  # noqa: E731
+    role = lambda t: str(t.get("role", t.get("from", ""))).lower()
+    text = lambda t: str(t.get("content", t.get("value", "")))
     if role(turns[-1]) not in _ASSISTANT_ROLES:
         return None
     system = "\n".join(text(t) for t in turns[:-1] if role(t) == "system")
@@ -74,7 +75,10 @@ def _parse(path: Path, text: str) -> list:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as error:
-            raise InputError(f"{path}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg}); fix the file or convert it to JSON lines") from None
+            raise InputError(
+                f"{path}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg}); fix the file or"
+                " convert it to JSON lines"
+            ) from None
         return data
     records = []
     for number, line in enumerate(text.splitlines(), 1):
@@ -83,7 +87,10 @@ def _parse(path: Path, text: str) -> list:
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError as error:
-            raise InputError(f"{path}: line {number} is not valid JSON ({error.msg}); a dataset is a JSON array or one JSON object per line") from None
+            raise InputError(
+                f"{path}: line {number} is not valid JSON ({error.msg}); a dataset is a JSON array or one JSON object"
+                " per line"
+            ) from None
     return records
 
 
@@ -95,7 +102,9 @@ def load_examples(path: str | Path) -> list[Example]:
     """
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"{path}: no such dataset file; give a JSON or JSON-lines file of instruction/response records")
+        raise InputError(
+            f"{path}: no such dataset file; give a JSON or JSON-lines file of instruction/response records"
+        )
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:

@@ -2,6 +2,7 @@
 
 Module-level classes, so that DataLoader workers started with ``spawn`` can unpickle them.
 """
+
 from __future__ import annotations
 
 import copy
@@ -19,14 +20,16 @@ CHAT_START, CHAT_END = "<|im_start|>", "<|im_end|>"
 
 
 def burn_cpu(ms: float) -> None:
-    """Spin until this thread has used ``ms`` of CPU time (CPU time, not wall time: under contention it takes longer, as real work does)."""
+    """Spin until this thread has used ``ms`` of CPU time (CPU time, not wall time: under contention it takes longer, as
+    real work does)."""
     end = time.thread_time_ns() + int(ms * 1e6)
     while time.thread_time_ns() < end:
         pass
 
 
 class _CostlyEncode:
-    """Stands in for a tokenizer's ``_encode_plus`` (the method ``__call__`` encodes through): burns CPU time, then encodes.
+    """Stands in for a tokenizer's ``_encode_plus`` (the method ``__call__`` encodes through): burns CPU time, then
+    encodes.
 
     An instance attribute on the dataset's own copy of the tokenizer, so the cost is spent inside
     the tokenizer call (profilers count it as tokenizer time) and the caller's tokenizer is left alone.
@@ -44,7 +47,9 @@ class _CostlyEncode:
 def chat_prompt(example: Example) -> str:
     """The prompt in ChatML, the format of Qwen models: system and user turns, then the assistant's header."""
     system = example.system or "You are a helpful assistant."
-    return f"{CHAT_START}system\n{system}{CHAT_END}\n{CHAT_START}user\n{example.prompt}{CHAT_END}\n{CHAT_START}assistant\n"
+    return (
+        f"{CHAT_START}system\n{system}{CHAT_END}\n{CHAT_START}user\n{example.prompt}{CHAT_END}\n{CHAT_START}assistant\n"
+    )
 
 
 class SupervisedDataset(Dataset):

@@ -1,21 +1,31 @@
 """The throughput model and the rules, with numbers worked out by hand."""
+
 from __future__ import annotations
 
-import pytest
-
-from conftest import DATA_DIR
 import dataclasses
+
+import pytest
+from conftest import DATA_DIR
 
 from dlprof.advice.model import EpochModel, ModelInputs, candidate_counts, memory_limit, predict, restart_ms
 from dlprof.advice.rules import advise, verdict_of
 from dlprof.analysis.unprofiled import unprofiled_stats
-from dlprof.workflows.analyze import analyze_run
 from dlprof.trace.run import load_run
+from dlprof.workflows.analyze import analyze_run
 
 
 def inputs(**overrides) -> ModelInputs:
-    base = dict(consumer_ms=10.0, batches_per_step=1.0, batch_ms=30.0, batch_cpu_ms=30.0, handoff_ms=0.0, usable_cores=4,
-                main_cpu_ms=10.0, worker_pss_mib=None, available_ram_mib=None)  # fmt: skip
+    base = {
+        "consumer_ms": 10.0,
+        "batches_per_step": 1.0,
+        "batch_ms": 30.0,
+        "batch_cpu_ms": 30.0,
+        "handoff_ms": 0.0,
+        "usable_cores": 4,
+        "main_cpu_ms": 10.0,
+        "worker_pss_mib": None,
+        "available_ram_mib": None,
+    }
     return ModelInputs(**{**base, **overrides})
 
 
@@ -33,11 +43,16 @@ def test_cpu_bound_and_handoff():
     assert predict(model, 2).step_ms == pytest.approx(25.0) and predict(model, 2).bound == "cpu"
     assert predict(model, 8).step_ms == pytest.approx(25.0)
     # The hand-off is the main process's own work: it lengthens the consumer (10 + 1 = 11 > 30/4, 40/4).
-    assert predict(inputs(handoff_ms=1.0), 4).step_ms == pytest.approx(11.0) and predict(inputs(handoff_ms=1.0), 4).bound == "consumer"
+    assert (
+        predict(inputs(handoff_ms=1.0), 4).step_ms == pytest.approx(11.0)
+        and predict(inputs(handoff_ms=1.0), 4).bound == "consumer"
+    )
     # Workers' CPU to send their batches (shared memory) is no span's: the CPU bound adds it (20 + 30 + 10) / 2.
     assert predict(inputs(usable_cores=2, main_cpu_ms=20.0, worker_send_ms=10.0), 4).step_ms == pytest.approx(30.0)
     # Recorded at num_workers=0, the measured main-process CPU has no hand-off in it: the CPU bound adds it.
-    assert predict(inputs(usable_cores=2, main_cpu_ms=20.0, handoff_ms=2.0, cpu_includes_handoff=False), 4).step_ms == pytest.approx(26.0)
+    assert predict(
+        inputs(usable_cores=2, main_cpu_ms=20.0, handoff_ms=2.0, cpu_includes_handoff=False), 4
+    ).step_ms == pytest.approx(26.0)
 
 
 def test_the_recorded_count_is_anchored_to_its_measured_unprofiled_step():
@@ -52,12 +67,20 @@ def test_the_recorded_count_is_anchored_to_its_measured_unprofiled_step():
 
 
 def test_epoch_restarts_measured_and_estimated():
-    measured = EpochModel(steps_per_epoch=10, persistent_workers=False, restart_measured_ms=100.0, startup_fixed_ms=5.0, startup_per_worker_ms=20.0)
+    measured = EpochModel(
+        steps_per_epoch=10,
+        persistent_workers=False,
+        restart_measured_ms=100.0,
+        startup_fixed_ms=5.0,
+        startup_per_worker_ms=20.0,
+    )
     model = inputs(recorded_workers=2, epoch=measured)
     # Measured at 2 workers: 100 ms; each further worker adds the calibrated 20 ms; no workers, no restart.
     assert [restart_ms(model, n) for n in (0, 2, 4)] == pytest.approx([0.0, 100.0, 140.0])
     # n=2: 10 steps of 15 ms plus 100 ms per epoch -> 10 / 0.25 s = 40 steps/s.
-    assert predict(model, 2).epoch_steps_per_s == pytest.approx(40.0) and predict(model, 2).steps_per_s == pytest.approx(1000 / 15)
+    assert predict(model, 2).epoch_steps_per_s == pytest.approx(40.0) and predict(
+        model, 2
+    ).steps_per_s == pytest.approx(1000 / 15)
     # Recorded at 0: estimated from the calibration and the first batch: 5 + 20 n + 30.
     estimated = dataclasses.replace(measured, restart_measured_ms=None)
     assert restart_ms(inputs(recorded_workers=0, epoch=estimated), 1) == pytest.approx(55.0)
@@ -114,7 +137,10 @@ def test_persistent_workers_advised_with_the_measured_restart():
     unprofiled = unprofiled_stats(manifest, 1.0)
     advice = advise(report.steps, report.loader, None, manifest, 1.0, False, unprofiled)
     assert advice.num_workers >= 1 and advice.persistent_workers is True
-    assert any("workers restart at every epoch (1000 steps)" in e and "persistent_workers=True keeps them" in e for e in advice.evidence)
+    assert any(
+        "workers restart at every epoch (1000 steps)" in e and "persistent_workers=True keeps them" in e
+        for e in advice.evidence
+    )
 
 
 def test_foreign_trace_with_workers_cannot_predict():

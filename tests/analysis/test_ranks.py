@@ -5,14 +5,15 @@ Both ranks: two 1000 µs steps. In each step, rank 0 waits 100 µs for data, lau
 for rank 1. Rank 1 waits 700 µs for data and its all-reduce runs from 740 to 900. Rank 1's clock
 (baseTimeNanoseconds) is 100 µs later than rank 0's.
 """
+
 from __future__ import annotations
 
 import gzip
 import json
 
 import pytest
-
 from conftest import DATA_DIR
+
 from dlprof.analysis.ranks import RankStats, compare_ranks
 from dlprof.capture.merge import dumps_trace
 from dlprof.report import renderer
@@ -53,7 +54,10 @@ def test_ranks_are_lanes_on_one_clock(job):
 
 
 def test_every_format_shows_the_ranks(job):
-    line = "rank 1 waited 0.70 ms per step for data (0.60 ms more than the other ranks); rank 0 waited 0.45 ms per step for rank 1 in all_reduce"
+    line = (
+        "rank 1 waited 0.70 ms per step for data (0.60 ms more than the other ranks); rank 0 waited 0.45 ms per step"
+        " for rank 1 in all_reduce"
+    )
     report = build_report(RANKS)
     for fmt in ("text", "markdown", "html"):
         assert line in renderer(fmt)(report), fmt
@@ -64,7 +68,9 @@ def test_every_format_shows_the_ranks(job):
 
 def test_compute_is_named_when_data_does_not_explain_the_slowest_rank():
     def row(rank: int, wait: float, collective: float) -> RankStats:
-        return RankStats(rank, f"r{rank}", 10, 10.0, wait, 10 * wait, collective, 10.0 - collective, None, None, 0, None)
+        return RankStats(
+            rank, f"r{rank}", 10, 10.0, wait, 10 * wait, collective, 10.0 - collective, None, None, 0, None
+        )
 
     comparison = compare_ranks([row(0, 1.0, 4.0), row(1, 1.2, 0.5), row(2, 0.9, 4.5)])
     assert comparison.slowest_rank == 1 and comparison.slowest_reason == "compute"
@@ -77,7 +83,11 @@ def test_the_rank_is_on_the_first_line_as_hta_reads_it(tmp_path):
 
     paths = []
     for rank in (0, 1):
-        document = {"distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2}, "dlprof": {"rank": rank}, "traceEvents": []}
+        document = {
+            "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2},
+            "dlprof": {"rank": rank},
+            "traceEvents": [],
+        }
         path = tmp_path / f"r{rank}.json.gz"
         path.write_bytes(gzip.compress(dumps_trace(document)))
         assert json.loads(gzip.decompress(path.read_bytes())) == document

@@ -1,9 +1,10 @@
 """Step, GPU and loader analysis on the hand-written traces in tests/data (expected µs worked out below)."""
+
 from __future__ import annotations
 
 import pytest
-
 from conftest import DATA_DIR
+
 from dlprof.analysis.gpu import gpu_stats
 from dlprof.analysis.intervals import intersect, subtract, union
 from dlprof.analysis.loader import loader_stats
@@ -86,7 +87,13 @@ def test_loader_costs_per_batch(dlprof_run):
     assert stats.wait.not_ready_ms_mean == pytest.approx(0.1)
     assert stats.wait.ready_ms_mean == pytest.approx(0.1)
     (worker,) = stats.workers
-    assert (worker.worker, worker.pid, worker.batches, worker.pss_mib_last, worker.pss_growth_mib_per_min) == (0, 10, 2, 100.0, 0.0)
+    assert (worker.worker, worker.pid, worker.batches, worker.pss_mib_last, worker.pss_growth_mib_per_min) == (
+        0,
+        10,
+        2,
+        100.0,
+        0.0,
+    )
     assert worker.capacity_per_s == pytest.approx(1000 / 0.7)
 
 
@@ -97,14 +104,20 @@ def test_foreign_trace_without_spans_has_no_loader_stats(cuda_run):
 
 def test_no_steps_says_how_to_add_them(tmp_path):
     trace = tmp_path / "nosteps.json"
-    trace.write_text('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]}')
+    trace.write_text(
+        '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]}'
+    )
     with pytest.raises(NoStepsError, match=r"prof\.step\(\)"):
         step_breakdown(load_run(trace))
 
 
 @pytest.mark.parametrize(
     ("name", "steps", "gpu"),
-    [("hta_trace_diff_control.json.gz", 6, True), ("hta_rocm_mi250_minitoy.json.gz", 2, True), ("hta_rank_non_gpu.json.gz", 1, False)],
+    [
+        ("hta_trace_diff_control.json.gz", 6, True),
+        ("hta_rocm_mi250_minitoy.json.gz", 2, True),
+        ("hta_rank_non_gpu.json.gz", 1, False),
+    ],
 )
 def test_real_traces_add_up(name, steps, gpu):
     run = load_run(DATA_DIR / name)

@@ -1,11 +1,12 @@
 """Unprofiled speed, profiler overhead and epoch restarts from the step clock, with exact numbers."""
+
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
-
 from conftest import DATA_DIR
+
 from dlprof.analysis.unprofiled import unprofiled_stats
 from dlprof.manifest import Epoch, StepClock
 from dlprof.trace.run import load_run
@@ -34,11 +35,17 @@ def test_an_epoch_boundary_after_the_window_is_measured():
     extra = [0.6, 0.6, 100.6, 10.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6]
     clock = manifest.step_clock
     clock = StepClock(
-        phase=clock.phase + ("after",) * len(extra), wall_ms=clock.wall_ms + tuple(extra), cpu_ms=clock.cpu_ms + (0.8,) * len(extra),
-        runq_ms=clock.runq_ms + (0.0,) * len(extra), wait_ms=clock.wait_ms + (0.1,) * len(extra),
-        batches=clock.batches + (1,) * len(extra), epoch_start=clock.epoch_start + (False, False, True) + (False,) * 8,
-    )  # fmt: skip
-    loader = dataclasses.replace(manifest.loader, epochs=manifest.loader.epochs + (Epoch(start_ns=1, first_batch_ms=3.0, batches=5, end_ms=1.5),))
+        phase=clock.phase + ("after",) * len(extra),
+        wall_ms=clock.wall_ms + tuple(extra),
+        cpu_ms=clock.cpu_ms + (0.8,) * len(extra),
+        runq_ms=clock.runq_ms + (0.0,) * len(extra),
+        wait_ms=clock.wait_ms + (0.1,) * len(extra),
+        batches=clock.batches + (1,) * len(extra),
+        epoch_start=clock.epoch_start + (False, False, True) + (False,) * 8,
+    )
+    loader = dataclasses.replace(
+        manifest.loader, epochs=manifest.loader.epochs + (Epoch(start_ns=1, first_batch_ms=3.0, batches=5, end_ms=1.5),)
+    )
     stats = unprofiled_stats(dataclasses.replace(manifest, step_clock=clock, loader=loader), 1.0)
     assert stats.reference_steps == 6 + 11 - 5 and stats.step_ms == pytest.approx(0.6)
     assert stats.epoch.boundaries_measured == 1 and stats.epoch.restart_ms == pytest.approx(110.0)
@@ -65,13 +72,20 @@ def test_whole_epochs_after_the_window_are_the_speed():
     starts = [False, False, True] + [False] * 7 + [True] + [False] * 7 + [True]
     n = len(extra)
     clock = StepClock(
-        phase=clock.phase + ("after",) * n, wall_ms=clock.wall_ms + tuple(extra), cpu_ms=clock.cpu_ms + (1.0,) * n,
-        runq_ms=clock.runq_ms + (0.0,) * n, wait_ms=clock.wait_ms + (0.5,) * n, batches=clock.batches + (1,) * n,
-        epoch_start=clock.epoch_start + tuple(starts), fork_probe=clock.fork_probe + (False,) * n,
-    )  # fmt: skip
+        phase=clock.phase + ("after",) * n,
+        wall_ms=clock.wall_ms + tuple(extra),
+        cpu_ms=clock.cpu_ms + (1.0,) * n,
+        runq_ms=clock.runq_ms + (0.0,) * n,
+        wait_ms=clock.wait_ms + (0.5,) * n,
+        batches=clock.batches + (1,) * n,
+        epoch_start=clock.epoch_start + tuple(starts),
+        fork_probe=clock.fork_probe + (False,) * n,
+    )
     loader = dataclasses.replace(manifest.loader, length=8)
     stats = unprofiled_stats(dataclasses.replace(manifest, step_clock=clock, loader=loader), 1.0)
     # Steady: the 3 + 3 unsettled steps of the two whole epochs; each boundary: 65 - 5 * 5 = 40 ms.
-    assert stats.reference_steps == 6 and stats.step_ms == pytest.approx(5.0) and stats.consumer_ms == pytest.approx(4.5)
+    assert (
+        stats.reference_steps == 6 and stats.step_ms == pytest.approx(5.0) and stats.consumer_ms == pytest.approx(4.5)
+    )
     assert stats.epoch.boundaries_measured == 2 and stats.epoch.restart_ms == pytest.approx(40.0)
     assert stats.epoch_steps_per_s == pytest.approx(1000 * 16 / (2 * 80.0))

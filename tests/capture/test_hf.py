@@ -1,5 +1,6 @@
 """``dlprof.hf.DlprofCallback`` with a real ``transformers.Trainer``, in this process as in a notebook; and the
 Trainer-specific facts it relies on (batch size through accelerate, who created a DataLoader, trainer arguments)."""
+
 from __future__ import annotations
 
 import signal
@@ -7,9 +8,9 @@ import sys
 
 import pytest
 import torch
+from conftest import load_trace, trace_files
 from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler
 
-from conftest import load_trace, trace_files
 from dlprof import schema
 from dlprof.advice.rules import trainer_arguments
 from dlprof.capture import loader_probe
@@ -59,17 +60,27 @@ def _trainer(tmp_path, callback, dataset_len: int, max_steps: int, num_workers: 
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=SEQ))
     args = TrainingArguments(
-        output_dir=str(tmp_path / "out"), max_steps=max_steps, per_device_train_batch_size=4, learning_rate=1e-3,
-        report_to=[], use_cpu=True, dataloader_num_workers=num_workers, save_strategy="no", logging_strategy="no",
+        output_dir=str(tmp_path / "out"),
+        max_steps=max_steps,
+        per_device_train_batch_size=4,
+        learning_rate=1e-3,
+        report_to=[],
+        use_cpu=True,
+        dataloader_num_workers=num_workers,
+        save_strategy="no",
+        logging_strategy="no",
         disable_tqdm=True,
-    )  # fmt: skip
+    )
     return Trainer(model=model, args=args, train_dataset=RandomTokens(dataset_len), callbacks=[callback])
 
 
 def _no_session_hook_left() -> bool:
     from torch.optim import optimizer as optimizer_module
 
-    return not any(isinstance(getattr(h, "__self__", None), session_module.Session) for h in optimizer_module._global_optimizer_post_hooks.values())
+    return not any(
+        isinstance(getattr(h, "__self__", None), session_module.Session)
+        for h in optimizer_module._global_optimizer_post_hooks.values()
+    )
 
 
 @pytest.mark.slow
@@ -106,7 +117,10 @@ def test_trainer_run_is_recorded_with_its_workers(tmp_path, fresh_process, capsy
     # The process is left as it was: no probe, no optimizer hook, no signal handler, no session recording.
     assert not hasattr(DataLoader.__init__, "_dlprof_original")
     assert _no_session_hook_left()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert (
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    )
     # One callback records one train(): a second one is refused before it trains, with the fix.
     with pytest.raises(UsageError, match="recorded one train"):
         trainer.train()
@@ -117,7 +131,9 @@ def test_trainer_run_is_recorded_with_its_workers(tmp_path, fresh_process, capsy
 def test_stop_after_window_stops_the_trainer(tmp_path, fresh_process):
     from dlprof.hf import DlprofCallback
 
-    callback = DlprofCallback(out_dir=tmp_path, name="stop", wait=1, warmup=1, active=3, reference_steps=3, stop_after_window=True)
+    callback = DlprofCallback(
+        out_dir=tmp_path, name="stop", wait=1, warmup=1, active=3, reference_steps=3, stop_after_window=True
+    )
     # Epochs longer than the recorder crosses whole (400 batches): it is done after the reference steps.
     trainer = _trainer(tmp_path, callback, dataset_len=4 * 500, max_steps=1000, num_workers=0)
     trainer.train()
@@ -184,7 +200,9 @@ def test_bad_arguments_are_one_clear_error_and_leave_nothing(tmp_path, fresh_pro
 def test_under_dlprof_record_the_callback_does_nothing(tmp_path, fresh_process, monkeypatch, capsys):
     from dlprof.hf import DlprofCallback
 
-    monkeypatch.setattr(session_module, "_SESSION", session_module.Session(tmp_path / "session", {}))  # armed by dlprof record
+    monkeypatch.setattr(
+        session_module, "_SESSION", session_module.Session(tmp_path / "session", {})
+    )  # armed by dlprof record
     callback = DlprofCallback(out_dir=tmp_path, name="inside")
     assert callback.run_dir is None and not (tmp_path / "inside").exists()
     assert "dlprof record is recording this process already" in capsys.readouterr().err
@@ -207,7 +225,9 @@ def test_default_name_is_the_script_and_the_time(tmp_path, monkeypatch):
 
 
 def test_batch_size_comes_from_the_batch_sampler(monkeypatch):
-    loader = DataLoader(RandomTokens(8), batch_sampler=BatchSampler(SequentialSampler(range(8)), batch_size=3, drop_last=False))
+    loader = DataLoader(
+        RandomTokens(8), batch_sampler=BatchSampler(SequentialSampler(range(8)), batch_size=3, drop_last=False)
+    )
     assert loader.batch_size is None
     assert loader_probe._loader_config(loader)["batch_size"] == 3
 
@@ -215,7 +235,7 @@ def test_batch_size_comes_from_the_batch_sampler(monkeypatch):
 def test_created_by_names_the_framework_on_the_stack():
     def made_in(*modules: str) -> str | None:
         """Build a DataLoader from inside functions of these modules (outermost first), as a framework would."""
-        build = lambda: loader_probe._loader_config(DataLoader(RandomTokens(4)))["created_by"]  # noqa: E731
+        build = lambda: loader_probe._loader_config(DataLoader(RandomTokens(4)))["created_by"]
         for module in reversed(modules):
             scope = {"__name__": module, "inner": build}
             exec("def make():\n    return inner()\n", scope)
@@ -234,12 +254,19 @@ def test_created_by_names_the_framework_on_the_stack():
 def test_trainer_arguments():
     hf = LoaderConfig(id=0, num_workers=0, pin_memory=True, persistent_workers=False, created_by="transformers")
     assert trainer_arguments(hf, 2, False, None, True) == (
-        "--dataloader_num_workers 2 --dataloader_pin_memory false --dataloader_persistent_workers true")
+        "--dataloader_num_workers 2 --dataloader_pin_memory false --dataloader_persistent_workers true"
+    )
     assert trainer_arguments(hf, 4, True, 4, None) == (
-        "--dataloader_num_workers 4 --dataloader_pin_memory true --dataloader_prefetch_factor 4")
+        "--dataloader_num_workers 4 --dataloader_pin_memory true --dataloader_prefetch_factor 4"
+    )
     # Back to no workers from persistent ones: PyTorch rejects persistent_workers=True without workers.
     persistent = LoaderConfig(id=0, num_workers=2, persistent_workers=True, created_by="ms-swift")
-    assert trainer_arguments(persistent, 0, None, None, None) == "--dataloader_num_workers 0 --dataloader_persistent_workers false"
+    assert (
+        trainer_arguments(persistent, 0, None, None, None)
+        == "--dataloader_num_workers 0 --dataloader_persistent_workers false"
+    )
     assert trainer_arguments(hf, None, None, None, None) is None  # nothing advised
-    assert trainer_arguments(LoaderConfig(id=0, num_workers=0), 2, None, None, None) is None  # the script's own DataLoader
+    assert (
+        trainer_arguments(LoaderConfig(id=0, num_workers=0), 2, None, None, None) is None
+    )  # the script's own DataLoader
     assert trainer_arguments(None, 2, None, None, None) is None

@@ -1,4 +1,5 @@
 """``child_argv``: how ``dlprof record -- COMMAND`` becomes the command line that runs under the recorder."""
+
 from __future__ import annotations
 
 import sys
@@ -46,7 +47,12 @@ def test_interpreter_by_path(in_tmp):
 
 def test_any_other_command_runs_as_it_is(in_tmp):
     # Launchers and shell scripts are followed by the bootstrap sitecustomize, not wrapped.
-    assert child_argv(("torchrun", "--nproc-per-node", "2", "train.py")) == ["torchrun", "--nproc-per-node", "2", "train.py"]
+    assert child_argv(("torchrun", "--nproc-per-node", "2", "train.py")) == [
+        "torchrun",
+        "--nproc-per-node",
+        "2",
+        "train.py",
+    ]
     assert child_argv(("bash", "run.sh", "--x")) == ["bash", "run.sh", "--x"]
     assert child_argv(("python", "-c", "print(1)")) == ["python", "-c", "print(1)"]
 

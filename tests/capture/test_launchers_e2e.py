@@ -1,4 +1,6 @@
-"""``dlprof record -- LAUNCHER ...`` with the real launchers, on CPU: every rank that trains, and only those, is recorded."""
+"""``dlprof record -- LAUNCHER ...`` with the real launchers, on CPU: every rank that trains, and only those, is
+recorded."""
+
 from __future__ import annotations
 
 import gzip
@@ -11,7 +13,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import leftover_processes, run_dlprof, trace_files
 
 pytestmark = pytest.mark.slow
@@ -30,7 +31,9 @@ def _first_line(trace: Path) -> str:
 
 
 def _manifests(run_dir: Path) -> list[dict]:
-    return sorted((json.loads(gzip.decompress(p.read_bytes()))["dlprof"] for p in trace_files(run_dir)), key=lambda m: m["rank"])
+    return sorted(
+        (json.loads(gzip.decompress(p.read_bytes()))["dlprof"] for p in trace_files(run_dir)), key=lambda m: m["rank"]
+    )
 
 
 def _no_process_left(marker: str) -> None:
@@ -48,9 +51,24 @@ def _executable(path: Path, body: str) -> Path:
 @pytest.fixture(scope="module")
 def torchrun_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("torchrun")
-    done = run_dlprof("record", "--out", str(out), "--name", "ddp", *SHORT, "--",
-                      "torchrun", "--nproc-per-node", "2", "--master-port", str(_free_port()), str(DDP), "--steps", "100000",
-                      timeout=180)  # fmt: skip
+    done = run_dlprof(
+        "record",
+        "--out",
+        str(out),
+        "--name",
+        "ddp",
+        *SHORT,
+        "--",
+        "torchrun",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(_free_port()),
+        str(DDP),
+        "--steps",
+        "100000",
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr
     return out / "ddp"
 
@@ -107,9 +125,28 @@ def test_hta_reads_every_rank(torchrun_run):
 
 
 def test_python_m_torch_distributed_run(tmp_path):
-    done = run_dlprof("record", "--out", str(tmp_path), "--name", "ddp", *SHORT, "--",
-                      sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port()),
-                      str(DDP), "--steps", "100000", "--num-workers", "1", timeout=180)  # fmt: skip
+    done = run_dlprof(
+        "record",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "ddp",
+        *SHORT,
+        "--",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(_free_port()),
+        str(DDP),
+        "--steps",
+        "100000",
+        "--num-workers",
+        "1",
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr
     manifests = _manifests(tmp_path / "ddp")
     assert [m["rank"] for m in manifests] == [0, 1]
@@ -122,9 +159,30 @@ def test_python_m_torch_distributed_run(tmp_path):
 def test_torchrun_sigterm_leaves_partial_traces(tmp_path):
     """torchrun stops its workers with SIGTERM: each rank still leaves its trace, marked partial."""
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "dlprof", "record", "--out", str(out), "--name", "stopped", *SHORT, "--run-to-end", "--",
-               "torchrun", "--nproc-per-node", "2", "--master-port", str(_free_port()), str(DDP), "--steps", "100000"]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    command = [
+        sys.executable,
+        "-m",
+        "dlprof",
+        "record",
+        "--out",
+        str(out),
+        "--name",
+        "stopped",
+        *SHORT,
+        "--run-to-end",
+        "--",
+        "torchrun",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(_free_port()),
+        str(DDP),
+        "--steps",
+        "100000",
+    ]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         ranks = _wait_for_ranks(process, 2, timeout_s=120)
         # ... past the window: both ranks have exported their traces.
@@ -157,8 +215,11 @@ def _wait_for_ranks(process: subprocess.Popen, count: int, timeout_s: float) -> 
 
     def ranks_running() -> bool:
         nonlocal found
-        found = [p for p in psutil.Process(process.pid).children(recursive=True)
-                 if any(part.endswith("train_ddp.py") for part in p.cmdline()) and "RANK" in p.environ()]  # fmt: skip
+        found = [
+            p
+            for p in psutil.Process(process.pid).children(recursive=True)
+            if any(part.endswith("train_ddp.py") for part in p.cmdline()) and "RANK" in p.environ()
+        ]
         return len(found) == count
 
     _wait_for(ranks_running, timeout_s)
@@ -166,10 +227,26 @@ def _wait_for_ranks(process: subprocess.Popen, count: int, timeout_s: float) -> 
 
 
 def test_accelerate_launch_of_a_trainer_script(tmp_path):
-    """``accelerate launch`` starts the Trainer script in a subprocess; accelerate re-creates its DataLoader with a batch_sampler."""
-    done = run_dlprof("record", "--out", str(tmp_path), "--name", "acc", *SHORT, "--",
-                      "accelerate", "launch", "--num_processes", "1", "--cpu", str(TRAINER), "--output-dir", str(tmp_path / "hf"),
-                      timeout=240)  # fmt: skip
+    """``accelerate launch`` starts the Trainer script in a subprocess; accelerate re-creates its DataLoader with a
+    batch_sampler."""
+    done = run_dlprof(
+        "record",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "acc",
+        *SHORT,
+        "--",
+        "accelerate",
+        "launch",
+        "--num_processes",
+        "1",
+        "--cpu",
+        str(TRAINER),
+        "--output-dir",
+        str(tmp_path / "hf"),
+        timeout=240,
+    )
     assert done.returncode == 0, done.stderr
     (manifest,) = _manifests(tmp_path / "acc")
     assert manifest["status"] == "complete" and manifest["steps"]["recorded"] == 4
@@ -189,13 +266,18 @@ def test_console_script_that_relaunches_python(tmp_path):
     """As ms-swift's ``swift sft``: the CLI process starts ``[sys.executable, train.py]`` and waits."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    _executable(bin_dir / "mytrain", f"""
+    _executable(
+        bin_dir / "mytrain",
+        f"""
         import subprocess, sys
         import torch  # the CLI imports the framework too, but never trains
         sys.exit(subprocess.call([sys.executable, {str(SIMPLE)!r}, *sys.argv[1:]]))
-    """)
+    """,
+    )
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    done = run_dlprof("record", "--out", str(tmp_path / "out"), "--name", "cli", *SHORT, "--", "mytrain", "--steps", "100000", env=env)
+    done = run_dlprof(
+        "record", "--out", str(tmp_path / "out"), "--name", "cli", *SHORT, "--", "mytrain", "--steps", "100000", env=env
+    )
     assert done.returncode == 0, done.stderr
     manifests = _manifests(tmp_path / "out" / "cli")
     assert len(manifests) == 1 and manifests[0]["script"] == ["mytrain", "--steps", "100000"]
@@ -206,13 +288,29 @@ def test_in_process_console_script(tmp_path):
     """As ``llamafactory-cli train`` on one device: the console script trains in its own process."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    _executable(bin_dir / "mycli", f"""
+    _executable(
+        bin_dir / "mycli",
+        f"""
         import runpy, sys
         sys.argv = [{str(SIMPLE)!r}, *sys.argv[2:]]  # mycli train ARGS
         runpy.run_path(sys.argv[0], run_name="__main__")
-    """)
+    """,
+    )
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    done = run_dlprof("record", "--out", str(tmp_path / "out"), "--name", "cli", *SHORT, "--", "mycli", "train", "--steps", "100000", env=env)
+    done = run_dlprof(
+        "record",
+        "--out",
+        str(tmp_path / "out"),
+        "--name",
+        "cli",
+        *SHORT,
+        "--",
+        "mycli",
+        "train",
+        "--steps",
+        "100000",
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     (manifest,) = _manifests(tmp_path / "out" / "cli")
     assert manifest["status"] == "complete" and manifest["stopped_early"]
@@ -221,8 +319,20 @@ def test_in_process_console_script(tmp_path):
 
 def test_a_helper_subprocess_is_not_recorded(tmp_path):
     """A data-preparation subprocess that iterates a DataLoader without training runs its course and is left out."""
-    done = run_dlprof("record", "--out", str(tmp_path), "--name", "helped", *SHORT, "--",
-                      "python", str(SIMPLE), "--helper", "--steps", "100000")  # fmt: skip
+    done = run_dlprof(
+        "record",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "helped",
+        *SHORT,
+        "--",
+        "python",
+        str(SIMPLE),
+        "--helper",
+        "--steps",
+        "100000",
+    )
     assert done.returncode == 0, done.stderr
     assert "helper: 800" in done.stdout  # the helper was not stopped early
     (manifest,) = _manifests(tmp_path / "helped")
@@ -237,12 +347,23 @@ def test_users_own_sitecustomize_still_runs(tmp_path):
     marker = tmp_path / "markers"
     marker.mkdir()
     (user_site / "sitecustomize.py").write_text(
-        "import os\n"
-        f"open(os.path.join({str(marker)!r}, str(os.getpid())), 'w').close()\n"
+        f"import os\nopen(os.path.join({str(marker)!r}, str(os.getpid())), 'w').close()\n"
     )
     env = {**os.environ, "PYTHONPATH": str(user_site)}
-    done = run_dlprof("record", "--out", str(tmp_path / "out"), "--name", "site", *SHORT, "--",
-                      "python", str(SIMPLE), "--steps", "100000", env=env)  # fmt: skip
+    done = run_dlprof(
+        "record",
+        "--out",
+        str(tmp_path / "out"),
+        "--name",
+        "site",
+        *SHORT,
+        "--",
+        "python",
+        str(SIMPLE),
+        "--steps",
+        "100000",
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     (trace,) = trace_files(tmp_path / "out" / "site")
     training_pid = trace.name.split("_")[-1].split(".")[0]  # <host>_<pid>.<ms>.pt.trace.json.gz

@@ -1,4 +1,5 @@
 """The DataLoader probe in this process: spans per batch in the main process and in real workers."""
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -62,14 +63,14 @@ def test_num_workers_0_records_each_batch_in_the_main_process(spans_dir, tokeniz
     batches = list(loader)
     grouped = spans_by_batch(spans_dir)
     assert sorted(grouped) == [0, 1, 2, 3] and len(batches) == 4
-    for batch, spans in grouped.items():
+    for spans in grouped.values():
         (whole,), (fetch,), (collate,) = spans[schema.SPAN_BATCH], spans[schema.SPAN_FETCH], spans[schema.SPAN_COLLATE]
         # one span per tokenizer call: encode() calling __call__ inside counts once
         assert len(spans[schema.SPAN_TOKENIZER]) == 2 * 3
         assert {s.worker_id for s in (whole, fetch, collate)} == {-1}
         assert whole.start_ns == fetch.start_ns <= fetch.end_ns <= collate.start_ns <= collate.end_ns <= whole.end_ns
         assert all(fetch.start_ns <= t.start_ns <= t.end_ns <= fetch.end_ns for t in spans[schema.SPAN_TOKENIZER])
-        assert 0 <= fetch.cpu_ns and collate.cpu_ns <= collate.end_ns - collate.start_ns + 1_000_000
+        assert fetch.cpu_ns >= 0 and collate.cpu_ns <= collate.end_ns - collate.start_ns + 1_000_000
     calls = spanfile.read_span_files(spans_dir).next_calls
     assert [c.batch for c in calls] == [0, 1, 2, 3]
     # each batch was produced inside the __next__ call that returned it
@@ -79,7 +80,13 @@ def test_num_workers_0_records_each_batch_in_the_main_process(spans_dir, tokeniz
 
 
 def test_forked_workers_record_their_batches_with_worker_ids(spans_dir, tokenizer):
-    loader = DataLoader(TokenizingDataset(tokenizer), batch_size=2, num_workers=2, collate_fn=pad_collate, multiprocessing_context="fork")
+    loader = DataLoader(
+        TokenizingDataset(tokenizer),
+        batch_size=2,
+        num_workers=2,
+        collate_fn=pad_collate,
+        multiprocessing_context="fork",
+    )
     assert len(list(loader)) == 6
     found = spanfile.read_span_files(spans_dir)
     workers = {w.worker_id: w.pid for w in found.workers}
@@ -105,7 +112,13 @@ def test_spawned_worker_gets_the_probe_by_pickling(spans_dir):
 
 
 def test_persistent_workers_count_epochs(spans_dir):
-    loader = DataLoader(TensorDataset(torch.arange(4.0)), batch_size=2, num_workers=1, persistent_workers=True, multiprocessing_context="fork")
+    loader = DataLoader(
+        TensorDataset(torch.arange(4.0)),
+        batch_size=2,
+        num_workers=1,
+        persistent_workers=True,
+        multiprocessing_context="fork",
+    )
     for _ in range(2):
         assert len(list(loader)) == 2
     del loader
@@ -124,7 +137,9 @@ def test_a_failing_sample_keeps_its_fetch_span_and_raises(spans_dir, tokenizer):
 
 
 def test_loader_settings_are_recorded_as_the_dataloader_got_them(spans_dir):
-    DataLoader(TensorDataset(torch.arange(4.0)), batch_size=2, num_workers=3, pin_memory=False, multiprocessing_context="spawn")
+    DataLoader(
+        TensorDataset(torch.arange(4.0)), batch_size=2, num_workers=3, pin_memory=False, multiprocessing_context="spawn"
+    )
     (record,) = loader_probe.loader_records()
     assert record.config["num_workers"] == 3
     assert record.config["prefetch_factor"] == 2  # PyTorch's default, filled in by the DataLoader

@@ -1,4 +1,5 @@
 """Memory sampling from outside the training process: cheap for training, every process read."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """The merge of a Kineto trace, span files and memory samples, on hand-written inputs with exact numbers."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,11 +23,51 @@ def kineto() -> dict:
         "schemaVersion": 1,
         "baseTimeNanoseconds": BASE_NS,
         "traceEvents": [
-            {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": MAIN_PID, "tid": MAIN_PID, "ts": 1000.0, "dur": 1000.0},
-            {"ph": "X", "cat": "user_annotation", "name": next_name, "pid": MAIN_PID, "tid": MAIN_PID, "ts": 1002.5, "dur": 300.0},
-            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": MAIN_PID, "tid": MAIN_PID, "ts": 1400.0, "dur": 500.0},
-            {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4", "pid": MAIN_PID, "tid": MAIN_PID, "ts": 2000.0, "dur": 1000.0},
-            {"ph": "X", "cat": "user_annotation", "name": next_name, "pid": MAIN_PID, "tid": MAIN_PID, "ts": 2003.0, "dur": 100.0},
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "ProfilerStep#3",
+                "pid": MAIN_PID,
+                "tid": MAIN_PID,
+                "ts": 1000.0,
+                "dur": 1000.0,
+            },
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": next_name,
+                "pid": MAIN_PID,
+                "tid": MAIN_PID,
+                "ts": 1002.5,
+                "dur": 300.0,
+            },
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::mm",
+                "pid": MAIN_PID,
+                "tid": MAIN_PID,
+                "ts": 1400.0,
+                "dur": 500.0,
+            },
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "ProfilerStep#4",
+                "pid": MAIN_PID,
+                "tid": MAIN_PID,
+                "ts": 2000.0,
+                "dur": 1000.0,
+            },
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": next_name,
+                "pid": MAIN_PID,
+                "tid": MAIN_PID,
+                "ts": 2003.0,
+                "dur": 100.0,
+            },
         ],
     }
 
@@ -53,7 +94,10 @@ def span_records() -> bytes:
 
 def main_records() -> bytes:
     """The main process timed the two __next__ calls that returned batches 3 and 4."""
-    rows = [(spanfile.KIND_NEXT, 0, us(1000), us(1304), 0, 0, 0, 0, 3, -1), (spanfile.KIND_NEXT, 0, us(2001), us(2110), 0, 0, 0, 0, 4, -1)]
+    rows = [
+        (spanfile.KIND_NEXT, 0, us(1000), us(1304), 0, 0, 0, 0, 3, -1),
+        (spanfile.KIND_NEXT, 0, us(2001), us(2110), 0, 0, 0, 0, 4, -1),
+    ]
     return b"".join(spanfile.RECORD.pack(*row) for row in rows)
 
 
@@ -127,8 +171,12 @@ def test_worker_spans_become_a_named_process_on_kineto_clock(session):
     spans = [e for e in events if e.get("cat") == schema.CATEGORY and e["ph"] == "X"]
     # batch 1 ended before the window and no traced __next__ returned it: left out.
     assert sorted((e["name"], e["args"][schema.ARG_BATCH]) for e in spans) == [
-        ("batch", 3), ("batch", 4), ("collate_fn", 3), ("dataset fetch", 3), ("tokenizer", 3),
-    ]  # fmt: skip
+        ("batch", 3),
+        ("batch", 4),
+        ("collate_fn", 3),
+        ("dataset fetch", 3),
+        ("tokenizer", 3),
+    ]
     fetch = next(e for e in spans if e["name"] == "dataset fetch")
     assert (fetch["pid"], fetch["tid"], fetch["ts"], fetch["dur"]) == (WORKER_PID, WORKER_PID, 500.0, 600.0)
     assert fetch["args"][schema.ARG_CPU_US] == 500.0

@@ -1,4 +1,5 @@
 """`dlprof record` end to end: the built-in workload and user scripts, in real training processes."""
+
 from __future__ import annotations
 
 import os
@@ -10,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import SCRIPTS_DIR, leftover_processes, load_trace, run_dlprof, trace_files
 
 from dlprof import analyze, schema
 from dlprof.manifest import MANIFEST_VERSION, parse_manifest
-from conftest import SCRIPTS_DIR, leftover_processes, load_trace, run_dlprof, trace_files
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +47,9 @@ def test_run_directory_holds_one_self_contained_trace(workload_run_2):
 
 def test_two_workers_have_tracks_spans_and_aligned_batches(workload_run_2):
     doc = load_trace(workload_run_2)
-    names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("ph") == "M" and e["name"] == "process_name"}
+    names = {
+        e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("ph") == "M" and e["name"] == "process_name"
+    }
     worker_pids = {pid for pid, name in names.items() if name.startswith("DataLoader worker")}
     assert sorted(names[p] for p in worker_pids) == ["DataLoader worker 0", "DataLoader worker 1"]
     spans = x_events(doc, cat=schema.CATEGORY)
@@ -143,21 +146,64 @@ def test_a_long_training_is_stopped_cleanly_after_the_window(tmp_path):
     script.write_text(HOUR_LONG_SCRIPT)
     marker = tmp_path / "marker"
     started = time.monotonic()
-    done = run_dlprof("record", "--out", str(tmp_path), "--name", "long", "--wait", "2", "--warmup", "1", "--active", "5",
-                      "--reference-steps", "10", "--", "python", str(script), str(marker), timeout=120)  # fmt: skip
+    done = run_dlprof(
+        "record",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "long",
+        "--wait",
+        "2",
+        "--warmup",
+        "1",
+        "--active",
+        "5",
+        "--reference-steps",
+        "10",
+        "--",
+        "python",
+        str(script),
+        str(marker),
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert time.monotonic() - started < 60
     assert "stopped training after the window and 10 unprofiled reference steps; add --run-to-end" in done.stdout
     assert (tmp_path / "marker.finally").exists() and (tmp_path / "marker.atexit").exists()  # the script's cleanup ran
     manifest = load_trace(tmp_path / "long")[schema.MANIFEST_KEY]
-    assert manifest["status"] == schema.STATUS_COMPLETE and manifest["stopped_early"] is True and manifest["exit_code"] == 0
+    assert (
+        manifest["status"] == schema.STATUS_COMPLETE
+        and manifest["stopped_early"] is True
+        and manifest["exit_code"] == 0
+    )
     assert manifest["step_clock"]["phase"].count("after") == 10 and manifest["steps"]["run"] == 2 + 1 + 5 + 10
     assert leftover_processes(script.name) == []
 
 
 def test_run_to_end_lets_the_script_finish(tmp_path, user_script):
-    done = run_dlprof("record", "--out", str(tmp_path), "--name", "full", "--wait", "1", "--warmup", "1", "--active", "3",
-                      "--reference-steps", "2", "--run-to-end", "--", "python", str(user_script), "--steps", "20", "--sleep-ms", "0")  # fmt: skip
+    done = run_dlprof(
+        "record",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "full",
+        "--wait",
+        "1",
+        "--warmup",
+        "1",
+        "--active",
+        "3",
+        "--reference-steps",
+        "2",
+        "--run-to-end",
+        "--",
+        "python",
+        str(user_script),
+        "--steps",
+        "20",
+        "--sleep-ms",
+        "0",
+    )
     assert done.returncode == 0 and "trained 20 steps" in done.stdout and "--run-to-end" not in done.stdout
     manifest = load_trace(tmp_path / "full")[schema.MANIFEST_KEY]
     assert manifest["stopped_early"] is False and manifest["steps"]["run"] == 20
@@ -170,7 +216,11 @@ def test_memory_is_known_for_main_and_workers(workload_run_2):
     # Sampling reads one process at a time and backs off to 2 % of a core; every process is read at least
     # once, a new worker first, so the report knows each worker's memory that served the window.
     summary = {p["pid"]: p for p in doc[schema.MANIFEST_KEY]["memory"]["processes"]}
-    window_workers = {e["pid"] for e in doc["traceEvents"] if e.get("ph") == "M" and e["args"].get("name", "").startswith("DataLoader worker")}
+    window_workers = {
+        e["pid"]
+        for e in doc["traceEvents"]
+        if e.get("ph") == "M" and e["args"].get("name", "").startswith("DataLoader worker")
+    }
     assert len(window_workers) == 2 and window_workers <= set(summary)
     assert all(summary[pid]["pss_mib_last"] > 0 for pid in window_workers)
     loader = analyze(workload_run_2).runs[0].loader
@@ -198,8 +248,28 @@ def user_script(tmp_path: Path) -> Path:
 
 
 def test_user_script_output_and_exit_code_pass_through(tmp_path, user_script):
-    done = run_dlprof("record", "--out", str(tmp_path), "--name", "exit3", "--wait", "1", "--warmup", "1", "--active", "4",
-                      "--", "python", str(user_script), "--steps", "8", "--sleep-ms", "1", "--exit-code", "3")  # fmt: skip
+    done = run_dlprof(
+        "record",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "exit3",
+        "--wait",
+        "1",
+        "--warmup",
+        "1",
+        "--active",
+        "4",
+        "--",
+        "python",
+        str(user_script),
+        "--steps",
+        "8",
+        "--sleep-ms",
+        "1",
+        "--exit-code",
+        "3",
+    )
     assert done.returncode == 3
     assert "trained 8 steps" in done.stdout
     manifest = load_trace(tmp_path / "exit3")[schema.MANIFEST_KEY]
@@ -210,9 +280,30 @@ def test_user_script_output_and_exit_code_pass_through(tmp_path, user_script):
 
 def test_exception_in_a_worker_leaves_a_partial_trace_and_no_worker(tmp_path, user_script):
     # batch size 4: sample 40 is in batch 10, inside the recorded window (steps 3..14)
-    done = run_dlprof("record", "--out", str(tmp_path), "--name", "crash", "--wait", "1", "--warmup", "1", "--active", "12",
-                      "--", "python", str(user_script), "--num-workers", "2", "--steps", "30", "--sleep-ms", "1",
-                      "--fail-in-worker-at", "40")  # fmt: skip
+    done = run_dlprof(
+        "record",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "crash",
+        "--wait",
+        "1",
+        "--warmup",
+        "1",
+        "--active",
+        "12",
+        "--",
+        "python",
+        str(user_script),
+        "--num-workers",
+        "2",
+        "--steps",
+        "30",
+        "--sleep-ms",
+        "1",
+        "--fail-in-worker-at",
+        "40",
+    )
     assert done.returncode == 1
     assert "ValueError: sample 40 is corrupt" in done.stderr  # the script's own traceback passes through
     doc = load_trace(tmp_path / "crash")
@@ -226,14 +317,42 @@ def test_exception_in_a_worker_leaves_a_partial_trace_and_no_worker(tmp_path, us
 
 def test_ctrl_c_leaves_a_partial_trace_and_no_worker(tmp_path, user_script):
     process = subprocess.Popen(
-        [sys.executable, "-m", "dlprof", "record", "--out", str(tmp_path), "--name", "interrupted", "--wait", "1", "--warmup", "1",
-         "--active", "100000", "--", "python", str(user_script), "--num-workers", "2", "--steps", "100000", "--sleep-ms", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "dlprof",
+            "record",
+            "--out",
+            str(tmp_path),
+            "--name",
+            "interrupted",
+            "--wait",
+            "1",
+            "--warmup",
+            "1",
+            "--active",
+            "100000",
+            "--",
+            "python",
+            str(user_script),
+            "--num-workers",
+            "2",
+            "--steps",
+            "100000",
+            "--sleep-ms",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 120
         spans_dir = tmp_path / "interrupted" / schema.SCRATCH_DIR / "spans"
-        while time.monotonic() < deadline and len(list(spans_dir.glob("*/*.spans"))) < 3:  # main + 2 workers logging (spans/<pid>/)
+        while (
+            time.monotonic() < deadline and len(list(spans_dir.glob("*/*.spans"))) < 3
+        ):  # main + 2 workers logging (spans/<pid>/)
             time.sleep(0.2)
         time.sleep(2.0)  # well inside the recorded window
         os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
@@ -260,7 +379,20 @@ def test_script_failing_at_once_is_one_line_and_leaves_no_run(tmp_path):
 
 
 def test_too_few_steps_says_how_to_fix(tmp_path, user_script):
-    done = run_dlprof("record", "--out", str(tmp_path), "--name", "short", "--", "python", str(user_script), "--steps", "3", "--sleep-ms", "0")
+    done = run_dlprof(
+        "record",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "short",
+        "--",
+        "python",
+        str(user_script),
+        "--steps",
+        "3",
+        "--sleep-ms",
+        "0",
+    )
     assert done.returncode == 2
     assert "ran 3 training steps" in done.stderr and "lower --wait/--warmup" in done.stderr
     assert not (tmp_path / "short").exists()

@@ -5,6 +5,7 @@ to find its processes) and breaks something on purpose: a second record into the
 dlprof alone, the training process killed, Ctrl-C early, an odd script name, an unwritable --out, a
 full disk.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -19,8 +20,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import SCRIPTS_DIR, leftover_processes, run_dlprof, trace_files
+
 from dlprof import schema
 
 pytestmark = pytest.mark.slow
@@ -45,9 +46,25 @@ def _manifest(run_dir: Path) -> dict:
 def _start(out: Path, name: str | None, script: Path, *args: str, options=LONG_WINDOW) -> subprocess.Popen:
     named = ("--name", name) if name else ()
     return subprocess.Popen(
-        [sys.executable, "-m", "dlprof", "record", "--out", str(out), *named, *options, "--", "python", str(script), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "dlprof",
+            "record",
+            "--out",
+            str(out),
+            *named,
+            *options,
+            "--",
+            "python",
+            str(script),
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _wait_for(condition, timeout_s: float = 120) -> None:
@@ -76,15 +93,33 @@ def _finish(process: subprocess.Popen) -> tuple[int, str]:
 
 
 def test_a_second_record_into_a_run_being_written_is_refused(tmp_path, script):
-    first = _start(tmp_path, "same", script, "--steps", "100000", "--sleep-ms", "1", options=("--wait", "1", "--warmup", "1", "--active", "20"))
+    first = _start(
+        tmp_path,
+        "same",
+        script,
+        "--steps",
+        "100000",
+        "--sleep-ms",
+        "1",
+        options=("--wait", "1", "--warmup", "1", "--active", "20"),
+    )
     try:
         _wait_for(lambda: _recording(tmp_path / "same"))
-        second = run_dlprof("record", "--out", str(tmp_path), "--name", "same", *SHORT, "--", "python", str(script), "--steps", "40")
+        second = run_dlprof(
+            "record", "--out", str(tmp_path), "--name", "same", *SHORT, "--", "python", str(script), "--steps", "40"
+        )
         assert second.returncode == 2
         last = second.stderr.strip().splitlines()[-1]
-        assert last.startswith("dlprof: error: ") and "is being recorded by another dlprof record" in last and "--name" in last
+        assert (
+            last.startswith("dlprof: error: ")
+            and "is being recorded by another dlprof record" in last
+            and "--name" in last
+        )
         analyzed = run_dlprof("analyze", str(tmp_path / "same"))  # not finished yet: says so
-        assert analyzed.returncode == 2 and "is still being recorded (dlprof record, pid" in analyzed.stderr.strip().splitlines()[-1]
+        assert (
+            analyzed.returncode == 2
+            and "is still being recorded (dlprof record, pid" in analyzed.stderr.strip().splitlines()[-1]
+        )
     finally:
         first.send_signal(signal.SIGINT)
         code, stderr = _finish(first)
@@ -104,8 +139,11 @@ def test_records_without_a_name_started_together_get_their_own_runs(tmp_path, sc
     assert len({trace_files(d)[0].name for d in run_dirs}) == 2  # two training processes, one each
 
 
-@pytest.mark.parametrize(("signum", "code", "error"), [(signal.SIGTERM, 143, "stopped by SIGTERM"), (signal.SIGINT, 130, "interrupted (KeyboardInterrupt)")],
-                         ids=["sigterm", "sigint"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("signum", "code", "error"),
+    [(signal.SIGTERM, 143, "stopped by SIGTERM"), (signal.SIGINT, 130, "interrupted (KeyboardInterrupt)")],
+    ids=["sigterm", "sigint"],
+)
 def test_a_signal_to_dlprof_alone_reaches_the_training(tmp_path, script, signum, code, error):
     """Schedulers and ``timeout`` signal dlprof record only: the training must still save its recording."""
     process = _start(tmp_path, "signalled", script, "--num-workers", "2", "--steps", "100000", "--sleep-ms", "1")
@@ -122,7 +160,16 @@ def test_a_signal_to_dlprof_alone_reaches_the_training(tmp_path, script, signum,
 
 def test_the_exported_window_survives_the_training_being_killed(tmp_path, script):
     """The out-of-memory killer sends SIGKILL: the steps already exported are kept, and the cause is named."""
-    process = _start(tmp_path, "killed", script, "--steps", "100000", "--sleep-ms", "1", options=("--wait", "1", "--warmup", "1", "--active", "5", "--run-to-end"))
+    process = _start(
+        tmp_path,
+        "killed",
+        script,
+        "--steps",
+        "100000",
+        "--sleep-ms",
+        "1",
+        options=("--wait", "1", "--warmup", "1", "--active", "5", "--run-to-end"),
+    )
     run_dir = tmp_path / "killed"
     _wait_for(lambda: _exported(run_dir))
     _wait_for(lambda: any((run_dir / schema.SCRATCH_DIR).glob("result-rank*.json")))
@@ -132,13 +179,25 @@ def test_the_exported_window_survives_the_training_being_killed(tmp_path, script
     assert returncode == 137, stderr
     manifest = _manifest(run_dir)
     assert manifest["status"] == "partial"
-    assert manifest["error"] == "the training process was killed by SIGKILL (out of memory?) before dlprof finished its recording"
+    assert (
+        manifest["error"]
+        == "the training process was killed by SIGKILL (out of memory?) before dlprof finished its recording"
+    )
     assert manifest["steps"]["recorded"] == 5
     assert leftover_processes(script.name) == []
 
 
 def test_ctrl_c_before_the_first_recorded_step_exits_130(tmp_path, script):
-    process = _start(tmp_path, "early", script, "--steps", "100000", "--sleep-ms", "1", options=("--wait", "100000", "--warmup", "1", "--active", "1"))
+    process = _start(
+        tmp_path,
+        "early",
+        script,
+        "--steps",
+        "100000",
+        "--sleep-ms",
+        "1",
+        options=("--wait", "100000", "--warmup", "1", "--active", "1"),
+    )
     _wait_for(lambda: _recording(tmp_path / "early"))
     os.killpg(process.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole process group
     returncode, stderr = _finish(process)
@@ -151,7 +210,9 @@ def test_ctrl_c_before_the_first_recorded_step_exits_130(tmp_path, script):
 def test_any_script_name_gives_a_safe_run_name(tmp_path):
     odd = tmp_path / "my träin (v2).py"
     shutil.copy(SCRIPTS_DIR / "slow_dataset.py", odd)
-    done = run_dlprof("record", "--out", str(tmp_path / "out"), *SHORT, "--", "python", str(odd), "--steps", "40", "--sleep-ms", "1")
+    done = run_dlprof(
+        "record", "--out", str(tmp_path / "out"), *SHORT, "--", "python", str(odd), "--steps", "40", "--sleep-ms", "1"
+    )
     assert done.returncode == 0, done.stderr
     (run_dir,) = (tmp_path / "out").iterdir()
     assert run_dir.name.startswith("my_tr_in_v2-") and len(trace_files(run_dir)) == 1
@@ -161,22 +222,53 @@ def test_an_unwritable_out_is_one_line(tmp_path, script):
     done = run_dlprof("record", "--out", "/proc/dlprof-traces", *SHORT, "--", "python", str(script), "--steps", "40")
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("dlprof: error: /proc/dlprof-traces") and "writable --out" in lines[0], done.stderr
+    assert (
+        len(lines) == 1 and lines[0].startswith("dlprof: error: /proc/dlprof-traces") and "writable --out" in lines[0]
+    ), done.stderr
     assert leftover_processes(script.name) == []
 
 
 def test_a_full_disk_never_stops_the_training(tmp_path, script):
-    """No space for the trace (here: a file-size limit, as a full disk refuses writes): training runs to its end, dlprof says why it has no trace."""
-    limited = [sys.executable, "-c",
-               "import os, resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
-               "resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024)); os.execv(sys.executable, [sys.executable] + sys.argv[1:])",
-               "-m", "dlprof", "record", "--out", str(tmp_path), "--name", "full", "--wait", "1", "--warmup", "1", "--active", "30",
-               "--run-to-end", "--", "python", str(script), "--steps", "60", "--sleep-ms", "0"]  # fmt: skip
+    """No space for the trace (here: a file-size limit, as a full disk refuses writes): training runs to its end, dlprof
+    says why it has no trace."""
+    limited = [
+        sys.executable,
+        "-c",
+        (
+            "import os, resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN);"
+            " resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024)); os.execv(sys.executable,"
+            " [sys.executable] + sys.argv[1:])"
+        ),
+        "-m",
+        "dlprof",
+        "record",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "full",
+        "--wait",
+        "1",
+        "--warmup",
+        "1",
+        "--active",
+        "30",
+        "--run-to-end",
+        "--",
+        "python",
+        str(script),
+        "--steps",
+        "60",
+        "--sleep-ms",
+        "0",
+    ]
     done = subprocess.run(limited, capture_output=True, text=True, timeout=180)
     assert done.returncode == 2, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("dlprof: error: ") and "could not save the recorded steps" in last, done.stderr
-    assert "no space left on the device, or a file-size limit" in last and "free disk space or choose another --out" in last
+    assert (
+        "no space left on the device, or a file-size limit" in last
+        and "free disk space or choose another --out" in last
+    )
     assert "trained 60 steps" in done.stdout  # the training itself finished
     assert not (tmp_path / "full").exists()
     assert leftover_processes(script.name) == []

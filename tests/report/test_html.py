@@ -5,6 +5,7 @@ Structure checks run on a real recorded run (``workload_run_2``) and on a small 
 Chromium then loads the real page from disk: its DOM must hold the pictures and its screenshot must
 show them (the category colours drawn), not a blank page.
 """
+
 from __future__ import annotations
 
 import re
@@ -18,8 +19,8 @@ from html import escape
 from pathlib import Path
 
 import pytest
-
 from conftest import run_dlprof
+
 from dlprof.advice.model import Prediction
 from dlprof.advice.rules import Advice
 from dlprof.analysis.stats import Summary
@@ -32,9 +33,14 @@ CHROMIUM = Path("/usr/bin/chromium")
 #: Seconds Chromium may take to load and dump or screenshot the page (about 2 s here).
 CHROMIUM_TIMEOUT_S = 60
 CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--no-first-run",
-)  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+)
 WINDOW = (1200, 2400)
 
 
@@ -95,8 +101,12 @@ def chromium(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
         pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium): cannot check the page in a real browser")
     profile = tmp_path / "chromium-profile"
     profile.mkdir(exist_ok=True)
-    done = subprocess.run([str(CHROMIUM), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-                          capture_output=True, text=True, timeout=CHROMIUM_TIMEOUT_S)  # fmt: skip
+    done = subprocess.run(
+        [str(CHROMIUM), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+        capture_output=True,
+        text=True,
+        timeout=CHROMIUM_TIMEOUT_S,
+    )
     assert done.returncode == 0, f"chromium failed ({done.returncode}):\n{done.stderr[-3000:]}"
     return done
 
@@ -110,14 +120,48 @@ def hand_built_run(name: str = "tiny", predicted: bool = True, main_segments: in
     width = 30.0 / main_segments
     main = [(kinds[i % len(kinds)], i * width, (i + 1) * width) for i in range(main_segments)]
     timeline = TimelinePicture(
-        30.0, [0.0, 10.0, 20.0],
-        [Lane("main thread", main), Lane("worker 0", [("dataset fetch", 1.0, 6.0), ("tokenizer", 2.0, 3.0), ("collate_fn", 6.0, 7.0)]),
-         Lane("GPU", [("gpu", 4.0, 9.0), ("gpu", 14.0, 19.0)])],
-    )  # fmt: skip
-    info = RunInfo(name, f"/runs/{name}/trace.json", "complete", "cuda", 1, 8, False, 2, False, 4, 16000, "Tiny GPU", "2.4.0", 4, 1.0, True)
-    points = [Prediction(0, 13.0, 1000 / 13, "main process"), Prediction(1, 7.0, 1000 / 7, "consumer"), Prediction(2, 7.0, 1000 / 7, "consumer")]
-    advice = Advice("HIGHLY", 1 if predicted else None, True, None, None, "consumer" if predicted else None, points if predicted else [],
-                    ["data wait 3.00 ms of a 10.00 ms step (30.0 %)"], ["producer cost measured in the loader processes"])  # fmt: skip
+        30.0,
+        [0.0, 10.0, 20.0],
+        [
+            Lane("main thread", main),
+            Lane("worker 0", [("dataset fetch", 1.0, 6.0), ("tokenizer", 2.0, 3.0), ("collate_fn", 6.0, 7.0)]),
+            Lane("GPU", [("gpu", 4.0, 9.0), ("gpu", 14.0, 19.0)]),
+        ],
+    )
+    info = RunInfo(
+        name,
+        f"/runs/{name}/trace.json",
+        "complete",
+        "cuda",
+        1,
+        8,
+        False,
+        2,
+        False,
+        4,
+        16000,
+        "Tiny GPU",
+        "2.4.0",
+        4,
+        1.0,
+        True,
+    )
+    points = [
+        Prediction(0, 13.0, 1000 / 13, "main process"),
+        Prediction(1, 7.0, 1000 / 7, "consumer"),
+        Prediction(2, 7.0, 1000 / 7, "consumer"),
+    ]
+    advice = Advice(
+        "HIGHLY",
+        1 if predicted else None,
+        True,
+        None,
+        None,
+        "consumer" if predicted else None,
+        points if predicted else [],
+        ["data wait 3.00 ms of a 10.00 ms step (30.0 %)"],
+        ["producer cost measured in the loader processes"],
+    )
     return RunReport(info, StepBreakdown(steps, ten, categories), None, None, advice, timeline)
 
 
@@ -152,7 +196,9 @@ def test_page_has_three_accessible_pictures_in_figures(page):
     for name, svg in found.items():
         assert svg.get("role") == "img" and svg.get("aria-label"), name
         assert svg[0].tag == "title" and svg[0].text, f"{name}: the first child should be a <title>"
-        assert re.search(rf'<figure><svg\b[^>]*data-picture="{name}".*?</svg><figcaption>[^<]+', page, re.S), f"{name} is not in a captioned <figure>"
+        assert re.search(rf'<figure><svg\b[^>]*data-picture="{name}".*?</svg><figcaption>[^<]+', page, re.S), (
+            f"{name} is not in a captioned <figure>"
+        )
 
 
 def test_timeline_has_a_label_per_lane_step_marks_and_merged_segments(page, report):
@@ -164,7 +210,9 @@ def test_timeline_has_a_label_per_lane_step_marks_and_merged_segments(page, repo
     assert len(with_class(svg, "line", "step-boundary")) == len(picture.step_starts_ms) + 1
     segments = sum(len(lane.segments) for lane in picture.lanes)
     rects = len(list(svg.iter("rect")))
-    assert segments > 500 and rects < segments / 2, f"{rects} rectangles for {segments} segments: sub-pixel segments not merged"
+    assert segments > 500 and rects < segments / 2, (
+        f"{rects} rectangles for {segments} segments: sub-pixel segments not merged"
+    )
     axis = [t.text for t in svg.iter("text") if t.text and re.fullmatch(r"\d+(\.\d+)?", t.text)]
     assert axis[0] in ("0", "0.0") and len(axis) >= 3 and "time (ms)" in ET.tostring(svg, encoding="unicode")
 
@@ -224,7 +272,9 @@ def test_chromium_renders_the_pictures(page, report, tmp_path):
     assert (width, height) == WINDOW
     pixels = Counter(rgb[i : i + 3] for i in range(0, len(rgb), 3))
     background = sum(n for _, n in pixels.most_common(2)) / (width * height)  # the page and its margin
-    assert len(pixels) > 200 and background < 0.95, f"{len(pixels)} colours, {background:.0%} background: the page looks blank"
+    assert len(pixels) > 200 and background < 0.95, (
+        f"{len(pixels)} colours, {background:.0%} background: the page looks blank"
+    )
     # The pictures were drawn: their category colours fill whole rectangles of pixels.
     for kind in ("data_wait", "forward", "backward", "optimizer"):
         assert pixels[bytes.fromhex(COLOURS[kind][1:])] >= 200, f"no {kind} colour in the screenshot"
@@ -236,14 +286,20 @@ def test_chromium_renders_the_pictures(page, report, tmp_path):
 def test_hand_built_report_has_exact_pictures():
     run = hand_built_run()
     found = pictures(render(Report([run])))
-    assert [e.findtext("title") for e in with_class(found["timeline"], "text", "lane-label")] == ["main thread", "worker 0", "GPU"]
+    assert [e.findtext("title") for e in with_class(found["timeline"], "text", "lane-label")] == [
+        "main thread",
+        "worker 0",
+        "GPU",
+    ]
     assert [b.get("data-step") for b in with_class(found["breakdown"], "g", "bar")] == ["4", "5", "6", "7"]
     assert [p.get("data-num-workers") for p in with_class(found["predicted"], "circle", "point")] == ["0", "1", "2"]
     # The tokenizer call nests in the dataset fetch: drawn inset, inside the fetch's rectangle.
     worker = next(g for g in with_class(found["timeline"], "g", "lane") if g.get("data-lane") == "worker 0")
     rects = {r.get("fill"): r for r in worker.iter("rect")}
     fetch, tokenizer = rects[COLOURS["dataset fetch"]], rects[COLOURS["tokenizer"]]
-    assert float(fetch.get("y")) < float(tokenizer.get("y")) and float(tokenizer.get("height")) < float(fetch.get("height"))
+    assert float(fetch.get("y")) < float(tokenizer.get("y")) and float(tokenizer.get("height")) < float(
+        fetch.get("height")
+    )
     assert float(fetch.get("x")) <= float(tokenizer.get("x"))
 
 
@@ -251,7 +307,7 @@ def test_many_sub_pixel_segments_stay_small():
     run = hand_built_run(main_segments=20_000)  # 1.5 µs each: hundreds per pixel
     svg = pictures(render(Report([run])))["timeline"]
     main = next(g for g in with_class(svg, "g", "lane") if g.get("data-lane") == "main thread")
-    drawn = [r for r in main.iter("rect")][1:]  # after the lane's background
+    drawn = list(main.iter("rect"))[1:]  # after the lane's background
     assert 0 < len(drawn) <= int(svg.get("width")), f"{len(drawn)} rectangles for the main thread"
 
 
@@ -266,7 +322,7 @@ def test_several_runs_are_compared_first_and_text_is_escaped():
     assert compared < page.index('id="run-1"') < page.index('id="run-2"')
     assert 'href="#run-1"' in page and 'href="#run-2"' in page
     assert page.count('data-picture="timeline"') == 2  # each run has its pictures; both svgs still parse
-    for match in re.finditer(r'<svg\b.*?</svg>', page, re.S):
+    for match in re.finditer(r"<svg\b.*?</svg>", page, re.S):
         ET.fromstring(match.group(0))
 
 

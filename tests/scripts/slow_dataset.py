@@ -4,6 +4,7 @@ Options: --num-workers N, --steps N, --sleep-ms X (per sample), --batch-size N,
 --fail-at-step N (raise in the training loop), --fail-in-worker-at N (the dataset raises on sample N),
 --persistent-workers, --epochs-of N (dataset length = N batches, so several epochs run).
 """
+
 import argparse
 import time
 

@@ -1,6 +1,7 @@
 """The streaming reader: a trace read from its file (decoded one event at a time, ``args`` left raw) gives
 exactly the TraceRun of the same document built from dicts, malformed events included; gzip in every
 shape; one-line errors for what is not a trace; progress on stderr only for slow steps."""
+
 from __future__ import annotations
 
 import copy
@@ -11,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import DATA_DIR
+
 from dlprof.errors import TraceFormatError
 from dlprof.trace.reader import Progress, TraceEvents, read_trace
 from dlprof.trace.run import build_run, load_run
@@ -45,7 +46,7 @@ def test_a_file_gives_the_run_of_its_dicts(path):
         return
     try:
         build_run(copy.deepcopy(document), path, "x")
-    except Exception as error:  # noqa: BLE001 - the same error either way
+    except Exception as error:
         with pytest.raises(type(error)):
             load_run(path, "x")
         return
@@ -53,9 +54,23 @@ def test_a_file_gives_the_run_of_its_dicts(path):
 
 
 MUTATIONS = [
-    ("ts", "x"), ("ts", None), ("ts", [1]), ("dur", -5), ("dur", {"a": 1}), ("pid", None), ("pid", 1.5), ("tid", [1]),
-    ("args", "x"), ("args", None), ("args", [1]), ("args", 5), ("name", 5), ("name", None), ("cat", 7), ("ph", None),
-]  # fmt: skip
+    ("ts", "x"),
+    ("ts", None),
+    ("ts", [1]),
+    ("dur", -5),
+    ("dur", {"a": 1}),
+    ("pid", None),
+    ("pid", 1.5),
+    ("tid", [1]),
+    ("args", "x"),
+    ("args", None),
+    ("args", [1]),
+    ("args", 5),
+    ("name", 5),
+    ("name", None),
+    ("cat", 7),
+    ("ph", None),
+]
 
 
 @pytest.mark.parametrize("cat", ["cpu_op", "gpu_memcpy", "kernel", "cuda_runtime", "dlprof", "user_annotation"])
@@ -74,7 +89,7 @@ def test_a_malformed_event_counts_the_same_from_a_file(tmp_path, cat, field, val
     path.write_text(json.dumps(document))
     try:
         expected = build_run(copy.deepcopy(document), path, "x")
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         with pytest.raises(type(error)):
             load_run(path, "x")
         return
@@ -97,17 +112,23 @@ def test_gzip_members_padding_and_plain_json_read_alike(tmp_path):
     raw = TINY.read_bytes()
     expected = load_run(TINY, "x")
     half = len(raw) // 2
-    for name, data in [("one.json.gz", gzip.compress(raw)), ("two.json.gz", gzip.compress(raw[:half]) + gzip.compress(raw[half:])),
-                       ("padded.json.gz", gzip.compress(raw) + b"\0" * 64)]:  # fmt: skip
+    for name, data in [
+        ("one.json.gz", gzip.compress(raw)),
+        ("two.json.gz", gzip.compress(raw[:half]) + gzip.compress(raw[half:])),
+        ("padded.json.gz", gzip.compress(raw) + b"\0" * 64),
+    ]:
         path = tmp_path / name
         path.write_bytes(data)
         assert load_run(path, "x").steps == expected.steps
 
 
-@pytest.mark.parametrize("data,message", [
-    (gzip.compress(b'{"traceEvents": []}' * 10)[:-9], "truncated or corrupt gzip"),
-    (gzip.compress(b'{"traceEvents": []}') + b"garbage", "truncated or corrupt gzip"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "data,message",
+    [
+        (gzip.compress(b'{"traceEvents": []}' * 10)[:-9], "truncated or corrupt gzip"),
+        (gzip.compress(b'{"traceEvents": []}') + b"garbage", "truncated or corrupt gzip"),
+    ],
+)
 def test_bad_gzip_is_one_error(tmp_path, data, message):
     path = tmp_path / "t.json.gz"
     path.write_bytes(data)
@@ -115,11 +136,19 @@ def test_bad_gzip_is_one_error(tmp_path, data, message):
         read_trace(path)
 
 
-@pytest.mark.parametrize("text,message", [
-    ("this is not json", "not JSON"), ('{"traceEvents": [1, 2', "not JSON"), ('{"traceEvents": [NaN]}', "not JSON"),
-    ('{"a": 1e400, "traceEvents": []}', "not JSON"), ('"traceEvents"', "without a 'traceEvents' list"), ("5", "without a 'traceEvents' list"),
-    ('{"hello": 1}', "without a 'traceEvents' list"), ('{"traceEvents": {"a": 1}}', "without a 'traceEvents' list"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("this is not json", "not JSON"),
+        ('{"traceEvents": [1, 2', "not JSON"),
+        ('{"traceEvents": [NaN]}', "not JSON"),
+        ('{"a": 1e400, "traceEvents": []}', "not JSON"),
+        ('"traceEvents"', "without a 'traceEvents' list"),
+        ("5", "without a 'traceEvents' list"),
+        ('{"hello": 1}', "without a 'traceEvents' list"),
+        ('{"traceEvents": {"a": 1}}', "without a 'traceEvents' list"),
+    ],
+)
 def test_what_is_not_a_trace_is_one_error(tmp_path, text, message):
     path = tmp_path / "t.json"
     path.write_text(text)
@@ -136,7 +165,9 @@ def test_a_bare_event_array_and_the_top_level_values_are_read(tmp_path):
     assert list(bare) == ["traceEvents"] and isinstance(bare["traceEvents"], TraceEvents)
     assert len(bare["traceEvents"]) == len(document["traceEvents"])
     read = read_trace(TINY)
-    assert {k: v for k, v in read.items() if k != "traceEvents"} == {k: v for k, v in document.items() if k != "traceEvents"}
+    assert {k: v for k, v in read.items() if k != "traceEvents"} == {
+        k: v for k, v in document.items() if k != "traceEvents"
+    }
 
 
 def test_drained_events_are_gone_and_counted():
@@ -165,10 +196,31 @@ SUMMARIES = Path(__file__).with_name("run_summaries.json")
 
 def _summary(run) -> dict:
     out = {}
-    for field in ("steps", "next_calls", "host_ops", "backward", "optimizer", "h2d_host", "gpu", "launches", "loader_spans", "collectives"):
+    for field in (
+        "steps",
+        "next_calls",
+        "host_ops",
+        "backward",
+        "optimizer",
+        "h2d_host",
+        "gpu",
+        "launches",
+        "loader_spans",
+        "collectives",
+    ):
         spans = getattr(run, field)
-        out[field] = [len(spans), round(sum(s.end_us - s.start_us for s in spans), 3), round(sum(s.start_us for s in spans) / max(1, len(spans)), 3)]
-    return {**out, "memory": len(run.memory), "main": [run.main_pid, run.main_tid], "problems": list(run.trace_problems), "events": run.event_count}
+        out[field] = [
+            len(spans),
+            round(sum(s.end_us - s.start_us for s in spans), 3),
+            round(sum(s.start_us for s in spans) / max(1, len(spans)), 3),
+        ]
+    return {
+        **out,
+        "memory": len(run.memory),
+        "main": [run.main_pid, run.main_tid],
+        "problems": list(run.trace_problems),
+        "events": run.event_count,
+    }
 
 
 def test_every_test_trace_gives_the_numbers_the_dict_reader_gave():
@@ -194,5 +246,7 @@ def test_make_big_trace_repeats_the_steps_and_the_result_analyses_cleanly(tmp_pa
     numbers = [s.number for s in big.steps]
     assert numbers == sorted(set(numbers)) and numbers[: len(one.steps)] == [s.number for s in one.steps]
     assert len(big.steps) == made["steps"] and len(big.loader_spans) == made["copies"] * len(one.loader_spans)
-    assert len({s.batch for s in big.loader_spans if s.name == "batch"}) == made["copies"] * sum(s.name == "batch" for s in one.loader_spans)
+    assert len({s.batch for s in big.loader_spans if s.name == "batch"}) == made["copies"] * sum(
+        s.name == "batch" for s in one.loader_spans
+    )
     assert all(a.end_us <= b.start_us for a, b in zip(big.steps, big.steps[1:]))

@@ -1,5 +1,6 @@
 """Trace validation at the boundary: malformed events skipped and counted, old Kineto spellings read,
 run directories with stray files, directories of runs with bad runs, and ``-o`` that must not destroy input."""
+
 from __future__ import annotations
 
 import copy
@@ -9,9 +10,9 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import DATA_DIR, assert_one_line_error, invoke
 
 import dlprof
-from conftest import DATA_DIR, assert_one_line_error, invoke
 from dlprof import schema
 from dlprof.errors import DlprofError, NoStepsError, TraceFormatError
 from dlprof.report import FORMATS, renderer
@@ -56,11 +57,16 @@ def test_a_malformed_host_op_is_skipped_and_counted(field, value):
     op[field] = value
     run = build_run(document, TINY, "tiny")
     report = analyze_run(run)
-    legit = ((field in ("pid", "tid", "name") and isinstance(value, (int, str)) and not (field == "name" and value == -5))
-             or (field == "ts" and value == -5) or (field == "args" and isinstance(value, dict)))  # fmt: skip
+    legit = (
+        (field in ("pid", "tid", "name") and isinstance(value, (int, str)) and not (field == "name" and value == -5))
+        or (field == "ts" and value == -5)
+        or (field == "args" and isinstance(value, dict))
+    )
     if legit:  # another thread or an earlier start: a valid event
         return
-    assert any("1 of 22 trace events skipped as malformed" in b and f"'{field}'" in b for b in report.advice.basis), report.advice.basis
+    assert any("1 of 22 trace events skipped as malformed" in b and f"'{field}'" in b for b in report.advice.basis), (
+        report.advice.basis
+    )
 
 
 def test_negative_worker_cpu_time_is_skipped_not_a_negative_fraction():
@@ -70,7 +76,10 @@ def test_negative_worker_cpu_time_is_skipped_not_a_negative_fraction():
             e["args"][schema.ARG_CPU_US] = -1_000_000
     run = build_run(document, TINY, "tiny")
     assert all(s.cpu_us >= 0 for s in run.loader_spans) and not any(s.name == "batch" for s in run.loader_spans)
-    assert "2 of 22 trace events skipped as malformed (2 with 'args.cpu_us' negative, non-finite or too large)" in run.trace_problems[0]
+    assert (
+        "2 of 22 trace events skipped as malformed (2 with 'args.cpu_us' negative, non-finite or too large)"
+        in run.trace_problems[0]
+    )
 
 
 def test_negative_bytes_and_wrong_typed_stream_are_skipped():
@@ -80,7 +89,10 @@ def test_negative_bytes_and_wrong_typed_stream_are_skipped():
     kernel = next(e for e in document["traceEvents"] if e.get("cat") == "kernel")
     kernel["args"]["stream"] = "seven"
     run = build_run(document, CUDA, "cuda")
-    assert all(g.bytes >= 0 for g in run.gpu) and len(run.gpu) == sum(e.get("cat") in ("kernel", "gpu_memcpy") for e in _doc(CUDA)["traceEvents"]) - 2
+    assert (
+        all(g.bytes >= 0 for g in run.gpu)
+        and len(run.gpu) == sum(e.get("cat") in ("kernel", "gpu_memcpy") for e in _doc(CUDA)["traceEvents"]) - 2
+    )
     assert "'args.bytes'" in run.trace_problems[0] and "'args.stream'" in run.trace_problems[0]
 
 
@@ -131,12 +143,28 @@ def test_top_level_fields_of_the_wrong_type():
 # --- the manifest ----------------------------------------------------------------------------------
 
 MANIFEST_BREAKS = [
-    ("loader", "x"), ("loader", [1]), ("host", None), ("host", 7), ("loader.num_workers", "two"), ("loader.num_workers", -3),
-    ("host.usable_cores", -1), ("host.usable_cores", 2**70), ("host.usable_cores", 1.5), ("host.handoff", "fast"),
-    ("host.handoff.per_batch_ms", -1.0), ("host.handoff.per_tensor_ms", 1e300), ("memory", [1]), ("memory.processes", {"a": 1}),
-    ("host.gpu", "A100"), ("versions", ["torch"]), ("versions", {"torch": 2}), ("host.ram_available_mib", -5),
-    ("step_clock.wall_ms", ["a"]), ("loader.batch_size", 0), ("loader.prefetch_factor", -2),
-]  # fmt: skip
+    ("loader", "x"),
+    ("loader", [1]),
+    ("host", None),
+    ("host", 7),
+    ("loader.num_workers", "two"),
+    ("loader.num_workers", -3),
+    ("host.usable_cores", -1),
+    ("host.usable_cores", 2**70),
+    ("host.usable_cores", 1.5),
+    ("host.handoff", "fast"),
+    ("host.handoff.per_batch_ms", -1.0),
+    ("host.handoff.per_tensor_ms", 1e300),
+    ("memory", [1]),
+    ("memory.processes", {"a": 1}),
+    ("host.gpu", "A100"),
+    ("versions", ["torch"]),
+    ("versions", {"torch": 2}),
+    ("host.ram_available_mib", -5),
+    ("step_clock.wall_ms", ["a"]),
+    ("loader.batch_size", 0),
+    ("loader.prefetch_factor", -2),
+]
 
 
 @pytest.mark.parametrize(("where", "value"), MANIFEST_BREAKS, ids=[f"{w}={v!r}" for w, v in MANIFEST_BREAKS])
@@ -157,20 +185,32 @@ def test_a_manifest_field_of_the_wrong_type_cannot_crash_the_report(tmp_path, wh
 # --- old Kineto spellings --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["CudnnConvolutionBackward", "ReluBackward1", "AddmmBackward", "AddBackward0", "torch::autograd::AccumulateGrad",
-                                  "autograd::engine::evaluate_function: ConvolutionBackward0"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    [
+        "CudnnConvolutionBackward",
+        "ReluBackward1",
+        "AddmmBackward",
+        "AddBackward0",
+        "torch::autograd::AccumulateGrad",
+        "autograd::engine::evaluate_function: ConvolutionBackward0",
+    ],
+)
 def test_backward_ops_of_every_era(name):
     assert is_backward(name)
 
 
-@pytest.mark.parametrize("name", ["aten::convolution_backward", "Backward", "aten::relu", "ProfilerStep#3", "Optimizer.step#SGD.step"])
+@pytest.mark.parametrize(
+    "name", ["aten::convolution_backward", "Backward", "aten::relu", "ProfilerStep#3", "Optimizer.step#SGD.step"]
+)
 def test_not_backward(name):
     assert not is_backward(name)
 
 
 @pytest.mark.parametrize("path", OLD_TRACES, ids=["pt1.8", "pt1.9"])
 def test_old_kineto_traces_are_read(path):
-    """PyTorch 1.8/1.9 traces (the TensorBoard plugin's resnet50 samples): Operator/Kernel/Memcpy/Runtime, string tids, no base time."""
+    """PyTorch 1.8/1.9 traces (the TensorBoard plugin's resnet50 samples): Operator/Kernel/Memcpy/Runtime, string tids,
+    no base time."""
     report = dlprof.analyze(path)
     run = report.runs[0]
     breakdown = {c: s.mean_ms for c, s in run.steps.categories.items()}
@@ -273,7 +313,9 @@ def test_output_onto_the_input_trace_is_refused_and_the_trace_kept(tmp_path):
     trace = _write(tmp_path / "t.json", _doc())
     before = trace.read_bytes()
     assert_one_line_error(invoke("analyze", trace, "-o", trace), "is the input trace", "another file")
-    assert_one_line_error(invoke("analyze", tmp_path, "-o", tmp_path / "." / "t.json", "--format", "text"), "is the input trace")
+    assert_one_line_error(
+        invoke("analyze", tmp_path, "-o", tmp_path / "." / "t.json", "--format", "text"), "is the input trace"
+    )
     assert trace.read_bytes() == before
 
 
@@ -285,10 +327,18 @@ def test_output_into_proc_or_a_missing_directory_is_one_error(tmp_path):
 
 @pytest.mark.parametrize(
     "document",
-    [{"traceEvents": [{"ph": "X", "name": 5, "ts": "x"}]}, {"traceEvents": [1, 2, 3]}, {"traceEvents": [{"ph": "C", "name": "memory (MiB)"}]},
-     {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#1", "ts": 0, "dur": 0, "pid": 1, "tid": 1}]}],
+    [
+        {"traceEvents": [{"ph": "X", "name": 5, "ts": "x"}]},
+        {"traceEvents": [1, 2, 3]},
+        {"traceEvents": [{"ph": "C", "name": "memory (MiB)"}]},
+        {
+            "traceEvents": [
+                {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#1", "ts": 0, "dur": 0, "pid": 1, "tid": 1}
+            ]
+        },
+    ],
     ids=["wrong-types", "not-objects", "counter-without-ts", "zero-step"],
-)  # fmt: skip
+)
 def test_cli_broken_traces_are_one_line(tmp_path, document):
     path = _write(tmp_path / "bad.json", document)
     assert_one_line_error(invoke("analyze", path), "bad.json")

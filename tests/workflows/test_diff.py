@@ -15,6 +15,7 @@ tokenizer 300, collate 100.
     step 0.65 ms, data wait 0.04 ms (6.15 %), fetch (0.2 + 0.3) / 2 = 0.25, tokenizer 0.25, collate 0.1,
     batch (0.5 + 0.7) / 2 = 0.6 ms, worker memory 185 MiB.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,14 +42,38 @@ WALL_A = [5.0, 1.0, 0.8, 0.52, 0.5, 0.48, 0.5, 0.51, 0.49]  # profiled median 0.
 WALL_B = [5.0, 0.7, 0.6, 0.4, 0.41, 0.39, 0.4, 0.4, 0.4]  # profiled median 0.65, unprofiled median 0.4
 
 ROW_KEYS = [
-    "step_ms", "unprofiled_step_ms", "unprofiled_steps_per_s", "data_wait_ms", "data_wait_pct",
-    "fetch_ms", "tokenize_ms", "collate_ms", "batch_ms", "worker_pss_mib", "profiler_overhead_pct",
-]  # fmt: skip
+    "step_ms",
+    "unprofiled_step_ms",
+    "unprofiled_steps_per_s",
+    "data_wait_ms",
+    "data_wait_pct",
+    "fetch_ms",
+    "tokenize_ms",
+    "collate_ms",
+    "batch_ms",
+    "worker_pss_mib",
+    "profiler_overhead_pct",
+]
 
 
 def _span(name: str, pid: int, ts: float, dur: float, worker: int, batch: int, **args) -> dict:
-    return {"ph": "X", "cat": "dlprof", "name": name, "pid": pid, "tid": pid, "ts": ts, "dur": dur,
-            "args": {"cpu_us": dur * 0.9, "dlprof_loader": 0, "dlprof_epoch": 0, "dlprof_batch": batch, "dlprof_worker": worker, **args}}  # fmt: skip
+    return {
+        "ph": "X",
+        "cat": "dlprof",
+        "name": name,
+        "pid": pid,
+        "tid": pid,
+        "ts": ts,
+        "dur": dur,
+        "args": {
+            "cpu_us": dur * 0.9,
+            "dlprof_loader": 0,
+            "dlprof_epoch": 0,
+            "dlprof_batch": batch,
+            "dlprof_worker": worker,
+            **args,
+        },
+    }
 
 
 def trace_document(
@@ -69,19 +94,70 @@ def trace_document(
         starts.append(t)
         number = FIRST_STEP + i
         events += [
-            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{number}", "pid": 1, "tid": 1, "ts": t, "dur": dur},
-            {"ph": "X", "cat": "cpu_op", "name": SINGLE if num_workers == 0 else MULTI, "pid": 1, "tid": 1, "ts": t, "dur": wait,
-             "args": {"dlprof_loader": 0, "dlprof_epoch": 0, "dlprof_batch": number}},
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{number}",
+                "pid": 1,
+                "tid": 1,
+                "ts": t,
+                "dur": dur,
+            },
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": SINGLE if num_workers == 0 else MULTI,
+                "pid": 1,
+                "tid": 1,
+                "ts": t,
+                "dur": wait,
+                "args": {"dlprof_loader": 0, "dlprof_epoch": 0, "dlprof_batch": number},
+            },
             {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 1, "ts": t + wait, "dur": 300},
-            {"ph": "X", "cat": "cpu_op", "name": "autograd::engine::evaluate_function: AddmmBackward0", "pid": 1, "tid": 1, "ts": t + wait + 300, "dur": 200},
-            {"ph": "X", "cat": "user_annotation", "name": "Optimizer.step#AdamW.step", "pid": 1, "tid": 1, "ts": t + dur - 80, "dur": 80},
-        ]  # fmt: skip
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "autograd::engine::evaluate_function: AddmmBackward0",
+                "pid": 1,
+                "tid": 1,
+                "ts": t + wait + 300,
+                "dur": 200,
+            },
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "Optimizer.step#AdamW.step",
+                "pid": 1,
+                "tid": 1,
+                "ts": t + dur - 80,
+                "dur": 80,
+            },
+        ]
         if kernel_us:
-            events.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": t + wait + 50, "dur": kernel_us, "args": {"stream": 7}})
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": "gemm",
+                    "pid": 0,
+                    "tid": 7,
+                    "ts": t + wait + 50,
+                    "dur": kernel_us,
+                    "args": {"stream": 7},
+                }
+            )
         t += dur
     for worker, pid, pss, batches in workers:
         if worker >= 0:
-            events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"DataLoader worker {worker}"}})
+            events.append(
+                {
+                    "ph": "M",
+                    "name": "process_name",
+                    "pid": pid,
+                    "tid": 0,
+                    "args": {"name": f"DataLoader worker {worker}"},
+                }
+            )
         for batch, fetch, tokenizer, collate in batches:
             end = starts[batch - FIRST_STEP]  # ready when its step asks for it
             begin = end - fetch - collate
@@ -92,26 +168,69 @@ def trace_document(
                 _span("collate_fn", pid, begin + fetch, collate, worker, batch),
             ]
         for ts in (0, t):
-            events.append({"ph": "C", "cat": "dlprof", "name": "memory (MiB)", "pid": pid, "tid": pid, "ts": ts, "args": {"uss_mib": 20.0, "pss_mib": pss}})
+            events.append(
+                {
+                    "ph": "C",
+                    "cat": "dlprof",
+                    "name": "memory (MiB)",
+                    "pid": pid,
+                    "tid": pid,
+                    "ts": ts,
+                    "args": {"uss_mib": 20.0, "pss_mib": pss},
+                }
+            )
     manifest = {
-        "manifest_version": manifest_version, "dlprof_version": "0.2.0", "status": "complete", "error": None, "exit_code": 0,
-        "command": ["dlprof", "record"], "script": ["python", "train.py", "--num-workers", str(num_workers)],
-        "rank": 0, "world_size": 1, "schedule": {"wait": 1, "warmup": 1, "active": len(steps), "step_mode": "optimizer"},
+        "manifest_version": manifest_version,
+        "dlprof_version": "0.2.0",
+        "status": "complete",
+        "error": None,
+        "exit_code": 0,
+        "command": ["dlprof", "record"],
+        "script": ["python", "train.py", "--num-workers", str(num_workers)],
+        "rank": 0,
+        "world_size": 1,
+        "schedule": {"wait": 1, "warmup": 1, "active": len(steps), "step_mode": "optimizer"},
         "steps": {"run": 9, "recorded": len(steps)},
         "main_process_cpu": {"steps": len(steps), "cpu_ms_per_step": 0.8, "wall_ms_per_step": 0.7},
-        "loader": {"id": 0, "iterations": 1, "batches": 9, "num_workers": num_workers, "batch_size": 4, "pin_memory": False,
-                   "prefetch_factor": prefetch_factor, "persistent_workers": False, "drop_last": False, "start_method": "fork"},
-        "workers": [{"pid": pid, "worker_id": w, "loader": 0, "epoch": 0, "start_ns": 0} for w, pid, _, _ in workers if w >= 0],
-        "host": {"hostname": "test", "usable_cores": 4, "cpu_count": 4, "ram_total_mib": 32000, "ram_available_mib": 16000, "gpu": None, "torch_threads": 4},
+        "loader": {
+            "id": 0,
+            "iterations": 1,
+            "batches": 9,
+            "num_workers": num_workers,
+            "batch_size": 4,
+            "pin_memory": False,
+            "prefetch_factor": prefetch_factor,
+            "persistent_workers": False,
+            "drop_last": False,
+            "start_method": "fork",
+        },
+        "workers": [
+            {"pid": pid, "worker_id": w, "loader": 0, "epoch": 0, "start_ns": 0} for w, pid, _, _ in workers if w >= 0
+        ],
+        "host": {
+            "hostname": "test",
+            "usable_cores": 4,
+            "cpu_count": 4,
+            "ram_total_mib": 32000,
+            "ram_available_mib": 16000,
+            "gpu": None,
+            "torch_threads": 4,
+        },
         "versions": {"dlprof": "0.2.0", "torch": "2.13.0+cpu"},
         "memory": {"interval_ms": 100, "processes": []},
-    }  # fmt: skip
+    }
     if manifest_version >= 2:
         n = len(wall_ms)
         manifest["step_clock"] = {
-            "phase": PHASES, "wall_ms": wall_ms, "cpu_ms": [0.5] * n, "runq_ms": [0.0] * n, "wait_ms": [0.05] * n,
-            "batches": [1] * n, "epoch_start": [False] * n, "fork_probe": [False] * n,
-        }  # fmt: skip
+            "phase": PHASES,
+            "wall_ms": wall_ms,
+            "cpu_ms": [0.5] * n,
+            "runq_ms": [0.0] * n,
+            "wait_ms": [0.05] * n,
+            "batches": [1] * n,
+            "epoch_start": [False] * n,
+            "fork_probe": [False] * n,
+        }
         manifest["overrides"] = overrides or {}
     return {"schemaVersion": 1, "distributedInfo": {"rank": 0}, "dlprof": manifest, "traceEvents": events}
 
@@ -127,7 +246,9 @@ def write_run(directory: Path, name: str, document: dict) -> Path:
 def before_after(tmp_path: Path, version: int = 1, **b_options) -> tuple[Path, Path]:
     """Runs A and B as the module docstring describes (manifest ``version`` for both)."""
     a = trace_document(STEPS_A, WORKERS_A, num_workers=1, manifest_version=version, wall_ms=WALL_A)
-    b = trace_document(STEPS_B, WORKERS_B, num_workers=2, prefetch_factor=4, manifest_version=version, wall_ms=WALL_B, **b_options)
+    b = trace_document(
+        STEPS_B, WORKERS_B, num_workers=2, prefetch_factor=4, manifest_version=version, wall_ms=WALL_B, **b_options
+    )
     return write_run(tmp_path, "before", a), write_run(tmp_path, "after", b)
 
 
@@ -147,7 +268,12 @@ def test_profiled_runs_every_row_exact(tmp_path):
         "unprofiled_step_ms": (None, None, None, None),
         "unprofiled_steps_per_s": (None, None, None, None),
         "data_wait_ms": (0.2, 0.04, -0.16, -80.0),
-        "data_wait_pct": (100 * 0.2 / 0.9, 100 * 0.04 / 0.65, 100 * 0.04 / 0.65 - 100 * 0.2 / 0.9, 100 * ((0.04 / 0.65) / (0.2 / 0.9) - 1)),
+        "data_wait_pct": (
+            100 * 0.2 / 0.9,
+            100 * 0.04 / 0.65,
+            100 * 0.04 / 0.65 - 100 * 0.2 / 0.9,
+            100 * ((0.04 / 0.65) / (0.2 / 0.9) - 1),
+        ),
         "fetch_ms": (0.3, 0.25, -0.05, -100 * 0.05 / 0.3),
         "tokenize_ms": (0.3, 0.25, -0.05, -100 * 0.05 / 0.3),
         "collate_ms": (0.1, 0.1, 0.0, 0.0),
@@ -188,12 +314,17 @@ def test_unprofiled_speed_when_both_runs_have_reference_steps(tmp_path):
     assert r["step_ms"].a == pytest.approx(0.9)  # the profiled rows do not change with the manifest version
     assert result.speed_basis == "unprofiled steps/s"
     assert result.speed_change_pct == pytest.approx(25.0)
-    assert result.verdict == "B is 25.0 % faster than A (unprofiled steps/s 2000.0 → 2500.0), data wait 0.20 → 0.04 ms per step"
+    assert (
+        result.verdict
+        == "B is 25.0 % faster than A (unprofiled steps/s 2000.0 → 2500.0), data wait 0.20 → 0.04 ms per step"
+    )
     assert result.settings_changed["overrides"] == ({}, {"num_workers": 2})
 
 
 def test_profiled_basis_says_which_run_lacks_reference_steps(tmp_path):
-    a = write_run(tmp_path, "new", trace_document(STEPS_A, WORKERS_A, num_workers=1, manifest_version=2, wall_ms=WALL_A))
+    a = write_run(
+        tmp_path, "new", trace_document(STEPS_A, WORKERS_A, num_workers=1, manifest_version=2, wall_ms=WALL_A)
+    )
     b = write_run(tmp_path, "old", trace_document(STEPS_B, WORKERS_B, num_workers=2, manifest_version=1))
     result = diff(a, b)
     assert result.speed_basis == "profiled step time"
@@ -211,9 +342,18 @@ def test_settings_a_trace_cannot_tell_are_unknown_not_changed(tmp_path):
     result = diff(a, b)
     assert result.settings_changed == {}
     assert result.settings_unknown == (
-        "num_workers", "batch_size", "pin_memory", "prefetch_factor", "persistent_workers", "drop_last", "start_method",
-        "command", "overrides", "usable_cores", "torch",
-    )  # fmt: skip
+        "num_workers",
+        "batch_size",
+        "pin_memory",
+        "prefetch_factor",
+        "persistent_workers",
+        "drop_last",
+        "start_method",
+        "command",
+        "overrides",
+        "usable_cores",
+        "torch",
+    )
     assert result.speed_change_pct == pytest.approx(0.0) and result.verdict.startswith("B is as fast as A")
 
 

@@ -2,6 +2,7 @@
 
 ``UPDATE_GOLDEN=1 python -m pytest tests/workflows/test_sweep.py`` rewrites the golden files; review the diff.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,22 +23,47 @@ from dlprof.errors import RecordError, UsageError
 from dlprof.report.sweep import document, render, verdict_line
 from dlprof.workflows import sweep as sweep_module
 from dlprof.workflows.sweep import (
-    OUTCOME_HELD, OUTCOME_MORE_WORKERS, OUTCOME_NO_RECOMMENDATION, OUTCOME_NOT_MEASURED, OUTCOME_SLOWER, SCALARS_DIR, SweepRun,
-    check_counts, judge, measure, sweep, write_scalars,
-)  # fmt: skip
+    OUTCOME_HELD,
+    OUTCOME_MORE_WORKERS,
+    OUTCOME_NO_RECOMMENDATION,
+    OUTCOME_NOT_MEASURED,
+    OUTCOME_SLOWER,
+    SCALARS_DIR,
+    SweepRun,
+    check_counts,
+    judge,
+    measure,
+    sweep,
+    write_scalars,
+)
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 GOLDEN = {"text": "sweep.txt", "markdown": "sweep.md", "json": "sweep.json", "html": "sweep.html"}
 
 
-def run(n: int, steps_per_s: float, predicted: float | None = None, *, unprofiled: bool = True, wait: float = 10.0,
-        memory: float | None = None) -> SweepRun:  # fmt: skip
+def run(
+    n: int,
+    steps_per_s: float,
+    predicted: float | None = None,
+    *,
+    unprofiled: bool = True,
+    wait: float = 10.0,
+    memory: float | None = None,
+) -> SweepRun:
     return SweepRun(
-        num_workers=n, run_dir=Path(f"traces/sw/{n}"), trace_file=Path(f"traces/sw/{n}/host_1.1.pt.trace.json.gz"),
-        steps_per_s=steps_per_s, unprofiled=unprofiled, over_epochs=False, data_wait_pct=wait, worker_pss_mib=memory if memory is not None else 100.0 * n,
-        predicted_steps_per_s=predicted, error_pct=None if predicted is None else 100 * (predicted - steps_per_s) / steps_per_s,
-        num_workers_recorded=n, profiler_overhead_pct=20.0,
-    )  # fmt: skip
+        num_workers=n,
+        run_dir=Path(f"traces/sw/{n}"),
+        trace_file=Path(f"traces/sw/{n}/host_1.1.pt.trace.json.gz"),
+        steps_per_s=steps_per_s,
+        unprofiled=unprofiled,
+        over_epochs=False,
+        data_wait_pct=wait,
+        worker_pss_mib=memory if memory is not None else 100.0 * n,
+        predicted_steps_per_s=predicted,
+        error_pct=None if predicted is None else 100 * (predicted - steps_per_s) / steps_per_s,
+        num_workers_recorded=n,
+        profiler_overhead_pct=20.0,
+    )
 
 
 def result(recommended: int | None, *runs: SweepRun, scalars: bool = True):
@@ -104,7 +130,9 @@ def test_no_recommendation_is_unknown():
     assert verdict_line(r).startswith("dlprof made no num_workers recommendation from the num_workers=0 run")
 
 
-@pytest.mark.parametrize("counts, problem", [([0], "at least 2"), ([1, 1], "appears twice"), ([0, -1], "negative"), ([], "at least 2")])
+@pytest.mark.parametrize(
+    "counts, problem", [([0], "at least 2"), ([1, 1], "appears twice"), ([0, -1], "negative"), ([], "at least 2")]
+)
 def test_check_counts_rejects(counts, problem):
     with pytest.raises(UsageError, match=problem):
         check_counts(counts)
@@ -118,21 +146,41 @@ def test_check_counts_keeps_order():
 
 
 def _unprofiled(step_ms: float, wait_ms: float) -> UnprofiledStats:
-    return UnprofiledStats(reference_steps=10, step_ms=step_ms, profiled_steps=8, step_ms_p50=step_ms, profiled_step_ms=step_ms * 1.5, consumer_ms=step_ms - wait_ms,
-                           wait_ms=wait_ms, cpu_ms=step_ms, runq_ms=0.0, epoch=None)  # fmt: skip
+    return UnprofiledStats(
+        reference_steps=10,
+        step_ms=step_ms,
+        profiled_steps=8,
+        step_ms_p50=step_ms,
+        profiled_step_ms=step_ms * 1.5,
+        consumer_ms=step_ms - wait_ms,
+        wait_ms=wait_ms,
+        cpu_ms=step_ms,
+        runq_ms=0.0,
+        epoch=None,
+    )
 
 
 def _report(num_workers: int, *, unprofiled=None, pss=(50.0, 60.0), predicted=()):
-    workers = [SimpleNamespace(worker=-1, pss_mib_last=500.0)] + [SimpleNamespace(worker=i, pss_mib_last=p) for i, p in enumerate(pss)]
+    workers = [SimpleNamespace(worker=-1, pss_mib_last=500.0)] + [
+        SimpleNamespace(worker=i, pss_mib_last=p) for i, p in enumerate(pss)
+    ]
     return SimpleNamespace(
-        unprofiled=unprofiled, steps=SimpleNamespace(step=SimpleNamespace(mean_ms=40.0), data_wait_pct=25.0),
-        loader=SimpleNamespace(workers=workers), info=SimpleNamespace(trace_file=f"t/{num_workers}/x.pt.trace.json.gz", num_workers=num_workers),
+        unprofiled=unprofiled,
+        steps=SimpleNamespace(step=SimpleNamespace(mean_ms=40.0), data_wait_pct=25.0),
+        loader=SimpleNamespace(workers=workers),
+        info=SimpleNamespace(trace_file=f"t/{num_workers}/x.pt.trace.json.gz", num_workers=num_workers),
         advice=SimpleNamespace(num_workers=2, predicted=list(predicted)),
-    )  # fmt: skip
+    )
 
 
 def test_measure_prefers_unprofiled_speed_and_first_runs_prediction():
-    first = _report(0, predicted=[Prediction(0, 50.0, 20.0, "main process"), Prediction(2, 25.0, 40.0, "consumer", epoch_steps_per_s=35.0)])
+    first = _report(
+        0,
+        predicted=[
+            Prediction(0, 50.0, 20.0, "main process"),
+            Prediction(2, 25.0, 40.0, "consumer", epoch_steps_per_s=35.0),
+        ],
+    )
     this = _report(2, unprofiled=_unprofiled(step_ms=32.0, wait_ms=8.0))
     m = measure(this, 2, Path("t/2"), first)
     assert m.unprofiled and m.steps_per_s == pytest.approx(31.25) and m.data_wait_pct == pytest.approx(25.0)
@@ -183,8 +231,11 @@ def stubbed(monkeypatch, tmp_path):
 
     def fake_analyze(path):
         count = int(Path(path).name)
-        report = _report(count, unprofiled=_unprofiled(1000 / speeds[count], 1.0),
-                         predicted=[Prediction(n, 1000 / s, s, "consumer") for n, s in ((0, 10.0), (1, 20.0), (2, 22.0))])  # fmt: skip
+        report = _report(
+            count,
+            unprofiled=_unprofiled(1000 / speeds[count], 1.0),
+            predicted=[Prediction(n, 1000 / s, s, "consumer") for n, s in ((0, 10.0), (1, 20.0), (2, 22.0))],
+        )
         report.advice.num_workers = 1
         return SimpleNamespace(runs=[report])
 
@@ -201,8 +252,14 @@ def test_sweep_records_each_count_in_order_under_the_sweep_dir(stubbed):
     lines: list[str] = []
     r = sweep([1, 0, 2], stubbed.base, progress=lines.append)
     assert [c.overrides for c in stubbed.calls] == [{"num_workers": 1}, {"num_workers": 0}, {"num_workers": 2}]
-    assert {(c.out_dir, c.name) for c in stubbed.calls} == {(stubbed.root / "sw", "1"), (stubbed.root / "sw", "0"), (stubbed.root / "sw", "2")}
-    assert all(c.command == stubbed.base.command and c.reference_steps == 5 and c.run_to_end is False for c in stubbed.calls)
+    assert {(c.out_dir, c.name) for c in stubbed.calls} == {
+        (stubbed.root / "sw", "1"),
+        (stubbed.root / "sw", "0"),
+        (stubbed.root / "sw", "2"),
+    }
+    assert all(
+        c.command == stubbed.base.command and c.reference_steps == 5 and c.run_to_end is False for c in stubbed.calls
+    )
     assert lines[0].startswith("sweep: num_workers=1 (1/3)") and lines[2].startswith("sweep: num_workers=2 (3/3)")
     assert r.counts == (1, 0, 2) and r.from_run == 1 and r.recommended == 1
     assert (r.best_num_workers, r.fewest_near_best, r.held) == (2, 1, True)
@@ -264,8 +321,13 @@ def test_write_scalars_writes_only_event_files(tmp_path):
 @pytest.fixture
 def example():
     """num_workers=0 recommended 4; 2 comes within 5 % of the best (4): not held. 1 was timed on profiled steps."""
-    return result(4, run(0, 10.0, 10.0, wait=45.0, memory=0.0), run(1, 15.0, 17.5, unprofiled=False, wait=20.0), run(2, 19.6, 20.0, wait=3.0),
-                  run(4, 20.0, None, wait=1.0))  # fmt: skip
+    return result(
+        4,
+        run(0, 10.0, 10.0, wait=45.0, memory=0.0),
+        run(1, 15.0, 17.5, unprofiled=False, wait=20.0),
+        run(2, 19.6, 20.0, wait=3.0),
+        run(4, 20.0, None, wait=1.0),
+    )
 
 
 def _no_constants(name: str):
@@ -294,7 +356,15 @@ def test_json_held_is_null_when_unknown_and_never_nan():
 
 def test_text_and_markdown_tables(example):
     text = render(example, "text")
-    for column in ("num_workers", "measured steps/s", "predicted steps/s", "error %", "data wait %", "worker memory MiB", "run dir"):
+    for column in (
+        "num_workers",
+        "measured steps/s",
+        "predicted steps/s",
+        "error %",
+        "data wait %",
+        "worker memory MiB",
+        "run dir",
+    ):
         assert column in text
     assert "dlprof recommended num_workers=4 from the num_workers=0 run: it did not hold, because" in text
     assert "profiled steps*" in text and "raise --reference-steps" in text
@@ -305,7 +375,9 @@ def test_text_and_markdown_tables(example):
 
 def test_html_has_the_chart(example):
     html = render(example, "html")
-    assert html.startswith("<!DOCTYPE html>") and "<script" not in html and "src=" not in html and "href=" not in html  # self-contained
+    assert (
+        html.startswith("<!DOCTYPE html>") and "<script" not in html and "src=" not in html and "href=" not in html
+    )  # self-contained
     svg = re.search(r"<svg .*?</svg>", html, re.S).group(0)
     root = ET.fromstring(svg)  # well-formed
     assert root.get("data-picture") == "sweep"

@@ -1,4 +1,5 @@
 """The built-in workload's options, step plan, and data path (tokenizer, dataset, collator) in-process."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,17 +9,39 @@ from dlprof.workloads.lora import DEFAULT_DATASET, WorkloadOptions, load_tokeniz
 from dlprof.workloads.records import load_examples
 
 CLI_DEFAULTS = {  # what `dlprof record` passes to plan() when no workload option is given
-    "model": None, "dataset": None, "tokenizer": None, "batch_size": 4, "max_length": 512, "steps": None,
-    "num_workers": 2, "pin_memory": None, "prefetch_factor": None, "persistent_workers": False, "device": "auto", "seed": 0,
-}  # fmt: skip
+    "model": None,
+    "dataset": None,
+    "tokenizer": None,
+    "batch_size": 4,
+    "max_length": 512,
+    "steps": None,
+    "num_workers": 2,
+    "pin_memory": None,
+    "prefetch_factor": None,
+    "persistent_workers": False,
+    "device": "auto",
+    "seed": 0,
+}
 
 
 @pytest.mark.parametrize(
     "options",
     [
         WorkloadOptions(),
-        WorkloadOptions(model="m", dataset="d.json", tokenizer="t.json", batch_size=8, max_length=64, steps=7, num_workers=3,
-                        pin_memory=True, prefetch_factor=4, persistent_workers=True, device="cpu", seed=5),
+        WorkloadOptions(
+            model="m",
+            dataset="d.json",
+            tokenizer="t.json",
+            batch_size=8,
+            max_length=64,
+            steps=7,
+            num_workers=3,
+            pin_memory=True,
+            prefetch_factor=4,
+            persistent_workers=True,
+            device="cpu",
+            seed=5,
+        ),
         WorkloadOptions(pin_memory=False, num_workers=0),
         WorkloadOptions(pin_memory=None, prefetch_factor=1),
     ],
@@ -76,7 +99,9 @@ def test_data_path_tokenizes_masks_and_pads():
 
     batch = PadCollator(tokenizer.pad_token_id)(items[:2] + [{"input_ids": [1, 2], "labels": [IGNORE_INDEX, 2]}])
     longest = max(len(i["input_ids"]) for i in items[:2])
-    assert {k: tuple(v.shape) for k, v in batch.items()} == {k: (3, longest) for k in ("input_ids", "labels", "attention_mask")}
+    assert {k: tuple(v.shape) for k, v in batch.items()} == dict.fromkeys(
+        ("input_ids", "labels", "attention_mask"), (3, longest)
+    )
     assert batch["attention_mask"][2].tolist() == [1, 1] + [0] * (longest - 2)
     assert batch["labels"][2].tolist() == [IGNORE_INDEX, 2] + [IGNORE_INDEX] * (longest - 2)
     assert batch["input_ids"][2].tolist() == [1, 2] + [tokenizer.pad_token_id] * (longest - 2)

@@ -1,4 +1,5 @@
 """``load_examples`` on every accepted record format, and on the bundled dataset."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,14 @@ def write_json(tmp_path, records) -> str:
 @pytest.mark.parametrize(
     ("record", "expected"),
     [
-        ({"instruction": "Translate", "input": "hello", "output": "bonjour"}, Example("", "Translate\nhello", "bonjour")),
-        ({"instruction": "Say hi", "input": "  ", "output": "hi", "system": "Be brief."}, Example("Be brief.", "Say hi", "hi")),
+        (
+            {"instruction": "Translate", "input": "hello", "output": "bonjour"},
+            Example("", "Translate\nhello", "bonjour"),
+        ),
+        (
+            {"instruction": "Say hi", "input": "  ", "output": "hi", "system": "Be brief."},
+            Example("Be brief.", "Say hi", "hi"),
+        ),
         ({"query": "2+2?", "response": "4"}, Example("", "2+2?", "4")),
         ({"prompt": "Once upon", "completion": " a time"}, Example("", "Once upon", " a time")),
         ({"question": "Who?", "answer": "Me."}, Example("", "Who?", "Me.")),
@@ -38,7 +45,9 @@ def test_messages_with_system_and_several_turns(tmp_path):
         {"role": "user", "content": "Who are you?"},
         {"role": "assistant", "content": "A profiler."},
     ]
-    assert load_examples(write_json(tmp_path, [{"messages": messages}])) == [Example("You are dlprof.", "Hi\nHello\nWho are you?", "A profiler.")]
+    assert load_examples(write_json(tmp_path, [{"messages": messages}])) == [
+        Example("You are dlprof.", "Hi\nHello\nWho are you?", "A profiler.")
+    ]
 
 
 def test_sharegpt_conversations(tmp_path):

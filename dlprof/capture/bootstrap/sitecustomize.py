@@ -8,6 +8,7 @@ Python imports ``sitecustomize`` at start-up in every process that inherits that
 
 Outside a recording (no ``DLPROF_SESSION``) it does nothing but step 1.
 """
+
 import os
 import sys
 
