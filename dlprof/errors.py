@@ -5,6 +5,9 @@ Every message names the file (or option), the problem and the fix.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 
 def printable(text: str) -> str:
     """``text`` with lone surrogates replaced: a path that is not UTF-8 (a directory named on another
@@ -13,6 +16,11 @@ def printable(text: str) -> str:
         return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     except UnicodeEncodeError:  # a surrogate that is no escaped byte
         return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def display(path: Path | str) -> str:
+    """A path as text that can always be printed: bytes that are not UTF-8 (a run named on another system) replaced."""
+    return printable(os.fsdecode(path))
 
 
 class DlprofError(Exception):

@@ -115,3 +115,21 @@ def test_bad_output_extension(tmp_path):
 
 def test_bad_output_directory(tmp_path):
     assert_one_line_error(invoke("analyze", str(TINY), "-o", str(tmp_path / "missing" / "r.md")), "does not exist")
+
+
+def test_output_onto_the_input_trace_is_refused_and_the_trace_kept(tmp_path):
+    trace = tmp_path / "t.json"
+    shutil.copy(TINY, trace)
+    before = trace.read_bytes()
+    assert_one_line_error(invoke("analyze", trace, "-o", trace), "is the input trace", "another file")
+    assert_one_line_error(
+        invoke("analyze", tmp_path, "-o", tmp_path / "." / "t.json", "--format", "text"), "is the input trace"
+    )
+    assert trace.read_bytes() == before
+
+
+def test_output_into_proc_or_a_missing_directory_is_one_error(tmp_path):
+    trace = tmp_path / "t.json"
+    shutil.copy(TINY, trace)
+    assert_one_line_error(invoke("analyze", trace, "-o", "/proc/dlprof-report.txt"), "/proc", "writable directory")
+    assert_one_line_error(invoke("analyze", trace, "-o", tmp_path / "nope" / "r.txt"), "does not exist")

@@ -7,10 +7,10 @@ either give a report or raise a :class:`~dlprof.errors.DlprofError`; a report mu
 format, its JSON must parse with a strict parser, and no time, size or count in it may be negative
 or non-finite.
 
-Two paths: through a file (``dlprof.analyze``, the JSON parser included) and in memory (straight into
+Two searches: through a file (``dlprof.analyze``, the JSON parser included) and in memory (straight into
 ``build_run``, so that NaN, Infinity and integers beyond 64 bits, which the parser refuses, reach the
-trace's validation too). ``FUZZ_COUNTS`` counts the inputs tried and passed; the last test checks and
-prints them.
+trace's validation too). Each runs once per session, whichever test needs it first, and counts the
+inputs it tried and passed; ``test_fuzz_counts`` checks and prints the counts, alone or in any order.
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ from hypothesis import strategies as st
 
 import dlprof
 from dlprof import schema
-from dlprof.errors import DlprofError
+from dlprof.errors import DlprofError, TraceFormatError
 from dlprof.report import FORMATS, renderer
-from dlprof.trace.run import build_run
+from dlprof.trace.build import build_run
+from dlprof.trace.reader import parse_trace
 from dlprof.workflows.analyze import Report, analyze_run
 
 BASES = {
@@ -43,7 +44,7 @@ BASES = {
 }
 #: Examples per test: the file runs in ~30 s on 2 cores; derandomized, so CI tries the same inputs each time.
 MAX_EXAMPLES = 600
-#: At least this many inputs must have been tried by the two fuzz tests together (hypothesis drops repeats).
+#: At least this many inputs must have been tried by the two searches together (hypothesis drops repeats).
 MIN_TRIED = MAX_EXAMPLES
 FUZZ_SETTINGS = settings(
     max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
@@ -57,8 +58,6 @@ SIGNED_KEYS = frozenset(
 
 #: How Python prints a non-finite float: never in a report (but quoted, where a problem names the bad value).
 NOT_A_NUMBER = re.compile(r"(?<![\w.'])-?(nan|inf|infinity)(?![\w'])", re.IGNORECASE)
-
-FUZZ_COUNTS = {"tried": 0, "reports": 0, "errors": 0}
 
 
 def _load(path: Path) -> dict:
@@ -232,46 +231,77 @@ def check_report(report: Report) -> None:
             assert found is None, f"{fmt}: {found.group(0)!r} in the report"
 
 
-def _outcome(produce) -> None:
-    FUZZ_COUNTS["tried"] += 1
+def _outcome(counts: dict[str, int], produce) -> None:
+    counts["tried"] += 1
     try:
         report = produce()
     except DlprofError as error:
         message = str(error)
         assert message and "\n" not in message
-        FUZZ_COUNTS["errors"] += 1
+        counts["errors"] += 1
         return
     check_report(report)
-    FUZZ_COUNTS["reports"] += 1
+    counts["reports"] += 1
 
 
 @FUZZ_SETTINGS
 @given(base=st.sampled_from(sorted(BASES)), changes=st.lists(mutation(in_memory=False), min_size=1, max_size=4))
-def test_mutated_trace_file_gives_a_report_or_one_error(tmp_path_factory, base, changes):
+def _search_files(tmp_path_factory, counts, base, changes):
+    """A mutant written to a file, analysed as a user would: a report or one error."""
     document = copy.deepcopy(DOCUMENTS[base])
     for change in changes:
         _apply(document, change)
     path = tmp_path_factory.mktemp("fuzz") / "mutant.json"
     path.write_text(json.dumps(document))
-    _outcome(lambda: dlprof.analyze(path))
+    _outcome(counts, lambda: dlprof.analyze(path))
 
 
 @FUZZ_SETTINGS
 @given(base=st.sampled_from(sorted(BASES)), changes=st.lists(mutation(in_memory=True), min_size=1, max_size=4))
-def test_mutated_trace_in_memory_gives_a_report_or_one_error(base, changes):
+def _search_in_memory(tmp_path_factory, counts, base, changes):
+    """A mutant handed to ``build_run`` as it is (values no JSON file holds included): a report or one error."""
     document = copy.deepcopy(DOCUMENTS[base])
     for change in changes:
         _apply(document, change)
     if not isinstance(document.get("traceEvents"), list):
-        return  # the reader refuses it before build_run (tested through files)
-    _outcome(lambda: Report([analyze_run(build_run(document, BASES[base], base))]))
+        # Never reaches build_run: the reader refuses it (and the search through files analyses what it reads).
+        with pytest.raises(TraceFormatError):
+            parse_trace(BASES[base], json.dumps(document).encode())
+        return
+    _outcome(counts, lambda: Report([analyze_run(build_run(document, BASES[base], base))]))
 
 
-def test_zz_fuzz_counts():
-    """Runs after the fuzz tests (file order): how many inputs were tried, and that every one passed."""
-    counts = FUZZ_COUNTS
-    if counts["tried"] == 0:
-        pytest.skip("the fuzz tests did not run (selected alone)")
+#: The counts of each search that has run in this session (a search that failed has none, and runs again).
+SEARCH_COUNTS: dict[str, dict[str, int]] = {}
+
+
+def _search(search, tmp_path_factory) -> dict[str, int]:
+    """Run ``search`` (once per session): how many inputs it tried, and how many gave a report or one error."""
+    name = search.__name__
+    if name not in SEARCH_COUNTS:
+        counts = {"tried": 0, "reports": 0, "errors": 0}
+        search(tmp_path_factory, counts)
+        SEARCH_COUNTS[name] = counts
+    return SEARCH_COUNTS[name]
+
+
+def test_mutated_trace_file_gives_a_report_or_one_error(tmp_path_factory):
+    """The search through files, unless a test ran it already in this session (then its examples all passed)."""
+    assert _search(_search_files, tmp_path_factory)["tried"] > 0
+
+
+def test_mutated_trace_in_memory_gives_a_report_or_one_error(tmp_path_factory):
+    """The search in memory, unless a test ran it already in this session (then its examples all passed)."""
+    assert _search(_search_in_memory, tmp_path_factory)["tried"] > 0
+
+
+def test_fuzz_counts(tmp_path_factory):
+    """How many inputs the two searches tried, and that every one passed (the searches run here if no test ran them
+    yet)."""
+    counts = {
+        key: sum(_search(search, tmp_path_factory)[key] for search in (_search_files, _search_in_memory))
+        for key in ("tried", "reports", "errors")
+    }
     message = (
         f"fuzz: {counts['tried']} inputs tried, {counts['reports'] + counts['errors']} passed ({counts['reports']}"
         f" reports, {counts['errors']} one-line errors)"

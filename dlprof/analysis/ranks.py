@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from dlprof.analysis.intervals import Timeline
 from dlprof.analysis.loader import LoaderStats
 from dlprof.analysis.steps import StepBreakdown
-from dlprof.trace.run import TraceRun, display
+from dlprof.errors import display
+from dlprof.trace.run import TraceRun
 
 #: The slowest rank is called data-starved when its extra data wait (over the other ranks' median)
 #: explains at least this share of its extra own work per step; else the extra is its compute.

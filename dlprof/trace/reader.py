@@ -4,7 +4,7 @@ A trace of 1 GB holds ~5 million events; as Python dicts they took 8 x the file 
 is decompressed once into one buffer, msgspec checks its syntax and splits the top level without
 building anything (``traceEvents`` becomes a list of :class:`msgspec.Raw`, views into the buffer), and
 the events are decoded one at a time, into a small struct whose ``args`` stay raw, while
-:func:`dlprof.trace.run.build_run` keeps only what the analysis needs. Nothing here judges an event's
+:func:`dlprof.trace.build.build_run` keeps only what the analysis needs. Nothing here judges an event's
 fields: that is ``build_run``'s job, done once.
 """
 

@@ -15,9 +15,10 @@ from dlprof.analysis.loader import LoaderStats, loader_stats
 from dlprof.analysis.ranks import RankComparison, compare_ranks, rank_stats
 from dlprof.analysis.steps import StepBreakdown, segments_between, step_breakdown, step_segments
 from dlprof.analysis.unprofiled import UnprofiledStats, unprofiled_stats
-from dlprof.errors import DlprofError, InputError, TraceFormatError, UsageError
+from dlprof.errors import DlprofError, InputError, TraceFormatError, UsageError, display
 from dlprof.manifest import Manifest
-from dlprof.trace.run import TraceRun, display, find_runs, is_profiler_trace_name, load_run
+from dlprof.trace.discover import find_runs, is_profiler_trace_name, load_run
+from dlprof.trace.run import TraceRun
 
 SCHEMA = "dlprof.report/1"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dlprof.errors import UsageError
-from dlprof.trace.run import find_traces, is_trace_file, load_run
+from dlprof.trace.discover import find_traces, is_trace_file, load_run
 from dlprof.workflows.analyze import RunReport, analyze_run
 
 SCHEMA = "dlprof.diff/1"

@@ -10,7 +10,7 @@ from conftest import DATA_DIR
 from dlprof.advice.model import EpochModel, ModelInputs, candidate_counts, memory_limit, predict, restart_ms
 from dlprof.advice.rules import advise, verdict_of
 from dlprof.analysis.unprofiled import unprofiled_stats
-from dlprof.trace.run import load_run
+from dlprof.trace.discover import load_run
 from dlprof.workflows.analyze import analyze_run
 
 

@@ -10,7 +10,7 @@ from dlprof.analysis.intervals import intersect, subtract, union
 from dlprof.analysis.loader import loader_stats
 from dlprof.analysis.steps import CATEGORIES, step_breakdown
 from dlprof.errors import NoStepsError
-from dlprof.trace.run import load_run
+from dlprof.trace.discover import load_run
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from conftest import DATA_DIR
 
 from dlprof.analysis.unprofiled import unprofiled_stats
 from dlprof.manifest import Epoch, StepClock
-from dlprof.trace.run import load_run
+from dlprof.trace.discover import load_run
 
 
 def _manifest():
