@@ -1,4 +1,5 @@
-"""The ``torch.profiler`` lifecycle inside the training process: schedule, step, export, run facts.
+"""The ``torch.profiler`` lifecycle inside the training process: schedule, step, export, and the recording it hands
+over (:class:`~dlprof.results.record.RankResult`).
 
 One profiler step per training step: after each ``optimizer.step()`` of the first optimizer that
 steps (a global post-hook, so no code change), or, for a script that never steps an optimizer (for
@@ -355,7 +356,7 @@ class Recorder:
             return
         self.exported = True
         # If this process dies from here on (SIGKILL, the out-of-memory killer), the window is kept:
-        # these facts stand in for the ones finish() would have written.
+        # this provisional recording stands in for the one finish() would have written.
         self._write_result(replace(self._result(schema.STATUS_PARTIAL, None), provisional=True))
         # The recorded events are saved: release them now, so that they weigh on no later step.
         inner = getattr(profiler, "profiler", None)

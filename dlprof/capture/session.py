@@ -178,7 +178,7 @@ class Session:
             self.status, self.error = schema.STATUS_PARTIAL, error
 
     def finish(self, top_level: bool = False) -> None:
-        """Export and write this process's facts for the merge (once).
+        """Export and write this process's recording for the merge (once).
 
         Args:
             top_level: this is the process ``dlprof record`` started; if it never trained and failed,
