@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typing
 
-__version__ = "0.3.0"
+from dlprof._version import __version__
 
 __all__ = ["__version__", "analyze"]
 

@@ -6,7 +6,6 @@ Errors reach the user as one line and exit code 2 (DESIGN.md): Click's usage err
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -81,22 +80,128 @@ class RecordCommand(click.Command):
         return super().parse_args(ctx, args)
 
 
-def _default_run_name(command: tuple[str, ...], out_dir: Path, prefix: str = "") -> str:
-    script = None
-    for i, word in enumerate(command):  # the first script or module the interpreter runs
-        if word == "-m" and i + 1 < len(command):
-            script = command[i + 1].rsplit(".", 1)[-1]
-            break
-        if word.endswith(".py"):
-            script = Path(word).stem
-            break
-    if script is None and command:  # a launcher or console script without a .py: its name (torchrun, swift)
-        script = Path(command[0]).name
-    from dlprof.capture.launcher import unique_run_name
-
-    # Any script name (spaces, "my träin.py") gives a name that --name's own check accepts.
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", script or "lora").strip("._-") or "run"
-    return unique_run_name(out_dir, f"{prefix}{safe}")
+#: ``record``'s and ``sweep``'s options before ``--name``.
+_OUT_OPTION = click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("traces"),
+    show_default=True,
+    help="Directory that receives the run directory.",
+)
+#: ``record``'s and ``sweep``'s options after ``--name``: the profiler's schedule and what is recorded.
+_SCHEDULE_OPTIONS = (
+    click.option(
+        "--wait",
+        type=int,
+        default=DEFAULT_WAIT,
+        show_default=True,
+        help="Steps to skip before the profiler warms up (start-up is not steady state).",
+    ),
+    click.option(
+        "--warmup", type=int, default=3, show_default=True, help="Steps the profiler runs without keeping them."
+    ),
+    click.option(
+        "--active",
+        type=int,
+        default=None,
+        help="Steps to record [default: 20; with --steps, the steps left after --wait and --warmup].",
+    ),
+    click.option(
+        "--reference-steps",
+        type=click.IntRange(min=0),
+        default=DEFAULT_REFERENCE_STEPS,
+        show_default=True,
+        help=(
+            "Unprofiled steps timed after the window: your training's real speed, which predictions are calibrated to."
+        ),
+    ),
+    click.option(
+        "--run-to-end",
+        is_flag=True,
+        default=False,
+        help=(
+            "Let your script train to its end [default: stop it cleanly once the window and the reference steps are"
+            " done]."
+        ),
+    ),
+    click.option(
+        "--loader-spans/--no-loader-spans",
+        default=True,
+        show_default=True,
+        help="Record dataset fetch, tokenizer and collate_fn spans in the loader processes.",
+    ),
+    click.option("--redact", is_flag=True, default=False, help=REDACT_HELP.format(what="traces and reports")),
+)
+#: ``--num-workers``: ``sweep`` sets num_workers itself, from ``--workers``.
+_NUM_WORKERS_OPTION = click.option(
+    "--num-workers", type=int, default=2, show_default=True, help="Built-in workload: DataLoader worker processes."
+)
+#: The built-in workload's options (:data:`_WORKLOAD_OPTIONS`), in ``--help`` order.
+_WORKLOAD = (
+    click.option(
+        "--model",
+        type=click.Path(),
+        help="Built-in workload: a local Hugging Face causal LM directory (default: a tiny Qwen2 with random weights).",
+    ),
+    click.option(
+        "--dataset",
+        type=click.Path(),
+        help=(
+            "Built-in workload: a JSON or JSON-lines file of instruction/response records (default: the bundled"
+            " self-cognition set)."
+        ),
+    ),
+    click.option(
+        "--tokenizer",
+        type=click.Path(),
+        help=(
+            "Built-in workload: a tokenizer.json or tokenizer directory (default: the model's, else the shipped"
+            " byte-level BPE)."
+        ),
+    ),
+    click.option("--batch-size", type=int, default=4, show_default=True, help="Built-in workload: examples per batch."),
+    click.option(
+        "--max-length",
+        type=int,
+        default=512,
+        show_default=True,
+        help="Built-in workload: tokens per example, longer ones are cut.",
+    ),
+    click.option(
+        "--steps",
+        type=int,
+        default=None,
+        help="Built-in workload: optimizer steps to run [default: until the window and the reference steps are done].",
+    ),
+    _NUM_WORKERS_OPTION,
+    click.option(
+        "--pin-memory/--no-pin-memory",
+        default=None,
+        help="Built-in workload: DataLoader pin_memory [default: on with CUDA].",
+    ),
+    click.option(
+        "--prefetch-factor",
+        type=int,
+        default=None,
+        help="Built-in workload: batches each worker prepares ahead [PyTorch's default: 2].",
+    ),
+    click.option(
+        "--persistent-workers",
+        is_flag=True,
+        default=False,
+        help="Built-in workload: keep workers alive between epochs.",
+    ),
+    click.option("--device", default="auto", show_default=True, help="Built-in workload: auto, cpu or cuda."),
+    click.option("--seed", type=int, default=0, show_default=True, help="Built-in workload: random seed."),
+    click.option(
+        "--tokenizer-cost-ms",
+        type=float,
+        default=0.0,
+        show_default=True,
+        help="Built-in workload: CPU ms added to tokenizing each sample (a slow tokenizer).",
+    ),
+)
 
 
 def _record_options(name_help: str, num_workers: bool = True):
@@ -106,142 +211,9 @@ def _record_options(name_help: str, num_workers: bool = True):
         name_help: help of ``--name`` (a run directory for ``record``, a sweep directory for ``sweep``).
         num_workers: offer ``--num-workers`` (``sweep`` sets num_workers itself, from ``--workers``).
     """
-    options = [
-        click.option(
-            "--out",
-            "out_dir",
-            type=click.Path(file_okay=False, path_type=Path),
-            default=Path("traces"),
-            show_default=True,
-            help="Directory that receives the run directory.",
-        ),
-        click.option("--name", help=name_help),
-        click.option(
-            "--wait",
-            type=int,
-            default=DEFAULT_WAIT,
-            show_default=True,
-            help="Steps to skip before the profiler warms up (start-up is not steady state).",
-        ),
-        click.option(
-            "--warmup", type=int, default=3, show_default=True, help="Steps the profiler runs without keeping them."
-        ),
-        click.option(
-            "--active",
-            type=int,
-            default=None,
-            help="Steps to record [default: 20; with --steps, the steps left after --wait and --warmup].",
-        ),
-        click.option(
-            "--reference-steps",
-            type=click.IntRange(min=0),
-            default=DEFAULT_REFERENCE_STEPS,
-            show_default=True,
-            help=(
-                "Unprofiled steps timed after the window: your training's real speed, which predictions are"
-                " calibrated to."
-            ),
-        ),
-        click.option(
-            "--run-to-end",
-            is_flag=True,
-            default=False,
-            help=(
-                "Let your script train to its end [default: stop it cleanly once the window and the reference steps are"
-                " done]."
-            ),
-        ),
-        click.option(
-            "--loader-spans/--no-loader-spans",
-            default=True,
-            show_default=True,
-            help="Record dataset fetch, tokenizer and collate_fn spans in the loader processes.",
-        ),
-        click.option("--redact", is_flag=True, default=False, help=REDACT_HELP.format(what="traces and reports")),
-        click.option(
-            "--model",
-            type=click.Path(),
-            help=(
-                "Built-in workload: a local Hugging Face causal LM directory (default: a tiny Qwen2 with random"
-                " weights)."
-            ),
-        ),
-        click.option(
-            "--dataset",
-            type=click.Path(),
-            help=(
-                "Built-in workload: a JSON or JSON-lines file of instruction/response records (default: the bundled"
-                " self-cognition set)."
-            ),
-        ),
-        click.option(
-            "--tokenizer",
-            type=click.Path(),
-            help=(
-                "Built-in workload: a tokenizer.json or tokenizer directory (default: the model's, else the shipped"
-                " byte-level BPE)."
-            ),
-        ),
-        click.option(
-            "--batch-size", type=int, default=4, show_default=True, help="Built-in workload: examples per batch."
-        ),
-        click.option(
-            "--max-length",
-            type=int,
-            default=512,
-            show_default=True,
-            help="Built-in workload: tokens per example, longer ones are cut.",
-        ),
-        click.option(
-            "--steps",
-            type=int,
-            default=None,
-            help=(
-                "Built-in workload: optimizer steps to run [default: until the window and the reference steps are"
-                " done]."
-            ),
-        ),
-        *(
-            [
-                click.option(
-                    "--num-workers",
-                    type=int,
-                    default=2,
-                    show_default=True,
-                    help="Built-in workload: DataLoader worker processes.",
-                )
-            ]
-            if num_workers
-            else []
-        ),
-        click.option(
-            "--pin-memory/--no-pin-memory",
-            default=None,
-            help="Built-in workload: DataLoader pin_memory [default: on with CUDA].",
-        ),
-        click.option(
-            "--prefetch-factor",
-            type=int,
-            default=None,
-            help="Built-in workload: batches each worker prepares ahead [PyTorch's default: 2].",
-        ),
-        click.option(
-            "--persistent-workers",
-            is_flag=True,
-            default=False,
-            help="Built-in workload: keep workers alive between epochs.",
-        ),
-        click.option("--device", default="auto", show_default=True, help="Built-in workload: auto, cpu or cuda."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Built-in workload: random seed."),
-        click.option(
-            "--tokenizer-cost-ms",
-            type=float,
-            default=0.0,
-            show_default=True,
-            help="Built-in workload: CPU ms added to tokenizing each sample (a slow tokenizer).",
-        ),
-        click.argument("command", nargs=-1, type=click.UNPROCESSED),
-    ]
+    workload = [o for o in _WORKLOAD if num_workers or o is not _NUM_WORKERS_OPTION]
+    options = [_OUT_OPTION, click.option("--name", help=name_help), *_SCHEDULE_OPTIONS, *workload]
+    options.append(click.argument("command", nargs=-1, type=click.UNPROCESSED))
 
     def apply(command):
         for option in reversed(options):  # listed in --help order; decorators apply bottom-up
@@ -268,7 +240,8 @@ def _record_request(
     **workload,
 ):
     """The RecordRequest for ``record``'s and ``sweep``'s options: the user's command, else the built-in workload's."""
-    from dlprof.capture.launcher import RecordRequest
+    from dlprof.capture.run_dir import default_run_name
+    from dlprof.results.record import RecordRequest
 
     if not command and ctx.meta.get("dlprof.double_dash"):
         raise click.UsageError(
@@ -294,7 +267,7 @@ def _record_request(
         # Without --steps the built-in workload trains until dlprof has what it needs.
         run_to_end = workload.get("steps") is not None
     made_up = name is None
-    name = name or _default_run_name(command, out_dir, name_prefix)
+    name = name or default_run_name(command, out_dir, name_prefix)
     return RecordRequest(
         command,
         out_dir,
@@ -311,46 +284,17 @@ def _record_request(
     )
 
 
-@cli.command(cls=RecordCommand)
-@_record_options("Run directory name under --out (default: <script>-<date>-<time>).")
-@click.pass_context
-def record(
-    ctx: click.Context,
-    out_dir: Path,
-    name: str | None,
-    wait: int,
-    warmup: int,
-    active: int | None,
-    reference_steps: int,
-    run_to_end: bool,
-    loader_spans: bool,
-    command: tuple[str, ...],
-    **workload,
-) -> None:
-    """Record training steps with torch.profiler, inside DataLoader workers too.
+def _timed_reference_steps(result) -> str:
+    """The unprofiled reference steps timed, as ``dlprof analyze`` counts them: ``"7"``, or ``"7-9"`` when ranks
+    differ."""
+    from dlprof.analysis.unprofiled import reference_step_indices
 
-    With no COMMAND, runs the built-in LoRA fine-tune (offline). With '-- python train.py ARGS', runs
-    your script unchanged: one profiler step per optimizer step. Any launcher works too ('-- torchrun
-    --nproc-per-node 2 train.py', '-- accelerate launch train.py', '-- swift sft ...'): every process
-    that trains is recorded, one trace per rank. Writes traces/<run>/*.pt.trace.json.gz for TensorBoard
-    (tensorboard --logdir traces) and Perfetto.
-    """
-    from dlprof.capture.launcher import record as record_run
+    counts = sorted({len(reference_step_indices(m.step_clock)) for m in result.manifests}) or [0]
+    return str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
 
-    request = _record_request(
-        ctx,
-        out_dir=out_dir,
-        name=name,
-        wait=wait,
-        warmup=warmup,
-        active=active,
-        reference_steps=reference_steps,
-        run_to_end=run_to_end,
-        loader_spans=loader_spans,
-        command=command,
-        **workload,
-    )
-    result = record_run(request)
+
+def _echo_recorded(result, out_dir: Path, user_command: bool) -> None:
+    """What ``record`` recorded, where the traces are, and how to view them."""
     ranks = len(result.trace_paths)
     per_rank = " per rank" if ranks > 1 else ""
     click.echo(
@@ -360,12 +304,32 @@ def record(
     for trace_path in result.trace_paths:
         click.echo(f"  trace: {trace_path}")
     click.echo(f"  view:  tensorboard --logdir {out_dir}   or open the file in https://ui.perfetto.dev")
-    if result.stopped_early and ctx.params["command"]:
+    if result.stopped_early and user_command:
         click.echo(
-            f"dlprof: stopped training after the window and {reference_steps} unprofiled reference steps; add"
-            " --run-to-end to let it train to its end"
+            f"dlprof: stopped training after the window and {_timed_reference_steps(result)} unprofiled reference"
+            " steps; add --run-to-end to let it train to its end"
         )
-    if result.status != "complete":
+
+
+@cli.command(cls=RecordCommand)
+@_record_options("Run directory name under --out (default: <script>-<date>-<time>).")
+@click.pass_context
+def record(ctx: click.Context, **options) -> None:
+    """Record training steps with torch.profiler, inside DataLoader workers too.
+
+    With no COMMAND, runs the built-in LoRA fine-tune (offline). With '-- python train.py ARGS', runs
+    your script unchanged: one profiler step per optimizer step. Any launcher works too ('-- torchrun
+    --nproc-per-node 2 train.py', '-- accelerate launch train.py', '-- swift sft ...'): every process
+    that trains is recorded, one trace per rank. Writes traces/<run>/*.pt.trace.json.gz for TensorBoard
+    (tensorboard --logdir traces) and Perfetto.
+    """
+    from dlprof import schema
+    from dlprof.capture.record import record as record_run
+
+    request = _record_request(ctx, **options)
+    result = record_run(request)
+    _echo_recorded(result, request.out_dir, user_command=bool(options["command"]))
+    if result.status != schema.STATUS_COMPLETE:
         click.echo(f"dlprof: the run ended with an error ({result.error}); the trace is marked partial", err=True)
         ctx.exit(result.exit_code or 2)
 

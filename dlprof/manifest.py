@@ -8,18 +8,21 @@ Parsing is forgiving field by field: a field of the wrong type is read as unknow
 empty collection) and named among the problems :func:`parse_manifest` returns; a manifest of an older or
 newer version than this dlprof writes is reported there too, never silently taken for the current one.
 
-Like :mod:`dlprof.schema`, this module imports nothing but the standard library, so both sides can use it.
+Like :mod:`dlprof.schema`, this module imports nothing but the standard library (and :mod:`dlprof.errors`), so both
+sides can use it. Its parser also reads the other JSON documents dlprof writes for itself
+(:func:`parse_dataclass`: a rank's recording, :class:`dlprof.results.record.RankResult`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, TypeVar, Union
+
+from dlprof.errors import UsageError
 
 #: Version written by this dlprof. 1: dlprof 0.1 (no unprofiled step times, no epochs). 2: adds
 #: ``step_clock`` (every step's wall, CPU, run-queue and data-wait time, profiled or not),
@@ -50,10 +53,26 @@ def whole_epochs_to_time(epoch_batches: int) -> int:
 
 @dataclass(frozen=True)
 class Schedule:
+    """``torch.profiler.schedule`` settings, one repeat: skip ``wait`` steps, warm up, record ``active``.
+
+    ``step_mode`` is what a step was, once recorded: ``"optimizer"`` (an optimizer step), ``"batch"`` (a
+    batch returned, for a script without an optimizer), or None (no step was taken).
+    """
+
     wait: int
     warmup: int
     active: int
-    step_mode: str | None = None  # "optimizer" | "batch" | None (no step was taken)
+    step_mode: str | None = None
+
+    def check(self) -> None:
+        """Raise UsageError unless the schedule can record a step that excludes start-up."""
+        for name in ("wait", "warmup"):
+            if getattr(self, name) < 0:
+                raise UsageError(f"--{name} {getattr(self, name)}: must be >= 0")
+        if self.active < 1:
+            raise UsageError(f"--active {self.active}: must be >= 1 (the number of steps to record)")
+        if self.wait + self.warmup < 1:
+            raise UsageError("--wait/--warmup: at least one must be >= 1, or the first recorded step includes start-up")
 
 
 @dataclass(frozen=True)
@@ -93,6 +112,10 @@ class StepClock:
 
     def __len__(self) -> int:
         return len(self.phase)
+
+    def columns_agree(self) -> bool:
+        """Whether every column has one entry per step (a parser that skipped an invalid entry breaks this)."""
+        return len({len(getattr(self, f.name)) for f in dataclasses.fields(self)}) <= 1
 
 
 @dataclass(frozen=True)
@@ -138,6 +161,8 @@ class LoaderConfig:
 
 @dataclass(frozen=True)
 class WorkerStart:
+    """A DataLoader worker process as it started: for ``loader``'s iteration ``epoch``, at ``start_ns``."""
+
     pid: int
     worker_id: int
     loader: int
@@ -215,7 +240,7 @@ class Manifest:
 
     manifest_version: int
     dlprof_version: str | None = None
-    status: str | None = None  # "complete" | "partial"
+    status: str | None = None  # schema.STATUS_COMPLETE | schema.STATUS_PARTIAL
     error: str | None = None
     exit_code: int | None = None
     command: tuple[str, ...] = ()
@@ -257,7 +282,7 @@ class Manifest:
 
 
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls, vars(sys.modules[__name__]))
+    return typing.get_type_hints(cls)  # resolved in the dataclass's own module
 
 
 def _optional_of(hint: Any) -> tuple[Any, bool]:
@@ -371,6 +396,25 @@ def _build(cls: type, document: dict, where: str, problems: list[str]) -> Any:
         raise _Invalid(f"{where} has no {', '.join(missing)}") from None
 
 
+_T = TypeVar("_T")
+
+
+def parse_dataclass(cls: type[_T], document: Any, where: str) -> tuple[_T | None, tuple[str, ...]]:
+    """Parse a JSON object into the frozen dataclass ``cls`` (nested dataclasses, tuples and dicts included), as the
+    manifest is parsed: the object (``None`` when a required field is missing or invalid) and what was wrong.
+
+    A field of the wrong type is read as unknown (its default) and named among the problems, each
+    prefixed by ``where`` and the field's path (``result.host.usable_cores``).
+    """
+    if not isinstance(document, dict):
+        return None, (f"{where} is not an object",)
+    problems: list[str] = []
+    try:
+        return _build(cls, document, where, problems), tuple(problems)
+    except _Invalid as invalid:
+        return None, (str(invalid), *problems)
+
+
 def parse_manifest(document: Any) -> tuple[Manifest | None, tuple[str, ...]]:
     """Parse a trace's ``dlprof`` object: the manifest (``None`` if unusable) and what was wrong with it.
 
@@ -406,7 +450,7 @@ def parse_manifest(document: Any) -> tuple[Manifest | None, tuple[str, ...]]:
             " times, so predictions are of profiled steps; record again with this dlprof for predictions of your"
             " unprofiled training"
         )
-    if len({len(getattr(manifest.step_clock, f.name)) for f in dataclasses.fields(StepClock)}) > 1:
+    if not manifest.step_clock.columns_agree():
         problems.append("manifest.step_clock columns differ in length: read as unknown")
         manifest = dataclasses.replace(manifest, step_clock=StepClock())
     return manifest, tuple(problems)

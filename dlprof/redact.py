@@ -13,6 +13,7 @@ text and attribute values (not the markup). No torch import: ``dlprof analyze`` 
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import html
 import json
@@ -313,6 +314,20 @@ class Redactor:
                     stack.append(v)
                 elif isinstance(v, (dict, list)):
                     stack.append(v)
+        return value
+
+    def redact_fields(self, value: Any) -> Any:
+        """A copy of a frozen dataclass (a :class:`~dlprof.manifest.Manifest`) with every string in it redacted, as
+        :meth:`redact_value` redacts its ``to_dict()``: keys, numbers and types kept."""
+        if isinstance(value, str):
+            return self.redact(value)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            fields = dataclasses.fields(value)
+            return dataclasses.replace(value, **{f.name: self.redact_fields(getattr(value, f.name)) for f in fields})
+        if isinstance(value, (tuple, list)):
+            return type(value)(self.redact_fields(v) for v in value)
+        if isinstance(value, dict):
+            return {key: self.redact_fields(v) for key, v in value.items()}
         return value
 
     def redact_json(self, text: str) -> str:

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import run_dlprof
 
-from dlprof.capture import launcher
+from dlprof.capture import record as record_module
 from dlprof.cli import cli
 from dlprof.errors import RecordError
 
@@ -184,7 +184,7 @@ def test_bad_command(out, command, names, fix):
 def test_nothing_after_double_dash(out, monkeypatch):
     """Click drops a bare trailing '--'; ``dlprof record --`` must still be an error, not run the
     built-in workload (intercepted here, so a regression stays fast)."""
-    real_record, built_in_runs = launcher.record, []
+    real_record, built_in_runs = record_module.record, []
 
     def guarded(request):
         if request.command[:3] == ("python", "-m", "dlprof.workloads.lora"):
@@ -192,7 +192,7 @@ def test_nothing_after_double_dash(out, monkeypatch):
             raise RecordError("the built-in workload was started")
         return real_record(request)
 
-    monkeypatch.setattr(launcher, "record", guarded)
+    monkeypatch.setattr(record_module, "record", guarded)
     result = invoke("record", "--out", str(out), "--name", RUN, "--")
     assert not built_in_runs, "'dlprof record --' with no command ran the built-in workload"
     assert_cli_error(result, out, "--")

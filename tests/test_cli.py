@@ -11,7 +11,7 @@ import pytest
 from conftest import invoke
 
 import dlprof
-from dlprof.cli import _default_run_name
+from dlprof.capture.run_dir import default_run_name
 
 TRAIN_SCRIPT = """
 import torch
@@ -88,29 +88,28 @@ def fixed_time(monkeypatch):
 
 
 def test_default_run_name_uses_script_stem(tmp_path, fixed_time):
-    assert _default_run_name(("python", "train.py", "--lr", "1"), tmp_path) == "train-20250102-030405"
+    assert default_run_name(("python", "train.py", "--lr", "1"), tmp_path) == "train-20250102-030405"
 
 
 def test_default_run_name_uses_module_name(tmp_path, fixed_time):
-    name = _default_run_name(("python", "-m", "dlprof.workloads.lora", "--batch-size", "4"), tmp_path)
+    name = default_run_name(("python", "-m", "dlprof.workloads.lora", "--batch-size", "4"), tmp_path)
     assert name == "lora-20250102-030405"
 
 
 def test_default_run_name_of_a_launcher_is_the_script_else_the_launcher(tmp_path, fixed_time):
     assert (
-        _default_run_name(("torchrun", "--nproc-per-node", "2", "train_ddp.py"), tmp_path)
-        == "train_ddp-20250102-030405"
+        default_run_name(("torchrun", "--nproc-per-node", "2", "train_ddp.py"), tmp_path) == "train_ddp-20250102-030405"
     )
-    assert _default_run_name(("swift", "sft", "--model", "Qwen2.5-7B"), tmp_path) == "swift-20250102-030405"
+    assert default_run_name(("swift", "sft", "--model", "Qwen2.5-7B"), tmp_path) == "swift-20250102-030405"
 
 
 def test_default_run_name_is_real_time_stamp(tmp_path):
-    name = _default_run_name(("python", "train.py"), tmp_path)
+    name = default_run_name(("python", "train.py"), tmp_path)
     assert name.startswith("train-") and len(name) == len("train-YYYYmmdd-HHMMSS")
 
 
 def test_default_run_name_adds_suffix_when_taken(tmp_path, fixed_time):
     (tmp_path / "train-20250102-030405").mkdir()
-    assert _default_run_name(("python", "train.py"), tmp_path) == "train-20250102-030405-2"
+    assert default_run_name(("python", "train.py"), tmp_path) == "train-20250102-030405-2"
     (tmp_path / "train-20250102-030405-2").mkdir()
-    assert _default_run_name(("python", "train.py"), tmp_path) == "train-20250102-030405-3"
+    assert default_run_name(("python", "train.py"), tmp_path) == "train-20250102-030405-3"

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 from conftest import assert_one_line_error, invoke, load_trace, trace_files
 
-from dlprof.cli import _default_run_name
+from dlprof.capture.run_dir import default_run_name
 
 #: A user script with a DataLoader that asks for num_workers=0: the sweep overrides it. 64 batches, far
 #: more than the 1 + 1 + 4 + 5 steps the sweep's runs need before dlprof stops them.
@@ -168,9 +168,9 @@ def test_default_sweep_name(tmp_path, monkeypatch):
     import time
 
     monkeypatch.setattr(time, "strftime", lambda fmt, *a: "20250102-030405")
-    assert _default_run_name(("python", "train.py"), tmp_path, "sweep-") == "sweep-train-20250102-030405"
+    assert default_run_name(("python", "train.py"), tmp_path, "sweep-") == "sweep-train-20250102-030405"
     assert (
-        _default_run_name(("python", "-m", "dlprof.workloads.lora"), tmp_path, "sweep-") == "sweep-lora-20250102-030405"
+        default_run_name(("python", "-m", "dlprof.workloads.lora"), tmp_path, "sweep-") == "sweep-lora-20250102-030405"
     )
 
 

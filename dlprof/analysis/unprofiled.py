@@ -158,6 +158,19 @@ def _epoch_stats(
     )
 
 
+def reference_step_indices(clock: StepClock) -> list[int]:
+    """The steps the unprofiled speed is measured on (indices into ``clock``): the reference steps after the window.
+
+    When whole epochs were timed after the window, only theirs (every batch length once per epoch); and
+    never a step settling after an epoch start or the fork probe, whose excess is the restart's (or the
+    fork's) cost. ``dlprof record``'s closing message counts these too.
+    """
+    near = _settling(clock.epoch_start) | _settling(clock.fork_probe)
+    whole = _whole_epochs(clock)
+    candidates = whole if whole is not None else range(len(clock))
+    return [i for i in candidates if clock.phase[i] == PHASE_AFTER and i not in near]
+
+
 def unprofiled_stats(manifest: Manifest | None, batches_per_step: float) -> UnprofiledStats | None:
     """Unprofiled speed of a run recorded with reference steps; ``None`` when it has too few of them.
 
@@ -170,8 +183,7 @@ def unprofiled_stats(manifest: Manifest | None, batches_per_step: float) -> Unpr
     clock = manifest.step_clock
     near = _settling(clock.epoch_start) | _settling(clock.fork_probe)
     whole = _whole_epochs(clock)
-    candidates = whole if whole is not None else range(len(clock))
-    after = [i for i in candidates if clock.phase[i] == PHASE_AFTER and i not in near]
+    after = reference_step_indices(clock)
     if len(after) < MIN_REFERENCE_STEPS or statistics.median(clock.wall_ms[i] for i in after) <= 0:
         return None
     profiled = [clock.wall_ms[i] for i, p in enumerate(clock.phase) if p == PHASE_PROFILED and i not in near]

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import psutil
 
-#: Shortest sampling period: resolves a worker's start-up and growth over a run of seconds.
-DEFAULT_INTERVAL_MS = 100
+from dlprof.results.record import DEFAULT_MEMORY_INTERVAL_MS
+
 #: Most of the time the sampler may spend reading. USS and PSS come from /proc/<pid>/smaps_rollup, which
 #: walks the process's page tables under its memory-map lock: ~20 ms for a training process with torch
 #: and transformers loaded, the same for each forked worker. Read every 100 ms, that took ~60 % of a core
@@ -39,7 +39,7 @@ class MemorySampler:
     """Samples a process and all its descendants on a daemon thread, one process per round: every
     ``interval_ms``, or less often when a reading costs more than :data:`MAX_DUTY_FRACTION` of that."""
 
-    def __init__(self, root_pid: int, interval_ms: int = DEFAULT_INTERVAL_MS):
+    def __init__(self, root_pid: int, interval_ms: int = DEFAULT_MEMORY_INTERVAL_MS):
         self.root_pid = root_pid
         self.interval_s = interval_ms / 1000
         self.samples: list[MemorySample] = []

@@ -15,8 +15,7 @@ import gzip
 import json
 import os
 import statistics
-import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,8 +24,18 @@ import orjson
 from dlprof import schema
 from dlprof.capture.memory import MemorySample
 from dlprof.capture.session import spans_dir_of
-from dlprof.capture.spanfile import NextCall, SpanFiles, WorkerStart, read_span_files
-from dlprof.manifest import MANIFEST_VERSION, parse_manifest
+from dlprof.capture.spanfile import NextCall, SpanFiles, read_span_files
+from dlprof.manifest import (
+    MANIFEST_VERSION,
+    LoaderConfig,
+    MainProcessCpu,
+    Manifest,
+    MemorySummary,
+    ProcessMemory,
+    StepCounts,
+    WorkerStart,
+)
+from dlprof.results.record import ClockReading, RankResult
 
 #: A main-process ``__next__`` span dlprof measured and the Kineto event inside it are matched when
 #: Kineto's event lies within ours give or take this much (Kineto's ts are µs with ns decimals; its op
@@ -105,12 +114,12 @@ def link_next_events(events: list[dict], base_ns: int, next_calls: list[NextCall
 
 
 def _worker_names(workers: list[WorkerStart]) -> dict[int, str]:
-    loaders_with_workers = {w.loader_id for w in workers}
+    loaders_with_workers = {w.loader for w in workers}
     names = {}
     for w in workers:
         name = schema.WORKER_PROCESS_NAME.format(worker_id=w.worker_id)
         if len(loaders_with_workers) > 1:
-            name += f" (loader {w.loader_id})"
+            name += f" (loader {w.loader})"
         names[w.pid] = name
     return names
 
@@ -134,7 +143,7 @@ def span_events(
     shown = {s.pid for s in kept}
     workers = [w for w in found.workers if w.pid in shown]
     names = _worker_names(workers)
-    for sort_index, w in enumerate(sorted(workers, key=lambda w: (w.loader_id, w.start_ns, w.worker_id))):
+    for sort_index, w in enumerate(sorted(workers, key=lambda w: (w.loader, w.start_ns, w.worker_id))):
         events.append({"ph": "M", "name": "process_name", "pid": w.pid, "tid": 0, "args": {"name": names[w.pid]}})
         events.append(
             {"ph": "M", "name": "process_sort_index", "pid": w.pid, "tid": 0, "args": {"sort_index": 1000 + sort_index}}
@@ -205,7 +214,9 @@ def memory_events(samples: Iterable[MemorySample], pids: set[int], base_ns: int,
     ]
 
 
-def memory_summary(samples: list[MemorySample], main_pid: int, workers: list[WorkerStart], interval_ms: int) -> dict:
+def memory_summary(
+    samples: list[MemorySample], main_pid: int, workers: Sequence[WorkerStart], interval_ms: int
+) -> MemorySummary:
     """Per process, first / last / peak USS and PSS over the whole run (not only the traced window)."""
     roles = {main_pid: ("main", None)}
     roles.update({w.pid: ("worker", w.worker_id) for w in workers})
@@ -219,39 +230,40 @@ def memory_summary(samples: list[MemorySample], main_pid: int, workers: list[Wor
         uss = [s.uss_bytes / _MIB for s in series]
         pss = [s.pss_bytes / _MIB for s in series]
         processes.append(
-            {
-                "pid": pid,
-                "role": role,
-                "worker_id": worker_id,
-                "samples": len(series),
-                "duration_s": round((series[-1].time_ns - series[0].time_ns) / 1e9, 3),
-                "uss_mib_first": round(uss[0], 2),
-                "uss_mib_last": round(uss[-1], 2),
-                "uss_mib_peak": round(max(uss), 2),
-                "pss_mib_first": round(pss[0], 2),
-                "pss_mib_last": round(pss[-1], 2),
-                "pss_mib_peak": round(max(pss), 2),
-            }
+            ProcessMemory(
+                pid=pid,
+                role=role,
+                worker_id=worker_id,
+                samples=len(series),
+                duration_s=round((series[-1].time_ns - series[0].time_ns) / 1e9, 3),
+                uss_mib_first=round(uss[0], 2),
+                uss_mib_last=round(uss[-1], 2),
+                uss_mib_peak=round(max(uss), 2),
+                pss_mib_first=round(pss[0], 2),
+                pss_mib_last=round(pss[-1], 2),
+                pss_mib_peak=round(max(pss), 2),
+            )
         )
-    return {"interval_ms": interval_ms, "processes": processes}
+    return MemorySummary(interval_ms=interval_ms, processes=tuple(processes))
 
 
-def _main_cpu(step_clock: list, window: tuple[int, int]) -> dict | None:
+def _main_cpu(window_clock: Sequence[ClockReading], window: tuple[int, int]) -> MainProcessCpu | None:
     """The main process's CPU time (all threads) and its training thread's run-queue wait per recorded step."""
-    inside = [reading for reading in step_clock if window[0] <= reading[0] <= window[1]]
+    inside = [reading for reading in window_clock if window[0] <= reading.wall_ns <= window[1]]
     if len(inside) < 2:
         return None
     steps = len(inside) - 1
-    per_step = lambda i: round((inside[-1][i] - inside[0][i]) / 1e6 / steps, 3)
-    return {
-        "steps": steps,
-        "wall_ms_per_step": per_step(0),
-        "cpu_ms_per_step": per_step(1),
-        "runq_ms_per_step": per_step(2),
-    }
+    first, last = inside[0], inside[-1]
+    per_step = lambda ns: round(ns / 1e6 / steps, 3)
+    return MainProcessCpu(
+        steps=steps,
+        wall_ms_per_step=per_step(last.wall_ns - first.wall_ns),
+        cpu_ms_per_step=per_step(last.cpu_ns - first.cpu_ns),
+        runq_ms_per_step=per_step(last.runq_ns - first.runq_ns),
+    )
 
 
-def primary_loader(loaders: list[dict], next_events: list[dict]) -> dict | None:
+def primary_loader(loaders: Sequence[LoaderConfig], next_events: list[dict]) -> LoaderConfig | None:
     """The loader that returned the most batches inside the traced window (the training loader)."""
     if not loaders:
         return None
@@ -260,7 +272,7 @@ def primary_loader(loaders: list[dict], next_events: list[dict]) -> dict | None:
         loader_id = event.get("args", {}).get(schema.ARG_LOADER)
         if loader_id is not None:
             counts[loader_id] = counts.get(loader_id, 0) + 1
-    return max(loaders, key=lambda loader: (counts.get(loader["id"], 0), loader["batches"]))
+    return max(loaders, key=lambda loader: (counts.get(loader.id, 0), loader.batches))
 
 
 def write_gzip_json_atomically(document: dict, final_path: Path, scratch_dir: Path) -> None:
@@ -280,8 +292,8 @@ class MergeInputs:
     """What the ``dlprof record`` process knows beyond the session directory."""
 
     session_dir: Path
-    command: list[str]
-    script: list[str]
+    command: tuple[str, ...]
+    script: tuple[str, ...]
     exit_code: int
     memory_samples: list[MemorySample]
     memory_interval_ms: int
@@ -290,91 +302,95 @@ class MergeInputs:
     redact: bool = False
 
 
-def merge_rank(kineto: dict, result: dict, inputs: MergeInputs) -> dict:
-    """Return the final trace document of one rank: Kineto's events plus dlprof's and a manifest."""
-    events: list[dict] = kineto.setdefault("traceEvents", [])
-    base_ns = int(kineto.get("baseTimeNanoseconds", 0))
-    main_pid = int(result["pid"])
-    found = read_span_files(spans_dir_of(inputs.session_dir, main_pid))
-    alignment = link_next_events(events, base_ns, found.next_calls)
-    next_events = [e for e in events if e.get("ph") == "X" and schema.is_dataloader_next(e.get("name", ""))]
-    steps_recorded = sum(1 for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
-
+def _window(events: list[dict], base_ns: int, result: RankResult) -> tuple[int, int]:
+    """The traced window, ns: from the window's opening (else the first event) to the last event's end."""
     ends = [
         base_ns + round((float(e["ts"]) + float(e.get("dur", 0))) * 1000)
         for e in events
         if e.get("ph") == "X" and "ts" in e
     ]
-    window_end = max(ends) if ends else result["finished_ns"]
-    window_start = result.get("window_start_ns") or (min(ends) if ends else base_ns)
-    window = (window_start, window_end)
+    window_end = max(ends) if ends else result.finished_ns
+    window_start = result.window_start_ns or (min(ends) if ends else base_ns)
+    return window_start, window_end
+
+
+def _clock(base_ns: int, window: tuple[int, int], alignment: dict) -> dict:
+    """The manifest's ``clock``: how dlprof's spans and Kineto's events share a clock, and how well they agree."""
+    return {
+        "source": "CLOCK_REALTIME (time.time_ns), the clock of baseTimeNanoseconds",
+        "base_time_ns": base_ns,
+        "window_ns": list(window),
+        "worker_cpu_clock": "process CPU time",
+        "main_cpu_clock": "thread CPU time",
+        "alignment": alignment,
+    }
+
+
+def merge_rank(kineto: dict, result: RankResult, inputs: MergeInputs) -> tuple[dict, Manifest]:
+    """One rank's Kineto trace with dlprof's events merged in and its rank set, and the rank's manifest.
+
+    ``kineto`` is changed in place; :func:`trace_document` puts the (maybe redacted) manifest into it.
+    """
+    events: list[dict] = kineto.setdefault("traceEvents", [])
+    base_ns = int(kineto.get("baseTimeNanoseconds", 0))
+    found = read_span_files(spans_dir_of(inputs.session_dir, result.pid))
+    alignment = link_next_events(events, base_ns, found.next_calls)
+    next_events = [e for e in events if e.get("ph") == "X" and schema.is_dataloader_next(e.get("name", ""))]
+    steps_recorded = sum(1 for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
+    window = _window(events, base_ns, result)
     consumed = {
         (a[schema.ARG_LOADER], a[schema.ARG_EPOCH], a[schema.ARG_BATCH])
         for a in (e.get("args", {}) for e in next_events)
         if schema.ARG_BATCH in a
     }
-    events.extend(span_events(found, main_pid, base_ns, window, consumed))
-    events.extend(memory_events(inputs.memory_samples, {main_pid, *(w.pid for w in found.workers)}, base_ns, window))
+    events.extend(span_events(found, result.pid, base_ns, window, consumed))
+    events.extend(memory_events(inputs.memory_samples, {result.pid, *(w.pid for w in found.workers)}, base_ns, window))
 
     # torch.profiler writes distributedInfo only when the process group existed as the window opened
     # (often not yet): dlprof always writes the rank and world size it knows from the launcher.
     distributed = kineto.get("distributedInfo") if isinstance(kineto.get("distributedInfo"), dict) else {}
+    backend = distributed.get("backend")
     kineto["distributedInfo"] = {
         **distributed,
-        "backend": distributed.get("backend"),
-        "rank": result["rank"],
-        "world_size": result["world_size"],
+        "backend": backend,
+        "rank": result.rank,
+        "world_size": result.world_size,
     }
-    manifest, problems = parse_manifest(
-        {
-            "manifest_version": MANIFEST_VERSION,
-            "dlprof_version": result["versions"].get("dlprof"),
-            "status": result["status"],
-            "error": result["error"],
-            "exit_code": inputs.exit_code,
-            "command": inputs.command,
-            "script": inputs.script,
-            "rank": result["rank"],
-            "world_size": result["world_size"],
-            "local_rank": result.get("local_rank"),
-            "local_world_size": result.get("local_world_size"),
-            "process_argv": result.get("process_argv") or [],
-            "backend": distributed.get("backend"),
-            "schedule": {**result["schedule"], "step_mode": result["step_mode"]},
-            "steps": {"run": result["steps_run"], "recorded": steps_recorded},
-            "main_process_cpu": _main_cpu(result.get("step_clock") or [], window),
-            "loader": primary_loader(result["loaders"], next_events),
-            "loaders": result["loaders"],
-            "workers": [
-                {
-                    "pid": w.pid,
-                    "worker_id": w.worker_id,
-                    "loader": w.loader_id,
-                    "epoch": w.epoch,
-                    "start_ns": w.start_ns,
-                }
-                for w in found.workers
-            ],
-            "host": result["host"],
-            "versions": result["versions"],
-            "clock": {
-                "source": "CLOCK_REALTIME (time.time_ns), the clock of baseTimeNanoseconds",
-                "base_time_ns": base_ns,
-                "window_ns": list(window),
-                "worker_cpu_clock": "process CPU time",
-                "main_cpu_clock": "thread CPU time",
-                "alignment": alignment,
-            },
-            "memory": memory_summary(inputs.memory_samples, main_pid, found.workers, inputs.memory_interval_ms),
-            "span_records_skipped": found.skipped_records,
-            "step_clock": result.get("all_steps") or {},
-            "overrides": inputs.overrides or {},
-            "stopped_early": bool(result.get("stopped_early")),
-            "redacted": inputs.redact,
-        }
+    manifest = Manifest(
+        manifest_version=MANIFEST_VERSION,
+        dlprof_version=result.versions.get("dlprof"),
+        status=result.status,
+        error=result.error,
+        exit_code=inputs.exit_code,
+        command=inputs.command,
+        script=inputs.script,
+        rank=result.rank,
+        world_size=result.world_size,
+        local_rank=result.local_rank,
+        local_world_size=result.local_world_size,
+        process_argv=result.process_argv,
+        backend=backend if isinstance(backend, str) else None,
+        schedule=result.schedule,
+        steps=StepCounts(run=result.steps_run, recorded=steps_recorded),
+        main_process_cpu=_main_cpu(result.window_clock, window),
+        loader=primary_loader(result.loaders, next_events),
+        loaders=result.loaders,
+        workers=tuple(found.workers),
+        host=result.host,
+        versions=result.versions,
+        clock=_clock(base_ns, window, alignment),
+        memory=memory_summary(inputs.memory_samples, result.pid, found.workers, inputs.memory_interval_ms),
+        span_records_skipped=found.skipped_records,
+        step_clock=result.step_clock,
+        overrides=inputs.overrides or {},
+        stopped_early=result.stopped_early,
+        redacted=inputs.redact,
     )
-    for problem in problems:  # the writer and the dataclass disagree: a dlprof bug (tests check for none)
-        print(f"dlprof: internal: {problem}", file=sys.stderr)
+    return kineto, manifest
+
+
+def trace_document(kineto: dict, manifest: Manifest) -> dict:
+    """The final trace document: ``kineto`` (from :func:`merge_rank`) with the manifest as its ``dlprof`` object."""
     kineto[schema.MANIFEST_KEY] = manifest.to_dict()
     # distributedInfo first and metadata before the events: HTA reads a trace's rank from its first
     # lines, and a reader can take the manifest from the first kilobytes without parsing every event.
@@ -382,7 +398,7 @@ def merge_rank(kineto: dict, result: dict, inputs: MergeInputs) -> dict:
     return {
         **head,
         **{k: v for k, v in kineto.items() if k not in ("traceEvents", "distributedInfo")},
-        "traceEvents": events,
+        "traceEvents": kineto["traceEvents"],
     }
 
 

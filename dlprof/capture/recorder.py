@@ -1,4 +1,5 @@
-"""The ``torch.profiler`` lifecycle inside the training process: schedule, step, export, run facts.
+"""The ``torch.profiler`` lifecycle inside the training process: schedule, step, export, and the recording it hands
+over (:class:`~dlprof.results.record.RankResult`).
 
 One profiler step per training step: after each ``optimizer.step()`` of the first optimizer that
 steps (a global post-hook, so no code change), or, for a script that never steps an optimizer (for
@@ -16,16 +17,18 @@ import signal
 import socket
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
 
-from dlprof import __version__, manifest
+from dlprof import manifest, schema
+from dlprof._version import __version__
 from dlprof.capture import loader_probe, spanfile
 from dlprof.capture.calibrate import measure_handoff, measure_worker_startup
-from dlprof.capture.schedule import Schedule
-from dlprof.capture.session import env_int
+from dlprof.capture.rank_env import RankEnv
+from dlprof.manifest import Epoch, Gpu, Handoff, Host, LoaderConfig, Schedule, StepClock, WorkerStartup
+from dlprof.results.record import ClockReading, RankResult
 
 #: Batches returned with no optimizer step in between before the profiler steps per batch instead:
 #: a few, so that gradient accumulation over a handful of micro-batches is not mistaken for
@@ -54,7 +57,7 @@ class TrainingStopped(SystemExit):
         super().__init__(0)
 
 
-def host_facts() -> dict:
+def host_facts() -> Host:
     """Usable cores, memory and GPU of this machine, as the training process sees them."""
     import psutil
 
@@ -62,27 +65,27 @@ def host_facts() -> dict:
     gpu = None
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        gpu = {
-            "name": props.name,
-            "count": torch.cuda.device_count(),
-            "memory_mib": props.total_memory // 2**20,
-            "cuda": torch.version.cuda,
-            "hip": getattr(torch.version, "hip", None),
-        }
-    return {
-        "hostname": socket.gethostname(),
-        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "cpu_count": os.cpu_count(),
-        "ram_total_mib": memory.total // 2**20,
-        "ram_available_mib": memory.available // 2**20,
-        "gpu": gpu,
+        gpu = Gpu(
+            name=props.name,
+            count=torch.cuda.device_count(),
+            memory_mib=props.total_memory // 2**20,
+            cuda=torch.version.cuda,
+            hip=getattr(torch.version, "hip", None),
+        )
+    return Host(
+        hostname=socket.gethostname(),
+        usable_cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        cpu_count=os.cpu_count(),
+        ram_total_mib=memory.total // 2**20,
+        ram_available_mib=memory.available // 2**20,
+        gpu=gpu,
         # Intra-op threads: on a CPU device, training itself uses this many cores.
-        "torch_threads": torch.get_num_threads(),
-        "platform": platform.platform(),
-    }
+        torch_threads=torch.get_num_threads(),
+        platform=platform.platform(),
+    )
 
 
-def versions() -> dict:
+def versions() -> dict[str, str]:
     """Versions of the stack that shaped the trace; packages the script never imported are left out."""
     found = {"dlprof": __version__, "python": platform.python_version(), "torch": torch.__version__}
     for name in ("transformers", "peft", "tokenizers", "accelerate"):
@@ -92,9 +95,27 @@ def versions() -> dict:
     return found
 
 
-def calibrate() -> dict:
-    """This machine's DataLoader hand-off and worker start-up costs (``None`` where they cannot be measured)."""
-    return {"handoff": measure_handoff(), "worker_startup": measure_worker_startup()}
+def calibrate(host: Host) -> Host:
+    """``host`` with this machine's DataLoader hand-off and worker start-up costs (``None`` where they cannot be
+    measured)."""
+    handoff, startup = measure_handoff(), measure_worker_startup()
+    return replace(
+        host,
+        handoff=Handoff(**handoff) if handoff is not None else None,
+        worker_startup=WorkerStartup(**startup) if startup is not None else None,
+    )
+
+
+def loader_config(record: loader_probe.LoaderRecord) -> LoaderConfig:
+    """One DataLoader the process created, with its settings as the DataLoader really got them."""
+    return LoaderConfig(
+        id=record.loader_id,
+        iterations=record.iterations,
+        batches=record.batches,
+        length=record.length,
+        epochs=tuple(Epoch(**epoch.as_manifest()) for epoch in record.epochs),
+        **record.config,
+    )
 
 
 class Recorder:
@@ -104,13 +125,14 @@ class Recorder:
         self,
         schedule: Schedule,
         session_dir: Path,
-        rank: int = 0,
+        rank_env: RankEnv,
         reference_steps: int = 0,
         run_to_end: bool = True,
         top_level: bool = True,
     ):
         """
         Args:
+            rank_env: this process's rank, and the ranks of the run and of its machine.
             reference_steps: unprofiled steps to time after the window before training is stopped.
             run_to_end: let training run to its own end instead of stopping it after the reference steps.
             top_level: this is the process ``dlprof record`` started. Another process (a launcher's
@@ -119,17 +141,18 @@ class Recorder:
         """
         self.schedule = schedule
         self.session_dir = session_dir
-        self.rank = rank
+        self.rank_env = rank_env
+        self.rank = rank_env.rank
         self.reference_steps = reference_steps
         self.run_to_end = run_to_end
         self.top_level = top_level
         self.stopped_early = False
-        self.trace_path = session_dir / f"kineto-rank{rank}-{os.getpid()}.json"
+        self.trace_path = session_dir / f"kineto-rank{self.rank}-{os.getpid()}.json"
         self.steps = 0
         self.step_mode: str | None = None
         self.window_start_ns: int | None = None
         # Profiled steps' boundaries (wall, process CPU, run-queue): the main process's CPU per step.
-        self.step_clock: list[tuple[int, int, int]] = []
+        self.window_clock: list[tuple[int, int, int]] = []
         # Every step, profiled or not: [phase, wall, cpu, runq, wait, batches, epoch_start, fork_probe] (ns).
         self.all_steps: list[list] = []
         # Run-queue wait of the training thread: time it was ready to run but the cores were busy
@@ -230,7 +253,7 @@ class Recorder:
             self.window_start_ns = reading[0]
             window_was_open = True
         if window_was_open:
-            self.step_clock.append(reading)
+            self.window_clock.append(reading)
         if phase == manifest.PHASE_AFTER:
             self._steps_after_window += 1
             if epoch_started:
@@ -333,8 +356,8 @@ class Recorder:
             return
         self.exported = True
         # If this process dies from here on (SIGKILL, the out-of-memory killer), the window is kept:
-        # these facts stand in for the ones finish() would have written.
-        self._write_result({**self._result("partial", None), "provisional": True})
+        # this provisional recording stands in for the one finish() would have written.
+        self._write_result(replace(self._result(schema.STATUS_PARTIAL, None), provisional=True))
         # The recorded events are saved: release them now, so that they weigh on no later step.
         inner = getattr(profiler, "profiler", None)
         if inner is not None:
@@ -343,23 +366,23 @@ class Recorder:
             inner._old_function_events = None
         gc.collect()
 
-    def step_clock_columns(self) -> dict:
-        """:class:`dlprof.manifest.StepClock` of every step seen, in ms."""
-        ms = lambda ns: round(ns / 1e6, 4)
+    def step_clock_columns(self) -> StepClock:
+        """Every step seen, in ms (a step is never shorter than 0, whatever the wall clock did meanwhile)."""
+        ms = lambda ns: round(max(0, ns) / 1e6, 4)
         rows = self.all_steps
-        return {
-            "phase": [r[0] for r in rows],
-            "wall_ms": [ms(r[1]) for r in rows],
-            "cpu_ms": [ms(r[2]) for r in rows],
-            "runq_ms": [ms(r[3]) for r in rows],
-            "wait_ms": [ms(r[4]) for r in rows],
-            "batches": [r[5] for r in rows],
-            "epoch_start": [r[6] for r in rows],
-            "fork_probe": [r[7] for r in rows],
-        }
+        return StepClock(
+            phase=tuple(r[0] for r in rows),
+            wall_ms=tuple(ms(r[1]) for r in rows),
+            cpu_ms=tuple(ms(r[2]) for r in rows),
+            runq_ms=tuple(ms(r[3]) for r in rows),
+            wait_ms=tuple(ms(r[4]) for r in rows),
+            batches=tuple(r[5] for r in rows),
+            epoch_start=tuple(r[6] for r in rows),
+            fork_probe=tuple(r[7] for r in rows),
+        )
 
-    def finish(self, status: str, error: str | None) -> dict:
-        """Stop profiling (exporting what was recorded) and write this process's facts for the merge."""
+    def finish(self, status: str, error: str | None) -> RankResult:
+        """Stop profiling (exporting what was recorded) and write this process's recording for the merge."""
         self._reap_fork_probe()
         if self._profiler is not None:
             self._profiler.stop()  # mid-window (a failure, a short script): exports the steps so far
@@ -368,53 +391,42 @@ class Recorder:
         loader_probe.uninstall()  # the calibration's own DataLoader must not be recorded
         # Calibrate only after a run that completed (a failing process should exit promptly), and once per
         # machine: the merge gives the other ranks on it the same numbers.
-        if self.exported and result["loaders"] and status == "complete" and env_int("LOCAL_RANK", 0) == 0:
-            result["host"].update(calibrate())
+        if self.exported and result.loaders and status == schema.STATUS_COMPLETE and self.rank_env.local_rank == 0:
+            result = replace(result, host=calibrate(result.host))
         self._write_result(result)
         return result
 
-    def _result(self, status: str, error: str | None) -> dict:
-        """This process's facts for the merge."""
-        loaders = loader_probe.loader_records()
-        return {
-            "status": status,
-            "error": error,
-            "rank": self.rank,
-            "world_size": env_int("WORLD_SIZE", 1),
-            "local_rank": env_int("LOCAL_RANK", 0),
-            "local_world_size": env_int("LOCAL_WORLD_SIZE", 1),
-            "process_argv": list(getattr(sys, "orig_argv", sys.argv)),
-            "pid": os.getpid(),
-            "trace_file": self.trace_path.name if self.exported else None,
-            "export_error": self.export_error,
-            "steps_run": self.steps,
-            "step_mode": self.step_mode,
-            "schedule": asdict(self.schedule),
-            "window_start_ns": self.window_start_ns,
-            "step_clock": self.step_clock,
-            "all_steps": self.step_clock_columns(),
-            "stopped_early": self.stopped_early,
-            "finished_ns": time.time_ns(),
-            "loaders": [
-                {
-                    "id": r.loader_id,
-                    "iterations": r.iterations,
-                    "batches": r.batches,
-                    **r.config,
-                    "length": r.length,
-                    "epochs": [e.as_manifest() for e in r.epochs],
-                }
-                for r in loaders
-            ],
-            "host": host_facts(),
-            "versions": versions(),
-        }
+    def _result(self, status: str, error: str | None) -> RankResult:
+        """This process's recording for the merge."""
+        env = self.rank_env
+        return RankResult(
+            status=status,
+            error=error,
+            rank=env.rank,
+            world_size=env.world_size,
+            local_rank=env.local_rank,
+            local_world_size=env.local_world_size,
+            process_argv=tuple(getattr(sys, "orig_argv", sys.argv)),
+            pid=os.getpid(),
+            trace_file=self.trace_path.name if self.exported else None,
+            export_error=self.export_error,
+            steps_run=self.steps,
+            schedule=replace(self.schedule, step_mode=self.step_mode),
+            window_start_ns=self.window_start_ns,
+            window_clock=tuple(ClockReading(*reading) for reading in self.window_clock),
+            step_clock=self.step_clock_columns(),
+            stopped_early=self.stopped_early,
+            finished_ns=time.time_ns(),
+            loaders=tuple(loader_config(r) for r in loader_probe.loader_records()),
+            host=host_facts(),
+            versions=versions(),
+        )
 
-    def _write_result(self, result: dict) -> None:
+    def _write_result(self, result: RankResult) -> None:
         path = self.session_dir / f"result-rank{self.rank}-{os.getpid()}.json"
         tmp = path.with_suffix(".tmp")
         try:
-            tmp.write_text(json.dumps(result, indent=1))
+            tmp.write_text(json.dumps(asdict(result), indent=1))
             os.replace(tmp, path)
         except OSError as error:  # a full disk: dlprof record says so; the training must not fail for it
             print(f"dlprof: could not save the recording's facts ({path}: {error.strerror})", file=sys.stderr)

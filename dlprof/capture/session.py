@@ -32,25 +32,22 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from dlprof import schema
+
 #: Environment variable naming the session (scratch) directory of this recording.
 SESSION_ENV = "DLPROF_SESSION"
 #: File in the session directory holding a DlprofError raised inside a training process.
 ERROR_FILE = "error.txt"
-#: How the top-level process ended when it failed without recording (``{"status", "error"}``).
-ENDED_FILE = "ended.json"
+#: How the top-level process ended when it failed without recording: its error, one line of text.
+ENDED_FILE = "ended.txt"
+#: The recording's settings (schedule, loader spans, reference steps, ...), written by
+#: :func:`dlprof.capture.run_dir.write_session_config` and read by every process at start-up.
+CONFIG_FILE = "config.json"
 #: A recorded process that got SIGINT or SIGTERM leaves ``signalled-<pid>``: ``dlprof record`` then
 #: knows the signal arrived and does not pass it on a second time.
 SIGNALLED_PREFIX = "signalled-"
 #: Session sub-folder of span files: ``spans/<pid>/`` holds a training process's and its workers' spans.
 SPANS_DIR = "spans"
-
-
-def env_int(name: str, default: int) -> int:
-    """An integer from the environment (rank variables), ``default`` when unset or malformed."""
-    try:
-        return int(os.environ.get(name, ""))
-    except ValueError:
-        return default
 
 
 def spans_dir_of(session_dir: Path, pid: int) -> Path:
@@ -66,7 +63,7 @@ class Session:
         self.config = config
         self.recorder: Any = None  # a capture.recorder.Recorder once this process trains
         self.helper = False  # not recording, for good (the session is gone)
-        self.status = "complete"
+        self.status = schema.STATUS_COMPLETE
         self.error: str | None = None
         self.finished = False
         self.exit_hooks = False  # finish at exit (processes dlprof did not start itself)
@@ -119,13 +116,14 @@ class Session:
             if not self.session_dir.is_dir():  # dlprof record is gone (stopped): just train
                 self.helper = True
                 return False
+            from dlprof.capture.rank_env import RankEnv
             from dlprof.capture.recorder import Recorder
-            from dlprof.capture.schedule import Schedule
+            from dlprof.manifest import Schedule
 
             recorder = Recorder(
                 Schedule(**self.config["schedule"]),
                 self.session_dir,
-                rank=env_int("RANK", 0),
+                RankEnv.from_environ(),
                 reference_steps=self.config.get("reference_steps", 0),
                 run_to_end=self.config.get("run_to_end", True),
                 top_level=not self.exit_hooks,
@@ -176,23 +174,23 @@ class Session:
 
     def fail(self, error: str) -> None:
         """Mark the recording partial (the first reason given is kept)."""
-        if self.status == "complete":
-            self.status, self.error = "partial", error
+        if self.status == schema.STATUS_COMPLETE:
+            self.status, self.error = schema.STATUS_PARTIAL, error
 
     def finish(self, top_level: bool = False) -> None:
-        """Export and write this process's facts for the merge (once).
+        """Export and write this process's recording for the merge (once).
 
         Args:
             top_level: this is the process ``dlprof record`` started; if it never trained and failed,
-                say how it ended (``ended.json``), so that ``dlprof record`` can tell the user why
+                say how it ended (:data:`ENDED_FILE`), so that ``dlprof record`` can tell the user why
                 nothing was recorded.
         """
         if self.finished:
             return
         self.finished = True
         if self.recorder is None:
-            if top_level and self.status != "complete":
-                (self.session_dir / ENDED_FILE).write_text(json.dumps({"status": self.status, "error": self.error}))
+            if top_level and self.status != schema.STATUS_COMPLETE:
+                (self.session_dir / ENDED_FILE).write_text(str(self.error))
             return
         try:
             self.recorder.finish(self.status, self.error)
@@ -264,7 +262,7 @@ def arm(exit_hooks: bool = True) -> Session | None:
         return None
     session_dir = Path(directory)
     try:
-        config = json.loads((session_dir / "config.json").read_text())
+        config = json.loads((session_dir / CONFIG_FILE).read_text())
     except (OSError, ValueError):
         return None  # a stale variable from an earlier recording: run unrecorded
     _SESSION = session = Session(session_dir, config)
@@ -305,7 +303,7 @@ def start_in_process(session_dir: Path, config: dict) -> Session:
     finishes the recording (``session.finish(top_level=True)``) and merges it.
 
     Args:
-        session_dir: the scratch directory, holding ``config.json`` (the same settings as ``config``).
+        session_dir: the scratch directory, holding :data:`CONFIG_FILE` (the same settings as ``config``).
         config: schedule, loader_spans, reference_steps, run_to_end and overrides, as ``dlprof record`` writes them.
 
     Raises:

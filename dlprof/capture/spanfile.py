@@ -11,8 +11,9 @@ Every record is ``<kind, name, a_ns, b_ns, c_ns, d_ns, loader, epoch, batch, wor
   kind-specific: for ``batch`` spans the run-queue wait in ns (runnable but not running: the cores
   were busy), for ``collate_fn`` spans the number of tensors in the collated batch.
 * ``KIND_NEXT``: the main process's ``__next__`` from ``a_ns`` to ``b_ns`` that returned ``batch``.
-* ``KIND_WORKER``: worker ``worker`` of ``loader`` started at ``a_ns`` serving ``epoch``; ``batch`` holds
-  the loader's num_workers.
+* ``KIND_WORKER``: worker ``worker`` of ``loader`` started at ``a_ns`` serving ``epoch``
+  (a :class:`~dlprof.manifest.WorkerStart`); ``batch`` holds the loader's num_workers, which the
+  manifest takes from the loader's settings instead.
 """
 
 from __future__ import annotations
@@ -24,22 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlprof import schema
+from dlprof.manifest import WorkerStart
 
 RECORD = struct.Struct("<BBqqqqiiii")
 KIND_SPAN, KIND_NEXT, KIND_WORKER = 1, 2, 3
 SPAN_NAMES = schema.SPAN_NAMES
 SPAN_CODE = {name: code for code, name in enumerate(SPAN_NAMES)}
 SUFFIX = ".spans"
-
-
-@dataclass
-class WorkerStart:
-    pid: int
-    worker_id: int
-    loader_id: int
-    epoch: int
-    num_workers: int
-    start_ns: int
 
 
 @dataclass
@@ -108,7 +100,7 @@ def read_span_files(spans_dir: Path) -> SpanFiles:
             elif kind == KIND_NEXT:
                 found.next_calls.append(NextCall(a, b, loader, epoch, batch))
             elif kind == KIND_WORKER:
-                found.workers.append(WorkerStart(pid, worker, loader, epoch, batch, a))
+                found.workers.append(WorkerStart(pid, worker, loader, epoch, a))
             else:
                 found.skipped_records += 1
     return found

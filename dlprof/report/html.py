@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from html import escape
 
+from dlprof import schema
 from dlprof.analysis.steps import CATEGORIES
 from dlprof.report.common import (
     CATEGORY_LABELS,
@@ -552,7 +553,7 @@ def _run(run: RunReport, index: int) -> str:
         f"<h2>Run: {_e(info.name)}</h2>",
         f'<p class="sub">{_e(info.trace_file)}</p>',
     ]
-    if info.status and info.status != "complete":
+    if info.status and info.status != schema.STATUS_COMPLETE:
         parts.append(f'<p class="note">Note: the recording is {_e(info.status)}.</p>')
     parts.append(f'<p class="verdict {VERDICT_CLASS.get(advice.verdict, "warn")}">{_e(verdict_line(run))}</p>')
     parts.append(_facts(run))

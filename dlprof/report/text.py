@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dlprof import schema
 from dlprof.report.common import (
     PREDICTED_HEADER,
     RANKS_HEADER,
@@ -35,7 +36,7 @@ def _table(rows: list[list[str]], header: list[str]) -> list[str]:
 def _run(run: RunReport) -> list[str]:
     info, steps, loader, gpu, advice = run.info, run.steps, run.loader, run.gpu, run.advice
     lines = [f"dlprof analyze: {info.name}  ({info.trace_file})", f"run: {run_line(info)}"]
-    if info.status and info.status != "complete":
+    if info.status and info.status != schema.STATUS_COMPLETE:
         lines.append(f"note: the recording is {info.status}")
     lines += [
         (

@@ -27,9 +27,11 @@ from pathlib import Path
 
 from dlprof import schema
 from dlprof.advice.rules import WITHIN_BEST
-from dlprof.capture.launcher import RecordRequest, child_argv, record
-from dlprof.capture.schedule import Schedule
+from dlprof.capture.child import child_argv
+from dlprof.capture.record import record
 from dlprof.errors import DlprofError, RecordError, UsageError
+from dlprof.manifest import Schedule
+from dlprof.results.record import RecordRequest
 from dlprof.workflows.analyze import RunReport
 
 SCHEMA = "dlprof.sweep/1"

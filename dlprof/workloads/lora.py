@@ -24,9 +24,8 @@ import warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from dlprof.capture.schedule import Schedule
 from dlprof.errors import InputError, UsageError
-from dlprof.manifest import EPOCH_SETTLE_STEPS, whole_epochs_to_time
+from dlprof.manifest import EPOCH_SETTLE_STEPS, Schedule, whole_epochs_to_time
 from dlprof.workloads.records import load_examples
 
 DATA_DIR = Path(__file__).resolve().parent / "data"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,13 +12,15 @@ from dlprof import schema
 from dlprof.capture import merge, spanfile
 from dlprof.capture.memory import MemorySample
 from dlprof.capture.session import spans_dir_of
+from dlprof.manifest import Host, LoaderConfig, Schedule, StepClock, WorkerStart, parse_manifest
+from dlprof.results.record import ClockReading, RankResult
 
 BASE_NS = 1_700_000_000_000_000_000
 MAIN_PID, WORKER_PID = 100, 201
 MIB = 2**20
 
 
-def kineto() -> dict:
+def kineto_trace() -> dict:
     """Two steps; each starts with a DataLoader __next__ (ts in µs since BASE_NS)."""
     next_name = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
     return {
@@ -110,32 +114,39 @@ def session(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def result() -> dict:
-    return {
-        "status": "complete",
-        "error": None,
-        "rank": 0,
-        "world_size": 1,
-        "pid": MAIN_PID,
-        "steps_run": 9,
-        "step_mode": "optimizer",
-        "schedule": {"wait": 2, "warmup": 2, "active": 2},
-        "window_start_ns": BASE_NS + 400_000,
-        "finished_ns": BASE_NS + 5_000_000,
-        "loaders": [{"id": 0, "iterations": 1, "batches": 9, "num_workers": 2}],
-        "host": {"hostname": "h", "usable_cores": 2},
-        "versions": {"dlprof": "0.1.0"},
-    }
+def result() -> RankResult:
+    return RankResult(
+        status=schema.STATUS_COMPLETE,
+        error=None,
+        rank=0,
+        world_size=1,
+        local_rank=0,
+        local_world_size=1,
+        process_argv=("python", "t.py"),
+        pid=MAIN_PID,
+        trace_file="kineto.json",
+        export_error=None,
+        steps_run=9,
+        schedule=Schedule(2, 2, 2, step_mode="optimizer"),
+        window_start_ns=BASE_NS + 400_000,
+        window_clock=(),
+        step_clock=StepClock(),
+        stopped_early=False,
+        finished_ns=BASE_NS + 5_000_000,
+        loaders=(LoaderConfig(id=0, iterations=1, batches=9, num_workers=2),),
+        host=Host(hostname="h", usable_cores=2),
+        versions={"dlprof": "0.1.0"},
+    )
 
 
 def merged(session: Path, samples: list[MemorySample] | None = None) -> dict:
-    inputs = merge.MergeInputs(session, ["dlprof", "record"], ["python", "t.py"], 0, samples or [], 100)
-    return merge.merge_rank(kineto(), result(), inputs)
+    inputs = merge.MergeInputs(session, ("dlprof", "record"), ("python", "t.py"), 0, samples or [], 100)
+    return merge.trace_document(*merge.merge_rank(kineto_trace(), result(), inputs))
 
 
 def test_read_span_files_parses_each_kind_and_counts_broken_records(session):
     found = spanfile.read_span_files(spans_dir_of(session, MAIN_PID))
-    assert [(w.pid, w.worker_id, w.num_workers) for w in found.workers] == [(WORKER_PID, 0, 2)]
+    assert found.workers == [WorkerStart(pid=WORKER_PID, worker_id=0, loader=0, epoch=0, start_ns=us(10))]
     assert len(found.spans) == 6
     assert [c.batch for c in found.next_calls] == [3, 4]
     assert found.skipped_records == 1
@@ -238,3 +249,23 @@ def test_atomic_write_leaves_only_the_final_file(tmp_path):
     merge.write_gzip_json_atomically({"traceEvents": []}, final, tmp_path / "run" / ".scratch")
     assert final.exists()
     assert list((tmp_path / "run" / ".scratch").iterdir()) == []
+
+
+def test_the_manifest_is_built_typed_and_written_as_it_is(session):
+    readings = (
+        ClockReading(BASE_NS + 100_000, 0, 0),  # before the window: left out
+        ClockReading(BASE_NS + 1_000_000, 10_000_000, 1_000_000),
+        ClockReading(BASE_NS + 2_000_000, 12_000_000, 1_500_000),
+        ClockReading(BASE_NS + 3_000_000, 15_000_000, 1_500_000),
+    )
+    rank = replace(result(), window_clock=readings)
+    inputs = merge.MergeInputs(session, ("dlprof", "record"), ("python", "t.py"), 0, [], 100)
+    kineto, manifest = merge.merge_rank(kineto_trace(), rank, inputs)
+    assert schema.MANIFEST_KEY not in kineto  # the manifest goes in last, redacted or not
+    cpu = manifest.main_process_cpu
+    assert (cpu.steps, cpu.wall_ms_per_step, cpu.cpu_ms_per_step, cpu.runq_ms_per_step) == (2, 1.0, 2.5, 0.25)
+    assert manifest.loader == rank.loaders[0] and manifest.schedule == rank.schedule
+    assert [(w.pid, w.loader) for w in manifest.workers] == [(WORKER_PID, 0)]
+    document = merge.trace_document(kineto, manifest)
+    written = json.loads(merge.dumps_trace(document))[schema.MANIFEST_KEY]
+    assert parse_manifest(written) == (manifest, ())

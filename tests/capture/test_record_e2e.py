@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -177,6 +178,53 @@ def test_a_long_training_is_stopped_cleanly_after_the_window(tmp_path):
         and manifest["exit_code"] == 0
     )
     assert manifest["step_clock"]["phase"].count("after") == 10 and manifest["steps"]["run"] == 2 + 1 + 5 + 10
+    assert leftover_processes(script.name) == []
+
+
+SHORT_EPOCHS_SCRIPT = """
+import time, torch
+from torch.utils.data import DataLoader
+loader = DataLoader(list(range(4 * 30)), batch_size=4)  # 30 batches an epoch: whole epochs are timed
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for epoch in range(1000):
+    for batch in loader:
+        time.sleep(0.001)
+        model(batch.float().unsqueeze(1).expand(-1, 4)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+"""
+
+
+def test_the_stop_message_counts_the_reference_steps_the_report_uses(tmp_path):
+    """With short epochs the recorder times whole epochs, not the 6 steps asked for: the message says how many it
+    timed, as the report counts them."""
+    script = tmp_path / "train_short_epochs.py"
+    script.write_text(SHORT_EPOCHS_SCRIPT)
+    done = run_dlprof(
+        "record",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "epochs",
+        "--wait",
+        "1",
+        "--warmup",
+        "1",
+        "--active",
+        "3",
+        "--reference-steps",
+        "6",
+        "--",
+        "python",
+        str(script),
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    said = re.search(r"stopped training after the window and (\d+) unprofiled reference steps", done.stdout)
+    assert said is not None, done.stdout
+    counted = analyze(tmp_path / "epochs").runs[0].unprofiled.reference_steps
+    assert int(said.group(1)) == counted and counted > 6
     assert leftover_processes(script.name) == []
 
 

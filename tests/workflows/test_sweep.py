@@ -18,9 +18,9 @@ import pytest
 import dlprof
 from dlprof.advice.model import Prediction
 from dlprof.analysis.unprofiled import UnprofiledStats
-from dlprof.capture.launcher import RecordRequest, RecordResult
 from dlprof.errors import RecordError, UsageError
 from dlprof.report.sweep import document, render, verdict_line
+from dlprof.results.record import RecordRequest, RecordResult
 from dlprof.workflows import sweep as sweep_module
 from dlprof.workflows.sweep import (
     OUTCOME_HELD,

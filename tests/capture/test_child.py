@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from dlprof.capture.launcher import child_argv
+from dlprof.capture.child import child_argv
 from dlprof.errors import InputError, UsageError
 
 INJECT = ["-m", "dlprof.capture.inject"]

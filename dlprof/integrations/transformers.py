@@ -3,8 +3,8 @@ record`` cannot wrap.
 
 It leaves the same run directory as ``dlprof record`` (``<out_dir>/<name>/<host>_<pid>.<ms>.pt.trace.json.gz``),
 DataLoader worker spans and memory included, through the same machinery: a
-:class:`dlprof.capture.session.Session` for this process, and :func:`dlprof.capture.launcher.write_traces`
-to merge it. What differs is who starts and ends it:
+:class:`dlprof.capture.session.Session` for this process, and :func:`dlprof.capture.finalize.write_traces`
+to merge (and, with ``redact=True``, redact) it. What differs is who starts and ends it:
 
 * The callback's constructor creates the run directory and instruments DataLoaders: the Trainer builds
   its DataLoader inside ``train()``, *before* ``on_train_begin``, so the probe must be in place by then.
@@ -32,11 +32,21 @@ from typing import Any
 from transformers import TrainerCallback
 
 from dlprof import schema
-from dlprof.capture import launcher, loader_probe, merge
+from dlprof.capture import finalize, loader_probe, merge
 from dlprof.capture import session as session_module
-from dlprof.capture.memory import DEFAULT_INTERVAL_MS, MemorySampler
-from dlprof.capture.schedule import Schedule
+from dlprof.capture.memory import MemorySampler
+from dlprof.capture.rank_env import RankEnv
+from dlprof.capture.run_dir import (
+    RUN_NAME_RULE,
+    default_run_name,
+    is_run_name,
+    prepare_run_dir,
+    remove_unrecorded,
+    write_session_config,
+)
 from dlprof.errors import DlprofError, UsageError
+from dlprof.manifest import Schedule
+from dlprof.results.record import DEFAULT_MEMORY_INTERVAL_MS, RecordRequest, RecordResult
 
 #: What the callback's messages call the training command (``dlprof record`` names the user's script).
 TRAIN_CALL = "trainer.train()"
@@ -54,16 +64,64 @@ _INACTIVE = "inactive"  # this process is recorded another way (dlprof record), 
 _ACTIVE: DlprofCallback | None = None
 
 
-def default_run_name(out_dir: Path) -> str:
+def _default_name(out_dir: Path) -> str:
     """``<script>-<date>-<time>``, as ``dlprof record`` names runs (``notebook-...`` in Jupyter), made unique in
     ``out_dir``."""
     argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
-    if "ipykernel" in sys.modules or not argv0.endswith(".py"):
-        script = "notebook" if "ipykernel" in sys.modules else "trainer"
-    else:
-        path = Path(argv0)
-        script = path.parent.name if path.stem == "__main__" else path.stem  # python -m package: the package's name
-    return launcher.unique_run_name(out_dir, script)
+    in_notebook = "ipykernel" in sys.modules
+    script = (argv0,) if argv0.endswith(".py") and not in_notebook else ()
+    return default_run_name(script, out_dir, fallback="notebook" if in_notebook else "trainer")
+
+
+def _run_name(name: str | None, out_dir: Path) -> str:
+    """The run directory's name: ``name``, else the default one; raises UsageError for a name that is no run name."""
+    name = name or _default_name(out_dir)
+    if not is_run_name(name):
+        raise UsageError(f"DlprofCallback: name={name!r}: {RUN_NAME_RULE}")
+    return name
+
+
+def _check_arguments(wait: int, warmup: int, active: int, reference_steps: int) -> None:
+    """Raise UsageError for a schedule that cannot work, said as the callback's arguments (``active=0``)."""
+    try:
+        Schedule(wait, warmup, active).check()
+    except UsageError as error:
+        raise UsageError("DlprofCallback: " + re.sub(r"--(\w+) ", r"\1=", str(error)).replace("--", "")) from None
+    if reference_steps < 0:
+        raise UsageError(f"DlprofCallback: reference_steps={reference_steps}: must be >= 0")
+
+
+def _recorded_elsewhere(stop_after_window: bool) -> bool:
+    """Whether this process is recorded by ``dlprof record``, or by rank 0's callback: then the callback does
+    nothing."""
+    current = session_module.current()
+    if current is not None and not current.finished and (_ACTIVE is None or current is not _ACTIVE._session):
+        print(
+            "dlprof: DlprofCallback does nothing here: dlprof record is recording this process already", file=sys.stderr
+        )
+        return True
+    ranks = RankEnv.from_environ()
+    if stop_after_window and ranks.world_size > 1:
+        raise UsageError(
+            "DlprofCallback: stop_after_window=True would stop rank 0 only, and the other ranks would hang: "
+            "drop it, or record with 'dlprof record -- torchrun ...', which stops every rank"
+        )
+    return ranks.rank != 0  # rank 0's callback records; one trace of a rank stands for the others
+
+
+def _start_session(request: RecordRequest) -> tuple[Path, session_module.Session]:
+    """Claim the run directory and start this process's session in it, as ``dlprof record`` would."""
+    try:
+        run_dir = prepare_run_dir(request.out_dir, request.name, fix="pass another name= or delete that directory")
+    except UsageError as error:
+        raise UsageError(f"DlprofCallback: {error}") from None
+    scratch = run_dir / schema.SCRATCH_DIR
+    config = write_session_config(scratch, request)
+    try:
+        return run_dir, session_module.start_in_process(scratch, config)
+    except BaseException:
+        remove_unrecorded(run_dir)
+        raise
 
 
 class DlprofCallback(TrainerCallback):
@@ -87,7 +145,7 @@ class DlprofCallback(TrainerCallback):
     process is recorded by ``dlprof record``, or by rank 0's callback.
 
     Attributes:
-        result: the :class:`~dlprof.capture.launcher.RecordResult` once ``train()`` has ended (None before,
+        result: the :class:`~dlprof.results.record.RecordResult` once ``train()`` has ended (None before,
             and when nothing could be recorded).
         error: why no trace was written (a :class:`~dlprof.errors.DlprofError`), else None.
         run_dir: the run directory (None when the callback does nothing).
@@ -103,6 +161,7 @@ class DlprofCallback(TrainerCallback):
         reference_steps: int = 40,
         stop_after_window: bool = False,
         loader_spans: bool = True,
+        redact: bool = False,
     ):
         """
         Args:
@@ -114,6 +173,8 @@ class DlprofCallback(TrainerCallback):
             stop_after_window: stop training (``control.should_training_stop``) once the window and the
                 reference steps are recorded; by default training runs to its own end.
             loader_spans: record dataset fetch, tokenizer and collate spans in the loader processes.
+            redact: write the trace safe to post, as ``dlprof record --redact`` does: host names, the user,
+                command-line arguments and paths become placeholders.
 
         Raises:
             UsageError: a bad schedule or name, or a run directory that already holds a recorded run.
@@ -124,71 +185,44 @@ class DlprofCallback(TrainerCallback):
         self.reference_steps = reference_steps
         self.stop_after_window = stop_after_window
         self.loader_spans = loader_spans
-        self.result: launcher.RecordResult | None = None
+        self.redact = redact
+        self.result: RecordResult | None = None
         self.error: DlprofError | None = None
         self.run_dir: Path | None = None
         self._session: session_module.Session | None = None
         self._sampler: MemorySampler | None = None
-        try:
-            Schedule(wait, warmup, active).check()
-        except UsageError as error:
-            # Said as the callback's arguments ("active=0"), not as dlprof record's options ("--active 0").
-            raise UsageError("DlprofCallback: " + re.sub(r"--(\w+) ", r"\1=", str(error)).replace("--", "")) from None
-        if reference_steps < 0:
-            raise UsageError(f"DlprofCallback: reference_steps={reference_steps}: must be >= 0")
-        current = session_module.current()
-        if current is not None and not current.finished and (_ACTIVE is None or current is not _ACTIVE._session):
-            print(
-                "dlprof: DlprofCallback does nothing here: dlprof record is recording this process already",
-                file=sys.stderr,
-            )
+        _check_arguments(wait, warmup, active, reference_steps)
+        if _recorded_elsewhere(stop_after_window):
             self._state = _INACTIVE
             return
-        if stop_after_window and session_module.env_int("WORLD_SIZE", 1) > 1:
-            raise UsageError(
-                "DlprofCallback: stop_after_window=True would stop rank 0 only, and the other ranks would hang: "
-                "drop it, or record with 'dlprof record -- torchrun ...', which stops every rank"
-            )
-        if session_module.env_int("RANK", 0) != 0:
-            self._state = _INACTIVE  # rank 0's callback records; one trace of a rank stands for the others
-            return
-        name = name or default_run_name(self.out_dir)
-        if not launcher._RUN_NAME.match(name):
-            raise UsageError(f"DlprofCallback: name={name!r}: use letters, digits, '.', '_' and '-' only")
+        self.name = _run_name(name, self.out_dir)
         if _ACTIVE is not None:  # first: an interrupted recording it ends may be this name's
             _ACTIVE._make_way()
-        run_dir = self.out_dir / name
-        if run_dir.exists() and any(run_dir.glob("*" + schema.TRACE_SUFFIX)):
-            raise UsageError(
-                f"DlprofCallback: {run_dir} already holds a recorded run; pass another name= or delete that directory"
-            )
-        self.name = name
-        request = launcher.RecordRequest(
-            (),
-            self.out_dir,
-            name,
-            wait,
-            warmup,
-            active,
-            loader_spans=loader_spans,
-            reference_steps=reference_steps,
-            run_to_end=True,
-        )
-        self.run_dir = launcher.prepare_run_dir(request)
-        scratch = self.run_dir / schema.SCRATCH_DIR
-        # As dlprof record writes it. run_to_end: the recorder never raises SystemExit here (it would
-        # end a notebook's kernel); stop_after_window stops training through the Trainer's control.
-        config = launcher.write_session_config(scratch, request)
-        try:
-            self._session = session_module.start_in_process(scratch, config)
-        except BaseException:
-            launcher.remove_unrecorded(self.run_dir)
-            raise
+        self.run_dir, self._session = _start_session(self._request())
         # Not before train(): a DataLoader iterated or an optimizer stepped in the notebook meanwhile
         # must not start the recording. (The session's "helper" state records nothing.)
         self._session.helper = True
         self._state = _ARMED
         _ACTIVE = self
+
+    def _request(self) -> RecordRequest:
+        """What this callback records, as ``dlprof record`` would be asked it.
+
+        ``run_to_end``: the recorder never raises SystemExit here (it would end a notebook's kernel);
+        ``stop_after_window`` stops training through the Trainer's control instead.
+        """
+        return RecordRequest(
+            (),
+            self.out_dir,
+            self.name,
+            self.wait,
+            self.warmup,
+            self.active,
+            loader_spans=self.loader_spans,
+            reference_steps=self.reference_steps,
+            run_to_end=True,
+            redact=self.redact,
+        )
 
     # ------------------------------------------------------------------------------------- Trainer events
 
@@ -208,7 +242,7 @@ class DlprofCallback(TrainerCallback):
                 f"DlprofCallback: this callback recorded one train() already {where}; to record another, "
                 "replace it: trainer.remove_callback(DlprofCallback); trainer.add_callback(DlprofCallback(name=...))"
             )
-        self._sampler = MemorySampler(os.getpid(), DEFAULT_INTERVAL_MS)
+        self._sampler = MemorySampler(os.getpid(), DEFAULT_MEMORY_INTERVAL_MS)
         self._sampler.start()
         self._state = _TRAINING
         self._session.helper = False  # the first DataLoader iteration or optimizer step from now on starts recording
@@ -227,7 +261,7 @@ class DlprofCallback(TrainerCallback):
 
     # ------------------------------------------------------------------------------------- finishing
 
-    def finish(self) -> launcher.RecordResult | None:
+    def finish(self) -> RecordResult | None:
         """Finish now: after a ``train()`` that was interrupted (its trace is then ``partial``), or to drop
         a callback that never trained (its empty run directory is removed). ``on_train_end`` calls this
         itself; calling it again does nothing.
@@ -249,7 +283,7 @@ class DlprofCallback(TrainerCallback):
         elif self._state == _ARMED:
             self._session.finished = True
             self._detach()
-            launcher.remove_unrecorded(self.run_dir)
+            remove_unrecorded(self.run_dir)
             self._state = _REPLACED
         if _ACTIVE is self:
             _ACTIVE = None
@@ -265,29 +299,8 @@ class DlprofCallback(TrainerCallback):
         finally:
             samples = self._sampler.stop() if self._sampler is not None else []
             self._detach()
-        command = [
-            "dlprof.hf.DlprofCallback",
-            f"out_dir={self.out_dir}",
-            f"name={self.name}",
-            f"wait={self.wait}",
-            f"warmup={self.warmup}",
-            f"active={self.active}",
-            f"reference_steps={self.reference_steps}",
-            f"stop_after_window={self.stop_after_window}",
-            f"loader_spans={self.loader_spans}",
-        ]
-        inputs = merge.MergeInputs(session.session_dir, command, list(sys.argv), 0, samples, DEFAULT_INTERVAL_MS)
         try:
-            self.result = launcher.write_traces(
-                self.run_dir,
-                [TRAIN_CALL],
-                0,
-                samples,
-                inputs,
-                first_recorded_step=self.wait + self.warmup + 1,
-                schedule_options=f"wait={self.wait}, warmup={self.warmup}",
-                schedule_names="wait/warmup",
-            )
+            self.result = finalize.write_traces(self.run_dir, self._merge_inputs(samples), self._wording())
         except DlprofError as failure:
             self.error = failure
             print(f"dlprof: no trace written: {failure}", file=sys.stderr)
@@ -301,6 +314,38 @@ class DlprofCallback(TrainerCallback):
         print(
             f"dlprof: trace {result.trace_path} ({result.steps_recorded} steps recorded, {status},"
             f" {result.workers_seen} DataLoader worker(s) seen); analyse it with: dlprof analyze {result.run_dir}"
+        )
+
+    def _merge_inputs(self, samples: list) -> merge.MergeInputs:
+        """What the merge knows beyond the session: the callback's arguments stand for the command line."""
+        command = [
+            "dlprof.hf.DlprofCallback",
+            f"out_dir={self.out_dir}",
+            f"name={self.name}",
+            f"wait={self.wait}",
+            f"warmup={self.warmup}",
+            f"active={self.active}",
+            f"reference_steps={self.reference_steps}",
+            f"stop_after_window={self.stop_after_window}",
+            f"loader_spans={self.loader_spans}",
+            *(["redact=True"] if self.redact else []),
+        ]
+        return merge.MergeInputs(
+            self._session.session_dir,
+            tuple(command),
+            tuple(sys.argv),
+            0,
+            samples,
+            DEFAULT_MEMORY_INTERVAL_MS,
+            redact=self.redact,
+        )
+
+    def _wording(self) -> finalize.Wording:
+        return finalize.Wording(
+            command=TRAIN_CALL,
+            first_recorded_step=self.wait + self.warmup + 1,
+            schedule_options=f"wait={self.wait}, warmup={self.warmup}",
+            schedule_names="wait/warmup",
         )
 
     def _detach(self) -> None:

@@ -3,12 +3,20 @@ Trainer-specific facts it relies on (batch size through accelerate, who created 
 
 from __future__ import annotations
 
+import getpass
+import gzip
+import json
+import os
+import re
 import signal
+import socket
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
-from conftest import load_trace, trace_files
+from conftest import TESTS_DIR, load_trace, trace_files
 from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler
 
 from dlprof import schema
@@ -38,7 +46,7 @@ class RandomTokens(Dataset):
 @pytest.fixture
 def fresh_process(monkeypatch):
     """This test process as a fresh notebook kernel: no session, and none left behind for later tests."""
-    from dlprof.capture import hf
+    from dlprof.integrations import transformers as hf
 
     monkeypatch.delenv(session_module.SESSION_ENV, raising=False)
     monkeypatch.setattr(session_module, "_SESSION", None)
@@ -168,6 +176,88 @@ def test_an_interrupted_train_leaves_a_partial_trace(tmp_path, fresh_process):
     assert callback.finish() is result and _no_session_hook_left()
 
 
+def _occurs(original: str, text: str) -> bool:
+    """Whether ``original`` is in ``text`` as a whole word (not inside a longer one: host ``vm`` in ``kvm``)."""
+    return re.search(rf"(?<![A-Za-z0-9]){re.escape(original)}(?![A-Za-z0-9])", text) is not None
+
+
+@pytest.mark.slow
+def test_redact_writes_the_trace_as_dlprof_record_redact_does(tmp_path, fresh_process):
+    from dlprof.hf import DlprofCallback
+
+    out = tmp_path / "proj-wombat-5521"
+    callback = DlprofCallback(out_dir=out, name="r", wait=1, warmup=1, active=3, reference_steps=3, redact=True)
+    _trainer(tmp_path, callback, dataset_len=128, max_steps=12, num_workers=0).train()
+    [trace] = trace_files(out / "r")
+    assert trace.name.startswith("host-") and callback.result.trace_path == trace
+    with gzip.open(trace, "rt", encoding="utf-8") as f:
+        text = f.read()
+    originals = [socket.gethostname(), str(Path.home()), "proj-wombat-5521", str(tmp_path)]
+    try:
+        originals.append(getpass.getuser())
+    except (KeyError, OSError):
+        pass
+    for original in (o for o in originals if len(o) > 1):
+        assert not _occurs(original, text), f"{original!r} in the redacted trace"
+    manifest = json.loads(text)[schema.MANIFEST_KEY]
+    assert manifest["redacted"] is True and manifest["host"]["hostname"].startswith("[host-")
+    assert manifest["steps"]["recorded"] == 3 and "redact=True" in manifest["command"]  # numbers kept
+    typed = callback.result.manifests[0]  # the result holds the manifest as written
+    assert typed.redacted and typed.host.hostname == manifest["host"]["hostname"]
+
+
+_TRAIN_WITHOUT_A_NAME = """
+import sys
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+from dlprof.hf import DlprofCallback
+
+
+class Tokens(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        ids = torch.randint(0, 100, (16,), generator=torch.Generator().manual_seed(index))
+        return {"input_ids": ids, "labels": ids}
+
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+callback = DlprofCallback(out_dir=sys.argv[1], wait=1, warmup=1, active=2, reference_steps=2)
+model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=16))
+args = TrainingArguments(
+    output_dir=sys.argv[2], max_steps=8, per_device_train_batch_size=4, report_to=[], use_cpu=True,
+    save_strategy="no", logging_strategy="no", disable_tqdm=True,
+)
+Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=[callback]).train()
+"""
+
+
+@pytest.mark.slow
+def test_a_script_name_that_is_no_run_name_is_cleaned(tmp_path):
+    """``DlprofCallback()`` without ``name=`` in ``my träin (v2).py``: the run is named as ``dlprof record`` would."""
+    script = tmp_path / "my träin (v2).py"
+    script.write_text(_TRAIN_WITHOUT_A_NAME, encoding="utf-8")
+    out = tmp_path / "traces"
+    repo = str(TESTS_DIR.parent)
+    done = subprocess.run(
+        [sys.executable, str(script), str(out), str(tmp_path / "trainer-out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (repo, os.environ.get("PYTHONPATH"))))},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    [run_dir] = out.iterdir()
+    assert re.fullmatch(r"my_tr_in_v2-\d{8}-\d{6}", run_dir.name), run_dir.name
+    [trace] = trace_files(run_dir)
+    assert f"dlprof: trace {trace}" in done.stdout
+    assert load_trace(run_dir)[schema.MANIFEST_KEY]["steps"]["recorded"] == 2
+
+
 def test_a_newer_callback_replaces_one_that_never_trained(tmp_path, fresh_process):
     from dlprof.hf import DlprofCallback
 
@@ -212,16 +302,24 @@ def test_under_dlprof_record_the_callback_does_nothing(tmp_path, fresh_process, 
 
 
 def test_default_name_is_the_script_and_the_time(tmp_path, monkeypatch):
-    from dlprof.capture import hf, launcher
+    import time
+
+    from dlprof.integrations import transformers as hf
 
     monkeypatch.setattr(sys, "argv", ["/somewhere/train_model.py", "--lr", "1"])
     monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
-    monkeypatch.setattr(launcher.time, "strftime", lambda fmt: "20260101-120000")
-    assert hf.default_run_name(tmp_path) == "train_model-20260101-120000"
+    monkeypatch.setattr(time, "strftime", lambda fmt: "20260101-120000")
+    assert hf._default_name(tmp_path) == "train_model-20260101-120000"
     (tmp_path / "train_model-20260101-120000").mkdir()
-    assert hf.default_run_name(tmp_path) == "train_model-20260101-120000-2"
+    assert hf._default_name(tmp_path) == "train_model-20260101-120000-2"
+    monkeypatch.setattr(sys, "argv", ["/somewhere/my träin (v2).py"])  # cleaned as dlprof record cleans it
+    assert hf._default_name(tmp_path) == "my_tr_in_v2-20260101-120000"
+    monkeypatch.setattr(sys, "argv", ["/somewhere/package/__main__.py"])  # python -m package
+    assert hf._default_name(tmp_path) == "package-20260101-120000"
+    monkeypatch.setattr(sys, "argv", [""])  # an interactive interpreter
+    assert hf._default_name(tmp_path) == "trainer-20260101-120000"
     monkeypatch.setitem(sys.modules, "ipykernel", sys)  # in Jupyter
-    assert hf.default_run_name(tmp_path) == "notebook-20260101-120000"
+    assert hf._default_name(tmp_path) == "notebook-20260101-120000"
 
 
 def test_batch_size_comes_from_the_batch_sampler(monkeypatch):

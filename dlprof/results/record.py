@@ -1,0 +1,115 @@
+"""What ``dlprof record`` is asked, what each recorded process hands over, and what the record produced.
+
+:class:`RecordRequest` goes in (the CLI, ``dlprof sweep`` and ``DlprofCallback`` build it);
+:class:`RankResult` is one training process's recording, written by the recorder into the session
+directory and read back by ``dlprof record``'s own process through one parser
+(:func:`dlprof.capture.finalize.read_rank_result`); the merge turns it and the rank's trace into the
+trace's :class:`~dlprof.manifest.Manifest`; :class:`RecordResult` comes out. Standard library and
+:mod:`dlprof.manifest` only: no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dlprof.manifest import Host, LoaderConfig, Manifest, Schedule, StepClock
+
+#: Shortest period of the memory sampler (:mod:`dlprof.capture.memory`), ms: resolves a worker's start-up and
+#: growth over a run of seconds.
+DEFAULT_MEMORY_INTERVAL_MS = 100
+
+
+@dataclass(frozen=True)
+class RecordRequest:
+    """Everything ``dlprof record`` was asked to do."""
+
+    command: tuple[str, ...]
+    out_dir: Path
+    name: str
+    wait: int
+    warmup: int
+    active: int
+    cli_argv: tuple[str, ...] = ()
+    memory_interval_ms: int = DEFAULT_MEMORY_INTERVAL_MS
+    loader_spans: bool = True
+    #: Unprofiled steps timed after the window (the training's real speed, without the profiler).
+    reference_steps: int = 0
+    #: Let the training run to its own end; else it is stopped once the reference steps are timed.
+    run_to_end: bool = True
+    #: DataLoader settings imposed on the script (dlprof sweep): {"num_workers": n}.
+    overrides: dict | None = None
+    #: The name was made up by dlprof: if it is taken, take the next free one instead of failing.
+    fresh_name_if_taken: bool = False
+    #: ``--redact``: traces with placeholders for host names, the user, arguments and paths (dlprof.redact).
+    redact: bool = False
+
+    @property
+    def schedule(self) -> Schedule:
+        """The profiler's schedule (:meth:`~dlprof.manifest.Schedule.check` it before anything starts)."""
+        return Schedule(self.wait, self.warmup, self.active)
+
+
+@dataclass(frozen=True)
+class ClockReading:
+    """The training process's clocks at a step boundary, ns: wall (``time.time_ns``), its CPU time (all threads)
+    and its training thread's run-queue wait."""
+
+    wall_ns: int
+    cpu_ns: int
+    runq_ns: int
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """One training process's recording, as its recorder hands it to the merge (``result-rank<R>-<pid>.json``)."""
+
+    status: str  # schema.STATUS_COMPLETE | schema.STATUS_PARTIAL
+    error: str | None
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    #: This process's own command line (a launcher's worker: ``python -u train.py ...``).
+    process_argv: tuple[str, ...]
+    pid: int
+    #: The exported window, a file in the session directory; None when nothing was exported.
+    trace_file: str | None
+    #: Why the window could not be exported (a full disk), if it could not.
+    export_error: str | None
+    steps_run: int
+    #: The schedule, with ``step_mode`` set once a step was taken.
+    schedule: Schedule
+    #: When the profiler window opened (its first recorded step's batches are produced from then on).
+    window_start_ns: int | None
+    #: The clocks at each step boundary while the window was open: the main process's CPU per recorded step.
+    window_clock: tuple[ClockReading, ...]
+    #: Every step, profiled or not.
+    step_clock: StepClock
+    stopped_early: bool
+    finished_ns: int
+    loaders: tuple[LoaderConfig, ...]
+    host: Host
+    versions: dict[str, str] = field(default_factory=dict)
+    #: Written when the window was exported, before the process finished: stands in for a process that
+    #: never finished its recording (killed), and is replaced by the final one.
+    provisional: bool = False
+
+
+@dataclass(frozen=True)
+class RecordResult:
+    """Where the trace went and how the training ended."""
+
+    run_dir: Path
+    trace_path: Path
+    status: str
+    exit_code: int
+    error: str | None
+    steps_recorded: int
+    workers_seen: int
+    #: Training was stopped after the window and the reference steps (not --run-to-end).
+    stopped_early: bool = False
+    #: One trace per recorded rank, by rank (``trace_path`` is the first).
+    trace_paths: tuple[Path, ...] = ()
+    #: The manifest of each trace, in the order of ``trace_paths``, as written (redacted with ``--redact``).
+    manifests: tuple[Manifest, ...] = ()

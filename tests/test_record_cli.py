@@ -1,0 +1,58 @@
+"""``dlprof record``'s closing lines, from a RecordResult (the record itself stubbed: see tests/capture/ for real
+ones)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import invoke
+
+from dlprof import schema
+from dlprof.analysis.unprofiled import reference_step_indices
+from dlprof.capture import record as record_module
+from dlprof.manifest import MANIFEST_VERSION, Manifest, StepClock
+from dlprof.results.record import RecordResult
+
+
+def _manifest(rank: int, after: int) -> Manifest:
+    """Two profiled steps, then ``after`` unprofiled ones, in one epoch that started before the window."""
+    n = 2 + after
+    clock = StepClock(
+        phase=("profiled",) * 2 + ("after",) * after,
+        wall_ms=(10.0,) * n,
+        cpu_ms=(5.0,) * n,
+        runq_ms=(0.0,) * n,
+        wait_ms=(1.0,) * n,
+        batches=(1,) * n,
+        epoch_start=(False,) * n,
+        fork_probe=(False,) * n,
+    )
+    return Manifest(MANIFEST_VERSION, status=schema.STATUS_COMPLETE, rank=rank, step_clock=clock, stopped_early=True)
+
+
+def _recorded(monkeypatch, tmp_path, *manifests: Manifest):
+    def fake_record(request):
+        run_dir = request.out_dir / request.name
+        paths = tuple(run_dir / f"h_{m.rank}.1{schema.TRACE_SUFFIX}" for m in manifests)
+        return RecordResult(
+            run_dir, paths[0], schema.STATUS_COMPLETE, 0, None, 2, 0, True, trace_paths=paths, manifests=manifests
+        )
+
+    monkeypatch.setattr(record_module, "record", fake_record)
+    return invoke("record", "--out", tmp_path, "--name", "r", "--reference-steps", "40", "--", "python", "train.py")
+
+
+def test_the_stop_message_gives_the_reference_steps_timed(monkeypatch, tmp_path):
+    manifest = _manifest(0, after=12)
+    timed = len(reference_step_indices(manifest.step_clock))
+    assert timed == 12  # no epoch start, no fork probe: every unprofiled step counts
+    result = _recorded(monkeypatch, tmp_path, manifest)
+    assert result.exit_code == 0, result.output
+    assert "stopped training after the window and 12 unprofiled reference steps;" in result.stdout
+    assert "40 unprofiled" not in result.stdout  # what was asked for is not what was timed
+
+
+@pytest.mark.parametrize(("afters", "said"), [((9, 9), "9"), ((7, 14), "7-14")])
+def test_ranks_that_timed_different_counts_are_given_as_a_range(monkeypatch, tmp_path, afters, said):
+    result = _recorded(monkeypatch, tmp_path, *(_manifest(rank, after) for rank, after in enumerate(afters)))
+    assert result.exit_code == 0, result.output
+    assert f"stopped training after the window and {said} unprofiled reference steps;" in result.stdout
