@@ -117,7 +117,7 @@ def test_output_naming_an_input(runs):
     a, b = runs
     trace = a / "host_1.1.pt.trace.json"
     before = trace.read_bytes()
-    assert_one_line_error(invoke("diff", trace, b, "-o", trace), "names the input")
+    assert_one_line_error(invoke("diff", trace, b, "-o", trace), "is the input trace", "another file")
     assert trace.read_bytes() == before
     assert_one_line_error(invoke("diff", a, b, "-o", a / "diff.json"), "run directory")
     assert_one_line_error(invoke("diff", a, b, "-o", a), "directory")  # Click: -o takes a file

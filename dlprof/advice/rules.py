@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from dlprof.advice.model import EpochModel, ModelInputs, Prediction, candidate_counts, memory_limit, predict
-from dlprof.analysis.gpu import GpuStats
-from dlprof.analysis.loader import LoaderStats
-from dlprof.analysis.steps import StepBreakdown
-from dlprof.analysis.unprofiled import UnprofiledStats
+from dlprof.advice.model import EpochModel, ModelInputs, candidate_counts, memory_limit, predict
 from dlprof.manifest import EPOCH_SETTLE_STEPS, Host, LoaderConfig, Manifest
+from dlprof.results.advice import Advice, Prediction
+from dlprof.results.analysis import GpuStats, LoaderStats, StepBreakdown, UnprofiledStats
 
 # Input-bound verdicts, from TensorFlow's input-pipeline analyser: share of step time waiting for input.
 HIGHLY_INPUT_BOUND_PCT = 20.0
@@ -31,24 +27,6 @@ MIN_STEPS_FOR_PERCENTILES = 5
 TOKENIZER_DOMINANT_PCT = 50.0
 #: Advise persistent_workers when restarting workers costs at least this share of whole-epoch throughput.
 PERSISTENT_WORKERS_MIN_LOSS_PCT = 1.0
-
-
-@dataclass(frozen=True)
-class Advice:
-    """The recommendation, its evidence and the predictions behind it. ``None`` means unknown or no change."""
-
-    verdict: str  # "HIGHLY" | "MODERATELY" | "NOT" (input-bound)
-    num_workers: int | None
-    pin_memory: bool | None
-    prefetch_factor: int | None
-    persistent_workers: bool | None
-    bound: str | None
-    predicted: list[Prediction]
-    evidence: list[str]
-    basis: list[str] = field(default_factory=list)  # what the advice rests on, and what was unknown
-    #: The recommendation as Hugging Face ``TrainingArguments`` (``--dataloader_num_workers 2 ...``), when a
-    #: Trainer (or ms-swift, LLaMA-Factory, which take the same arguments) created the DataLoader; else None.
-    trainer_arguments: str | None = None
 
 
 def verdict_of(data_wait_pct: float) -> str:

@@ -8,12 +8,9 @@ from dlprof.report.common import (
     breakdown_rows,
     epoch_line,
     loader_rows,
-    ms,
-    per_s,
     predicted_rows,
     rank_rows,
     ranks_line,
-    rate,
     recommendation_line,
     run_line,
     setting,
@@ -21,7 +18,8 @@ from dlprof.report.common import (
     unprofiled_line,
     verdict_line,
 )
-from dlprof.workflows.analyze import Report, RunReport
+from dlprof.report.format import ms, per_s, rate
+from dlprof.results.report import Report, RunReport
 
 
 def _table(rows: list[list[str]], header: list[str]) -> list[str]:

@@ -24,7 +24,9 @@ from pathlib import Path
 import pytest
 
 from dlprof.errors import DlprofError, UsageError
-from dlprof.workflows.diff import SCHEMA, check_output, diff
+from dlprof.results.diff import SCHEMA
+from dlprof.workflows.diff import diff
+from dlprof.workflows.output import check_output
 
 MULTI = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
 SINGLE = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -415,11 +417,12 @@ def test_no_trace_is_a_dlprof_error(tmp_path):
 def test_check_output(tmp_path):
     a, b = before_after(tmp_path)
     trace = a / "host_1.1.pt.trace.json"
-    check_output(None, a, b)
-    check_output(tmp_path / "diff.json", a, b)
-    check_output(a / "diff.md", a, b)  # not read as a trace
+    check = lambda output, *inputs: check_output(output, inputs, what="diff", keep_run_dirs_clean=True)
+    check(None, a, b)
+    check(tmp_path / "diff.json", a, b)
+    check(a / "diff.md", a, b)  # not read as a trace
     for bad in (trace, a / "diff.json"):
         with pytest.raises(UsageError):
-            check_output(bad, a, b)
-    with pytest.raises(UsageError, match="names the input"):
-        check_output(trace, trace, b)
+            check(bad, a, b)
+    with pytest.raises(UsageError, match="is the input trace"):
+        check(trace, trace, b)
