@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from dlprof.advice.model import EpochModel, ModelInputs, candidate_counts, memory_limit, predict
 from dlprof.manifest import EPOCH_SETTLE_STEPS, Host, LoaderConfig, Manifest
 from dlprof.results.advice import Advice, Prediction
@@ -250,61 +252,20 @@ def advise(
     """
     basis: list[str] = [] if manifest else ["no dlprof manifest: loader settings, cores and memory are unknown"]
     basis += manifest_problems
-    evidence: list[str] = []
     if len(steps.steps) < MIN_STEPS_FOR_PERCENTILES:
         basis.append(
             f"only {len(steps.steps)} step(s) recorded: p50/p90 say little; record more (dlprof record --active 20)"
         )
     loader_config = manifest.loader if manifest else None
-    step_ms, wait = steps.step.mean_ms, steps.categories["data_wait"]
     verdict = verdict_of(steps.data_wait_pct)
-    evidence.append(
-        f"data wait {wait.mean_ms:.2f} ms of a {step_ms:.2f} ms step ({steps.data_wait_pct:.1f} %): {verdict}"
-        f" input-bound (HIGHLY > {HIGHLY_INPUT_BOUND_PCT:g} %, MODERATELY"
-        f" {MODERATELY_INPUT_BOUND_PCT:g}-{HIGHLY_INPUT_BOUND_PCT:g} %)"
-    )
-    if unprofiled is not None and unprofiled.overhead_pct is not None:
-        evidence.append(
-            f"profiling made steps {unprofiled.overhead_pct:.0f} % slower: {unprofiled.profiled_step_ms:.2f} ms"
-            f" profiled vs {unprofiled.step_ms_p50:.2f} ms unprofiled (medians over {unprofiled.profiled_steps} and"
-            f" {unprofiled.reference_steps} steps); predictions are of the unprofiled training"
-        )
+    evidence = _speed_evidence(steps, verdict, unprofiled)
     inputs = _model_inputs(steps, loader, gpu, manifest, batches_per_step, loads_in_main, unprofiled, basis)
     predicted: list[Prediction] = []
     num_workers = bound = None
     if inputs is not None:
         predicted = [predict(inputs, n) for n in candidate_counts(inputs)]
-        cpu_bound = loader.bound == "cpu" if loader else True
-        num_workers, bound = _choose(inputs, predicted, cpu_bound)
-        evidence.append(
-            f"a batch costs {inputs.batch_ms:.2f} ms to produce ({inputs.batch_cpu_ms:.2f} ms CPU),"
-            f" {inputs.batches_per_step:g} per step; the step itself (without data wait or waiting for a core) is"
-            f" {inputs.consumer_ms:.2f} ms"
-        )
-        chosen = predicted[num_workers]
-        over = (
-            f", {chosen.epoch_steps_per_s:.2f} steps/s over whole epochs"
-            if chosen.epoch_steps_per_s is not None
-            else ""
-        )
-        evidence.append(
-            f"num_workers={num_workers}: predicted {chosen.step_ms:.2f} ms/step ({chosen.steps_per_s:.2f}"
-            f" steps/s{over}), within {WITHIN_BEST:.0%} of the best prediction; bound by {bound}"
-        )
-        if inputs.handoff_ms > 0:
-            evidence.append(
-                f"receiving batches from workers costs the main process {inputs.handoff_ms:.2f} ms per step (hand-off)"
-            )
-        if inputs.usable_cores:
-            evidence.append(
-                f"{inputs.usable_cores} usable cores; main process needs ~{inputs.main_cpu_ms:.1f} core-ms per step"
-            )
-        recorded = loader_config.num_workers if loader_config else None
-        if recorded is not None and recorded > num_workers and recorded < len(predicted):
-            evidence.append(
-                f"num_workers={recorded} (as recorded) is predicted at {predicted[recorded].effective_steps_per_s:.2f}"
-                f" steps/s: the {recorded - num_workers} extra worker(s) buy nothing and cost memory and CPU"
-            )
+        num_workers, bound = _choose(inputs, predicted, loader.bound == "cpu" if loader else True)
+        evidence += _num_workers_evidence(inputs, predicted, num_workers, bound, loader_config)
     if loader is not None:
         evidence.append(
             f"per batch: fetch {loader.fetch.mean_ms:.2f} ms, tokenizer {loader.tokenize.mean_ms:.2f} ms, collate"
@@ -319,48 +280,91 @@ def advise(
             "restarting workers at every epoch costs more than they save: with persistent_workers=True, "
             f"num_workers={steady_best.num_workers} is predicted at {steady_best.steps_per_s:.2f} steps/s"
         )
-    if (
-        loader is not None
-        and loader.batch.mean_ms > 0
-        and 100 * loader.tokenize.mean_ms / loader.batch.mean_ms > TOKENIZER_DOMINANT_PCT
-    ):
+    evidence += _tokenizer_evidence(loader)
+    advice = Advice(verdict, num_workers, pin_memory, prefetch, persistent, bound, predicted, evidence, basis)
+    return replace(advice, trainer_arguments=trainer_arguments(advice, loader_config))
+
+
+def _speed_evidence(steps: StepBreakdown, verdict: str, unprofiled: UnprofiledStats | None) -> list[str]:
+    """How input-bound the run is, and what the profiler cost it."""
+    wait = steps.categories["data_wait"]
+    evidence = [
+        f"data wait {wait.mean_ms:.2f} ms of a {steps.step.mean_ms:.2f} ms step ({steps.data_wait_pct:.1f} %):"
+        f" {verdict} input-bound (HIGHLY > {HIGHLY_INPUT_BOUND_PCT:g} %, MODERATELY"
+        f" {MODERATELY_INPUT_BOUND_PCT:g}-{HIGHLY_INPUT_BOUND_PCT:g} %)"
+    ]
+    if unprofiled is not None and unprofiled.overhead_pct is not None:
         evidence.append(
-            f"the tokenizer takes {loader.tokenize.mean_ms:.2f} of {loader.batch.mean_ms:.2f} ms per batch"
-            f" ({100 * loader.tokenize.mean_ms / loader.batch.mean_ms:.0f} %): pre-tokenize the dataset once (e.g."
-            " datasets.map) and load token ids"
+            f"profiling made steps {unprofiled.overhead_pct:.0f} % slower: {unprofiled.profiled_step_ms:.2f} ms"
+            f" profiled vs {unprofiled.step_ms_p50:.2f} ms unprofiled (medians over {unprofiled.profiled_steps} and"
+            f" {unprofiled.reference_steps} steps); predictions are of the unprofiled training"
         )
-    arguments = trainer_arguments(loader_config, num_workers, pin_memory, prefetch, persistent)
-    return Advice(verdict, num_workers, pin_memory, prefetch, persistent, bound, predicted, evidence, basis, arguments)
+    return evidence
 
 
-def trainer_arguments(
-    config: LoaderConfig | None,
-    num_workers: int | None,
-    pin_memory: bool | None,
-    prefetch_factor: int | None,
-    persistent_workers: bool | None,
-) -> str | None:
+def _num_workers_evidence(
+    inputs: ModelInputs, predicted: list[Prediction], num_workers: int, bound: str, config: LoaderConfig | None
+) -> list[str]:
+    """The numbers behind the recommended num_workers."""
+    chosen = predicted[num_workers]
+    over = f", {chosen.epoch_steps_per_s:.2f} steps/s over whole epochs" if chosen.epoch_steps_per_s is not None else ""
+    evidence = [
+        f"a batch costs {inputs.batch_ms:.2f} ms to produce ({inputs.batch_cpu_ms:.2f} ms CPU),"
+        f" {inputs.batches_per_step:g} per step; the step itself (without data wait or waiting for a core) is"
+        f" {inputs.consumer_ms:.2f} ms",
+        f"num_workers={num_workers}: predicted {chosen.step_ms:.2f} ms/step ({chosen.steps_per_s:.2f}"
+        f" steps/s{over}), within {WITHIN_BEST:.0%} of the best prediction; bound by {bound}",
+    ]
+    if inputs.handoff_ms > 0:
+        evidence.append(
+            f"receiving batches from workers costs the main process {inputs.handoff_ms:.2f} ms per step (hand-off)"
+        )
+    if inputs.usable_cores:
+        evidence.append(
+            f"{inputs.usable_cores} usable cores; main process needs ~{inputs.main_cpu_ms:.1f} core-ms per step"
+        )
+    recorded = config.num_workers if config else None
+    if recorded is not None and recorded > num_workers and recorded < len(predicted):
+        evidence.append(
+            f"num_workers={recorded} (as recorded) is predicted at {predicted[recorded].effective_steps_per_s:.2f}"
+            f" steps/s: the {recorded - num_workers} extra worker(s) buy nothing and cost memory and CPU"
+        )
+    return evidence
+
+
+def _tokenizer_evidence(loader: LoaderStats | None) -> list[str]:
+    """Pre-tokenizing, when the tokenizer dominates a batch's cost."""
+    if loader is None or loader.batch.mean_ms <= 0:
+        return []
+    share = 100 * loader.tokenize.mean_ms / loader.batch.mean_ms
+    if share <= TOKENIZER_DOMINANT_PCT:
+        return []
+    return [
+        f"the tokenizer takes {loader.tokenize.mean_ms:.2f} of {loader.batch.mean_ms:.2f} ms per batch"
+        f" ({share:.0f} %): pre-tokenize the dataset once (e.g. datasets.map) and load token ids"
+    ]
+
+
+def trainer_arguments(advice: Advice, config: LoaderConfig | None) -> str | None:
     """The advice as the ``TrainingArguments`` to set, for a DataLoader a training framework created
     (``config.created_by``).
 
     Hugging Face's Trainer builds its DataLoader from ``--dataloader_num_workers``, ``--dataloader_pin_memory``,
     ``--dataloader_persistent_workers`` and ``--dataloader_prefetch_factor``; ms-swift and LLaMA-Factory
-    take the same arguments. Settings the advice leaves unchanged (``None``) are left out; None when nothing is advised.
+    take the same arguments. Built from the recommendation's own settings only, so the two always agree;
+    settings it leaves unchanged (``None``) are left out; None when nothing is advised.
     """
     if config is None or config.created_by is None:
         return None
     words = []
-    if num_workers is not None:
-        words.append(f"--dataloader_num_workers {num_workers}")
-    if pin_memory is not None:
-        words.append(f"--dataloader_pin_memory {str(pin_memory).lower()}")
-    if persistent_workers is not None:
-        words.append(f"--dataloader_persistent_workers {str(persistent_workers).lower()}")
-    elif num_workers == 0 and config.persistent_workers:
-        # PyTorch rejects persistent_workers=True without workers: the run's setting must go with them.
-        words.append("--dataloader_persistent_workers false")
-    if prefetch_factor is not None:
-        words.append(f"--dataloader_prefetch_factor {prefetch_factor}")
+    if advice.num_workers is not None:
+        words.append(f"--dataloader_num_workers {advice.num_workers}")
+    if advice.pin_memory is not None:
+        words.append(f"--dataloader_pin_memory {str(advice.pin_memory).lower()}")
+    if advice.persistent_workers is not None:
+        words.append(f"--dataloader_persistent_workers {str(advice.persistent_workers).lower()}")
+    if advice.prefetch_factor is not None:
+        words.append(f"--dataloader_prefetch_factor {advice.prefetch_factor}")
     return " ".join(words) or None
 
 
@@ -407,7 +411,15 @@ def _persistent_workers(
     num_workers: int | None,
     evidence: list[str],
 ) -> bool | None:
-    """persistent_workers=True when workers restart every epoch and that costs measurable time."""
+    """persistent_workers=True when workers restart every epoch and that costs measurable time; False when no
+    workers are advised for a loader that had persistent ones (PyTorch rejects persistent_workers=True without
+    workers)."""
+    if num_workers == 0 and config is not None and config.persistent_workers:
+        evidence.append(
+            "the run had persistent_workers=True, which PyTorch refuses without workers: with num_workers=0, set"
+            " persistent_workers=False"
+        )
+        return False
     if not num_workers or config is None or config.persistent_workers is not False:
         return None
     chosen = predicted[num_workers] if num_workers < len(predicted) else None
