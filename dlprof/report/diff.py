@@ -40,7 +40,7 @@ def _rank(run: DiffRun, separator: str) -> str:
     """Which rank of a run of several ranks was compared (the slowest, as dlprof analyze reports); "" for one rank."""
     if run.ranks == 1:
         return ""
-    return f"{separator}rank {run.rank} of {run.ranks}, the slowest (the one dlprof analyze reports)"
+    return f"{separator}rank {run.rank} of {run.ranks}: the slowest, which dlprof analyze reports"
 
 
 def _side(run: DiffRun) -> dict:
