@@ -49,73 +49,15 @@ def _model_inputs(
     unprofiled: UnprofiledStats | None,
     basis: list[str],
 ) -> ModelInputs | None:
+    """What the throughput model needs from this run; None when what a batch costs is unknown. Says in ``basis``
+    what each input rests on."""
     host = manifest.host if manifest else None
-    cores = host.usable_cores if host else None
-    ram_mib = host.ram_available_mib if host else None
-    if cores is None:
-        basis.append("usable cores unknown (no dlprof manifest): the CPU bound is left out")
-    sharing = (manifest.local_world_size or 1) if manifest else 1
-    if sharing > 1 and cores is not None:
-        # Ranks on one machine share its cores and RAM: each rank's workers get their share.
-        cores = max(1, cores // sharing)
-        ram_mib = ram_mib / sharing if ram_mib else ram_mib
-        basis.append(
-            f"{sharing} ranks share this machine: {cores} usable core(s) and 1/{sharing} of the available RAM per rank"
-        )
-    if loader is not None:
-        batch_ms = max(0.0, loader.batch.mean_ms - loader.batch_runq_ms_mean)
-        batch_cpu_ms = loader.batch_cpu_ms_mean
-        basis.append("producer cost measured in the loader processes (dlprof spans)")
-        if loader.in_main_process and unprofiled is not None and steps.categories["data_wait"].mean_ms > 0:
-            # Loading in the main process ran under the profiler too (collate's tensor ops): scale it
-            # to the unprofiled steps' time in the DataLoader.
-            scale = min(1.0, unprofiled.wait_ms / steps.categories["data_wait"].mean_ms)
-            batch_ms, batch_cpu_ms = batch_ms * scale, batch_cpu_ms * scale
-        handoff = _handoff_ms(loader, host, batches_per_step, basis)
-    elif loads_in_main:
-        # Without spans, a num_workers=0 run's data wait is the loading itself.
-        batch_ms = (unprofiled.wait_ms if unprofiled else steps.categories["data_wait"].mean_ms) / batches_per_step
-        batch_cpu_ms = batch_ms
-        handoff = 0.0
-        basis.append(
-            "no worker spans: producer cost taken from the data wait, assumed to be all CPU (record with dlprof record"
-            " to measure it)"
-        )
-    else:
-        basis.append(
-            "no worker spans: what a batch costs to produce is unknown, so no num_workers can be predicted (record with"
-            " dlprof record)"
-        )
+    cores, ram_mib = _share_of_machine(manifest, basis)
+    producer = _producer(steps, loader, host, batches_per_step, loads_in_main, unprofiled, basis)
+    if producer is None:
         return None
-    in_main = loader.batch_cpu_ms_mean * batches_per_step if (loader and loader.in_main_process) else 0.0
-    measured = manifest.main_process_cpu if manifest else None
-    if unprofiled is not None:
-        consumer = unprofiled.consumer_ms
-        main_cpu_ms = max(0.0, unprofiled.cpu_ms - in_main)
-        basis.append(
-            f"consumer and main-process CPU time from {unprofiled.reference_steps} unprofiled reference steps "
-            "(means): what your training does without dlprof"
-        )
-    else:
-        # The step without data wait, less the time the training thread waited for a core: how long the
-        # consumer takes on its own; contention for cores is the CPU bound's to model.
-        runq = measured.runq_ms_per_step if measured else 0.0
-        consumer = max(0.0, steps.consumer_ms - runq)
-        basis.append(
-            "no unprofiled reference steps: predictions are of profiled steps, which the profiler slows (record with"
-            " dlprof record)"
-        )
-        if runq:
-            basis.append(
-                f"the training thread waited {runq:.2f} ms per step for a core: left out of the consumer's time"
-            )
-        if measured:
-            main_cpu_ms = max(0.0, measured.cpu_ms_per_step - in_main)
-            basis.append("main process CPU time measured per step")
-        else:
-            threads = 1 if gpu is not None else min((host.torch_threads if host else None) or cores or 1, cores or 1)
-            main_cpu_ms = consumer * threads
-            basis.append(f"main process CPU time not measured: assumed {threads} busy core(s) for the whole step")
+    batch_ms, batch_cpu_ms, handoff = producer
+    consumer, main_cpu_ms = _consumer(steps, loader, gpu, manifest, cores, batches_per_step, unprofiled, basis)
     pss = [w.pss_mib_last for w in (loader.workers if loader else []) if w.worker >= 0 and w.pss_mib_last]
     if not pss:
         basis.append("worker memory unknown (no workers recorded): the memory bound is left out")
@@ -137,6 +79,97 @@ def _model_inputs(
         epoch=_epoch_model(unprofiled, host, basis),
         worker_send_ms=_worker_send_ms(loader, host, batches_per_step),
     )
+
+
+def _share_of_machine(manifest: Manifest | None, basis: list[str]) -> tuple[int | None, float | None]:
+    """The usable cores and available RAM (MiB) of this rank: the machine's, shared among the ranks on it."""
+    host = manifest.host if manifest else None
+    cores = host.usable_cores if host else None
+    ram_mib = host.ram_available_mib if host else None
+    if cores is None:
+        basis.append("usable cores unknown (no dlprof manifest): the CPU bound is left out")
+    sharing = (manifest.local_world_size or 1) if manifest else 1
+    if sharing > 1 and cores is not None:
+        # Ranks on one machine share its cores and RAM: each rank's workers get their share.
+        cores = max(1, cores // sharing)
+        ram_mib = ram_mib / sharing if ram_mib else ram_mib
+        basis.append(
+            f"{sharing} ranks share this machine: {cores} usable core(s) and 1/{sharing} of the available RAM per rank"
+        )
+    return cores, ram_mib
+
+
+def _producer(
+    steps: StepBreakdown,
+    loader: LoaderStats | None,
+    host: Host | None,
+    batches_per_step: float,
+    loads_in_main: bool | None,
+    unprofiled: UnprofiledStats | None,
+    basis: list[str],
+) -> tuple[float, float, float] | None:
+    """What a batch costs to produce (wall and CPU ms) and the hand-off per step; None when unknown."""
+    if loader is not None:
+        batch_ms = max(0.0, loader.batch.mean_ms - loader.batch_runq_ms_mean)
+        batch_cpu_ms = loader.batch_cpu_ms_mean
+        basis.append("producer cost measured in the loader processes (dlprof spans)")
+        if loader.in_main_process and unprofiled is not None and steps.categories["data_wait"].mean_ms > 0:
+            # Loading in the main process ran under the profiler too (collate's tensor ops): scale it
+            # to the unprofiled steps' time in the DataLoader.
+            scale = min(1.0, unprofiled.wait_ms / steps.categories["data_wait"].mean_ms)
+            batch_ms, batch_cpu_ms = batch_ms * scale, batch_cpu_ms * scale
+        return batch_ms, batch_cpu_ms, _handoff_ms(loader, host, batches_per_step, basis)
+    if loads_in_main:
+        # Without spans, a num_workers=0 run's data wait is the loading itself.
+        batch_ms = (unprofiled.wait_ms if unprofiled else steps.categories["data_wait"].mean_ms) / batches_per_step
+        basis.append(
+            "no worker spans: producer cost taken from the data wait, assumed to be all CPU (record with dlprof record"
+            " to measure it)"
+        )
+        return batch_ms, batch_ms, 0.0
+    basis.append(
+        "no worker spans: what a batch costs to produce is unknown, so no num_workers can be predicted (record with"
+        " dlprof record)"
+    )
+    return None
+
+
+def _consumer(
+    steps: StepBreakdown,
+    loader: LoaderStats | None,
+    gpu: GpuStats | None,
+    manifest: Manifest | None,
+    cores: int | None,
+    batches_per_step: float,
+    unprofiled: UnprofiledStats | None,
+    basis: list[str],
+) -> tuple[float, float]:
+    """The step without data wait (ms), and the main process's CPU time per step (core-ms), loading left out."""
+    host = manifest.host if manifest else None
+    in_main = loader.batch_cpu_ms_mean * batches_per_step if (loader and loader.in_main_process) else 0.0
+    if unprofiled is not None:
+        basis.append(
+            f"consumer and main-process CPU time from {unprofiled.reference_steps} unprofiled reference steps "
+            "(means): what your training does without dlprof"
+        )
+        return unprofiled.consumer_ms, max(0.0, unprofiled.cpu_ms - in_main)
+    # The step without data wait, less the time the training thread waited for a core: how long the
+    # consumer takes on its own; contention for cores is the CPU bound's to model.
+    measured = manifest.main_process_cpu if manifest else None
+    runq = measured.runq_ms_per_step if measured else 0.0
+    consumer = max(0.0, steps.consumer_ms - runq)
+    basis.append(
+        "no unprofiled reference steps: predictions are of profiled steps, which the profiler slows (record with"
+        " dlprof record)"
+    )
+    if runq:
+        basis.append(f"the training thread waited {runq:.2f} ms per step for a core: left out of the consumer's time")
+    if measured:
+        basis.append("main process CPU time measured per step")
+        return consumer, max(0.0, measured.cpu_ms_per_step - in_main)
+    threads = 1 if gpu is not None else min((host.torch_threads if host else None) or cores or 1, cores or 1)
+    basis.append(f"main process CPU time not measured: assumed {threads} busy core(s) for the whole step")
+    return consumer, consumer * threads
 
 
 def _worker_send_ms(loader: LoaderStats | None, host: Host | None, batches_per_step: float) -> float:
