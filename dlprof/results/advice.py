@@ -38,4 +38,5 @@ class Advice:
     basis: list[str] = field(default_factory=list)  # what the advice rests on, and what was unknown
     #: The recommendation as Hugging Face ``TrainingArguments`` (``--dataloader_num_workers 2 ...``), when a
     #: Trainer (or ms-swift, LLaMA-Factory, which take the same arguments) created the DataLoader; else None.
+    #: Built from the settings above only, so that it always says what they say.
     trainer_arguments: str | None = None

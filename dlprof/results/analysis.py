@@ -130,6 +130,8 @@ class LoaderStats:
 
 @dataclass(frozen=True)
 class GpuStep:
+    """One ProfilerStep on the GPU: busy, idle and why, host-to-device copies (ms)."""
+
     number: int
     busy_ms: float
     idle_ms: float

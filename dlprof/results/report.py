@@ -57,6 +57,9 @@ class TimelinePicture:
 
 @dataclass(frozen=True)
 class RunReport:
+    """Everything dlprof found about one run: what it was, where its steps' time went, its loader and GPU, the
+    advice, and the timeline picture."""
+
     info: RunInfo
     steps: StepBreakdown
     loader: LoaderStats | None
@@ -82,6 +85,8 @@ class Skipped:
 
 @dataclass(frozen=True)
 class Report:
+    """What ``dlprof analyze`` reports: one run, or each run of a directory of runs; every renderer takes it."""
+
     runs: list[RunReport]
     schema: str = SCHEMA
     #: What was left out: unreadable runs of a directory of runs, files of a run directory that are not traces.

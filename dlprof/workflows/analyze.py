@@ -150,7 +150,7 @@ def _load_files(files: list[Path], name: str, skipped: list[Skipped]) -> list[Tr
 def analyze_traces(files: list[Path], name: str, skipped: list[Skipped] | None = None) -> RunReport:
     """The report of one run from its trace files: its one rank's, or the slowest rank's with every rank side by side.
 
-    Files that are not traces but not named as profiler traces either (a report written there, notes) are
+    Files not named as profiler traces that turn out not to be traces (a report written there, notes) are
     left out and named in ``skipped``, as long as one trace is left.
 
     Raises:
