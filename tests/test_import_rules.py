@@ -4,7 +4,8 @@
 1. No torch on the analyze path: no module of trace/, analysis/, advice/, report/, results/, nor the analyze and
    diff workflows, nor any dlprof module they import, imports torch; and importing them all leaves torch out of
    ``sys.modules``.
-2. Renderers import results only: a module of report/ imports, of dlprof, only results/, errors and report/.
+2. Renderers import results only: a module of report/ imports, of dlprof, only results/, errors and report/; and
+   results import only the bottom layer (results/, errors, schema, manifest).
 3. trace/ and analysis/ never import capture/.
 4. No circles between dlprof's modules, and no arrow running back up between the floors.
 
@@ -41,6 +42,8 @@ TORCH_FREE_ROOMS = ("trace", "analysis", "advice", "report", "results")
 TORCH_FREE_MODULES = ("dlprof.workflows.analyze", "dlprof.workflows.diff", "dlprof.workflows.output")
 #: What a renderer may import of dlprof.
 RENDERER_MAY_IMPORT = ("dlprof.results", "dlprof.errors", "dlprof.report")
+#: What a result may import of dlprof: the bottom layer only.
+RESULTS_MAY_IMPORT = ("dlprof.results", "dlprof.errors", "dlprof.schema", "dlprof.manifest", "dlprof._version")
 
 
 # --- the module graph -------------------------------------------------------------------------------
@@ -120,14 +123,23 @@ def torch_importers(graph: dict[str, set[str]], seeds: set[str]) -> list[str]:
     )
 
 
-def renderer_violations(graph: dict[str, set[str]]) -> list[str]:
+def _outside(graph: dict[str, set[str]], room: str, may_import: tuple[str, ...]) -> list[str]:
+    """Imports of dlprof modules by ``room`` beyond ``may_import`` (modules or packages)."""
     return sorted(
         f"{module} -> {other}"
         for module in graph
-        if room_of(module) == "report"
+        if room_of(module) == room
         for other in _internal(graph, module)
-        if not any(other == allowed or other.startswith(allowed + ".") for allowed in RENDERER_MAY_IMPORT)
+        if not any(other == allowed or other.startswith(allowed + ".") for allowed in may_import)
     )
+
+
+def renderer_violations(graph: dict[str, set[str]]) -> list[str]:
+    return _outside(graph, "report", RENDERER_MAY_IMPORT)
+
+
+def results_violations(graph: dict[str, set[str]]) -> list[str]:
+    return _outside(graph, "results", RESULTS_MAY_IMPORT)
 
 
 def capture_violations(graph: dict[str, set[str]]) -> list[str]:
@@ -222,6 +234,10 @@ def test_renderers_import_results_only(graph):
     assert renderer_violations(graph) == []
 
 
+def test_results_import_the_bottom_layer_only(graph):
+    assert results_violations(graph) == []
+
+
 def test_trace_and_analysis_never_import_capture(graph):
     assert capture_violations(graph) == []
 
@@ -259,6 +275,16 @@ def test_renderer_rule():
     assert renderer_violations({"dlprof.report.x": {"dlprof.capture.recorder"}, "dlprof.capture.recorder": set()})
     allowed = {"dlprof.results.report", "dlprof.errors", "dlprof.report.page"}
     assert renderer_violations({"dlprof.report.x": {*allowed, "json"}, **{m: set() for m in allowed}}) == []
+
+
+def test_results_rule():
+    graph = {"dlprof.results.x": {"dlprof.redact", "dlprof.manifest", "dataclasses"}, "dlprof.redact": set()}
+    graph["dlprof.manifest"] = set()
+    assert results_violations(graph) == ["dlprof.results.x -> dlprof.redact"]
+    del graph["dlprof.redact"]
+    graph["dlprof.results.x"] = {"dlprof.manifest", "dlprof.results.y"}
+    graph["dlprof.results.y"] = set()
+    assert results_violations(graph) == []
 
 
 def test_capture_rule():
