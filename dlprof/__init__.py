@@ -16,7 +16,7 @@ __all__ = ["__version__", "analyze"]
 if typing.TYPE_CHECKING:
     from pathlib import Path
 
-    from dlprof.workflows.analyze import Report
+    from dlprof.results.report import Report
 
 
 def analyze(path: str | Path) -> Report:

@@ -19,7 +19,7 @@ from dlprof.errors import DlprofError
 DEFAULT_WAIT = 5
 DEFAULT_ACTIVE = 20
 DEFAULT_REFERENCE_STEPS = 40
-#: ``--redact``'s help, for the reports of ``analyze`` and ``sweep`` and the traces of ``record``.
+#: ``--redact``'s help, for the reports of ``analyze``, ``sweep`` and ``diff`` and the traces of ``record``.
 REDACT_HELP = (
     "Safe to post: replace host names, the user name and home directory, command-line arguments and dataset/model paths"
     " in the {what} written with stable placeholders ([host-1], [user], ~, [arg-1], [path-1])."
@@ -70,6 +70,38 @@ class DlprofGroup(click.Group):
 @click.version_option(__version__, prog_name="dlprof")
 def cli() -> None:
     """Is my GPU waiting for data? Profile a PyTorch training run, DataLoader workers included."""
+
+
+def _output_options(what: str, formats: tuple[str, ...] = ("text", "markdown", "json", "html")):
+    """``--format`` and ``-o``, which ``analyze``, ``sweep`` and ``diff`` share."""
+
+    def apply(command):
+        command = click.option(
+            "-o",
+            "--output",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help=f"Write the {what} to this file instead of the terminal.",
+        )(command)
+        return click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(list(formats)),
+            help="Report format [default: from -o's extension, else text].",
+        )(command)
+
+    return apply
+
+
+def _emit(result, fmt: str, output: Path | None, redactor=None) -> None:
+    """Every command's one output step: render, redact (with ``--redact``), then print it or write ``-o``."""
+    from dlprof.errors import printable
+    from dlprof.workflows.output import emit
+
+    text = emit(result, fmt, output, redactor)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        click.echo(f"dlprof: wrote {printable(str(output))}", err=True)
 
 
 class RecordCommand(click.Command):
@@ -336,18 +368,7 @@ def record(ctx: click.Context, **options) -> None:
 
 @cli.command()
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "markdown", "json", "html"]),
-    help="Report format [default: from -o's extension, else text].",
-)
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the report to this file instead of the terminal.",
-)
+@_output_options("report")
 @click.option("--redact", is_flag=True, default=False, help=REDACT_HELP.format(what="report"))
 def analyze(path: Path, fmt: str | None, output: Path | None, redact: bool) -> None:
     """Where each step's time goes, and the DataLoader settings to use.
@@ -356,22 +377,14 @@ def analyze(path: Path, fmt: str | None, output: Path | None, redact: bool) -> N
     file (.json or .json.gz), or a directory of runs (each analysed, then compared). Works on any
     PyTorch profiler trace; dlprof's own runs add what happens inside the DataLoader workers.
     """
-    from dlprof import analyze as build_report
-    from dlprof.errors import printable
-    from dlprof.report import pick_format, renderer, write_report
-    from dlprof.workflows.analyze import check_output, report_redactor
+    from dlprof.report import pick_format
+    from dlprof.workflows.analyze import build_report
+    from dlprof.workflows.output import check_output, redactor_for
 
     fmt = pick_format(fmt, output)
-    check_output(output, path)
+    check_output(output, [path])
     report = build_report(path)
-    rendered = renderer(fmt)(report)
-    if redact:
-        rendered = report_redactor(report, path).redact_rendered(rendered, fmt)
-    if output is None:
-        click.echo(rendered, nl=False)
-    else:
-        write_report(output, rendered)
-        click.echo(f"dlprof: wrote {printable(str(output))}", err=True)
+    _emit(report, fmt, output, redactor_for(report, [path]) if redact else None)
 
 
 # --- sweep command (dlprof/workflows/sweep.py) ---
@@ -406,18 +419,7 @@ def _parse_counts(ctx: click.Context, param: click.Parameter, value: str) -> tup
     "Sweep directory name under --out; each run goes to <name>/<num_workers>/ (default: sweep-<script>-<date>-<time>).",
     num_workers=False,
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "markdown", "json", "html"]),
-    help="Report format [default: from -o's extension, else text].",
-)
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the report to this file instead of the terminal.",
-)
+@_output_options("report")
 @click.pass_context
 def sweep(ctx: click.Context, counts: tuple[int, ...], fmt: str | None, output: Path | None, **options) -> None:
     """Measure num_workers candidates for real, and check dlprof's advice against them.
@@ -426,27 +428,17 @@ def sweep(ctx: click.Context, counts: tuple[int, ...], fmt: str | None, output: 
     imposed on every DataLoader, into <out>/<name>/<count>/; the first count's run makes the advice
     and the predictions the others check. TensorBoard scalars go to <out>/<name>/scalars/.
     """
-    from dlprof.report import pick_format, write_report
-    from dlprof.report.sweep import render
+    from dlprof.redact import for_command
+    from dlprof.report import pick_format
+    from dlprof.results.sweep import SweepResult
+    from dlprof.workflows.output import check_output
     from dlprof.workflows.sweep import sweep as run_sweep
 
-    fmt = pick_format(fmt, output)
-    if output is not None and not output.parent.is_dir():  # fail now, not after minutes of recording
-        raise click.UsageError(
-            f"-o {output}: the directory {output.parent} does not exist; create it or choose another -o"
-        )
+    fmt = pick_format(fmt, output, SweepResult)
+    check_output(output)  # fail now, not after minutes of recording
     request = _record_request(ctx, name_prefix="sweep-", **options)
     result = run_sweep(counts, request, progress=lambda line: click.echo(line, err=True))
-    rendered = render(result, fmt)
-    if request.redact:
-        from dlprof.redact import for_command
-
-        rendered = for_command(request.cli_argv, request.command).redact_rendered(rendered, fmt)
-    if output is None:
-        click.echo(rendered, nl=False)
-    else:
-        write_report(output, rendered)
-        click.echo(f"dlprof: wrote {output}", err=True)
+    _emit(result, fmt, output, for_command(request.cli_argv, request.command) if request.redact else None)
 
 
 # --- diff command (dlprof/workflows/diff.py) ---
@@ -455,36 +447,23 @@ def sweep(ctx: click.Context, counts: tuple[int, ...], fmt: str | None, output: 
 @cli.command()
 @click.argument("run_a", type=click.Path(exists=True, path_type=Path))
 @click.argument("run_b", type=click.Path(exists=True, path_type=Path))
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "markdown", "json"]),
-    help="Report format [default: from -o's extension, else text].",
-)
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the comparison to this file instead of the terminal.",
-)
-def diff(run_a: Path, run_b: Path, fmt: str | None, output: Path | None) -> None:
+@_output_options("comparison", ("text", "markdown", "json"))
+@click.option("--redact", is_flag=True, default=False, help=REDACT_HELP.format(what="comparison"))
+def diff(run_a: Path, run_b: Path, fmt: str | None, output: Path | None, redact: bool) -> None:
     """Before and after: what changed between two runs, and what it did.
 
-    RUN_A (before) and RUN_B (after) are each one run directory (traces/<run>) or one trace file.
+    RUN_A (before) and RUN_B (after) are each one run directory (traces/<run>) or one trace file; of a
+    run of several ranks, the slowest rank is compared (the one dlprof analyze reports).
     """
-    from dlprof.report import pick_format, write_report
-    from dlprof.report.diff import renderer
-    from dlprof.workflows.diff import check_output
+    from dlprof.report import pick_format
+    from dlprof.results.diff import DiffResult
     from dlprof.workflows.diff import diff as diff_runs
+    from dlprof.workflows.output import check_output, redactor_for
 
-    check_output(output, run_a, run_b)
-    render = renderer(pick_format(fmt, output))
-    rendered = render(diff_runs(run_a, run_b))
-    if output is None:
-        click.echo(rendered, nl=False)
-    else:
-        write_report(output, rendered)
-        click.echo(f"dlprof: wrote {output}", err=True)
+    check_output(output, [run_a, run_b], what="diff", keep_run_dirs_clean=True)
+    fmt = pick_format(fmt, output, DiffResult)
+    result = diff_runs(run_a, run_b)
+    _emit(result, fmt, output, redactor_for(result, [run_a, run_b]) if redact else None)
 
 
 def main() -> None:

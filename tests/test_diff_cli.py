@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 
 import pytest
-from conftest import assert_one_line_error, invoke
+from conftest import DATA_DIR, assert_one_line_error, invoke
 from workflows.test_diff import ROW_KEYS, before_after
 
 
@@ -117,7 +118,7 @@ def test_output_naming_an_input(runs):
     a, b = runs
     trace = a / "host_1.1.pt.trace.json"
     before = trace.read_bytes()
-    assert_one_line_error(invoke("diff", trace, b, "-o", trace), "names the input")
+    assert_one_line_error(invoke("diff", trace, b, "-o", trace), "is the input trace", "another file")
     assert trace.read_bytes() == before
     assert_one_line_error(invoke("diff", a, b, "-o", a / "diff.json"), "run directory")
     assert_one_line_error(invoke("diff", a, b, "-o", a), "directory")  # Click: -o takes a file
@@ -137,3 +138,19 @@ def test_diff_does_not_import_torch(runs):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_a_run_of_several_ranks_says_which_rank_it_compares(tmp_path):
+    a, b = (shutil.copytree(DATA_DIR / "ranks", tmp_path / side) for side in ("a", "b"))
+    analyzed = json.loads(invoke("analyze", a, "--format", "json").stdout)
+    slowest = analyzed["ranks"]["slowest_rank"]
+    assert slowest == 1 and analyzed["run"]["trace_file"].endswith("rank1.json")
+    text = invoke("diff", a, b)
+    assert text.exit_code == 0, text.output
+    assert text.stdout.splitlines()[0] == (
+        f"dlprof diff: A = a  ({analyzed['run']['trace_file']}; rank 1 of 2: the slowest, which dlprof analyze reports)"
+    )
+    document = json.loads(invoke("diff", a, b, "--format", "json").stdout)
+    assert document["a"] == {"name": "a", "trace_file": analyzed["run"]["trace_file"], "rank": slowest, "ranks": 2}
+    markdown = invoke("diff", a, b, "--format", "markdown").stdout
+    assert "B: `" + str(b / "rank1.json") + "`, rank 1 of 2: the slowest, which dlprof analyze reports" in markdown

@@ -33,9 +33,10 @@ import dlprof
 from dlprof import schema
 from dlprof.errors import DlprofError, TraceFormatError
 from dlprof.report import FORMATS, renderer
+from dlprof.results.report import Report
 from dlprof.trace.build import build_run
 from dlprof.trace.reader import parse_trace
-from dlprof.workflows.analyze import Report, analyze_run
+from dlprof.workflows.analyze import analyze_run
 
 BASES = {
     "tiny_dlprof": DATA_DIR / "tiny_dlprof_trace.json",
@@ -221,7 +222,7 @@ def _check_numbers(node, key: str = "") -> None:
 def check_report(report: Report) -> None:
     """Every renderer works; the JSON is strict, and holds no impossible number."""
     for fmt in FORMATS:
-        text = renderer(fmt)(report)
+        text = renderer(Report, fmt)(report)
         assert isinstance(text, str) and text
         if fmt == "json":
             _check_numbers(_strict_loads(text))

@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import re
+import shutil
 import socket
 import sys
 from pathlib import Path
@@ -180,7 +181,7 @@ def test_local_host_user_and_home():
         assert not _occurs(original, r.redact(f"on {original}/x and {original}_12")), original
 
 
-@pytest.mark.parametrize("command", ["record", "sweep", "analyze"])
+@pytest.mark.parametrize("command", ["record", "sweep", "analyze", "diff"])
 def test_redact_option_offered(command):
     result = invoke(command, "--help")
     assert result.exit_code == 0 and "--redact" in result.stdout
@@ -266,6 +267,32 @@ def test_analyze_redact_every_format(tmp_path):
     out = tmp_path / "report.md"
     result = invoke("analyze", run_dir, "--redact", "-o", out)
     assert result.exit_code == 0, result.output
+    assert not any(_occurs(o, out.read_text()) for o in originals)
+
+
+def test_diff_redact_every_format(tmp_path):
+    before = _planted_run(tmp_path)
+    after = before.parent / "run2"
+    shutil.copytree(before, after)
+    [trace] = after.iterdir()
+    document = json.loads(trace.read_text())
+    document["dlprof"]["script"] = [*document["dlprof"]["script"][:-1], "2e-4"]  # a changed --lr: the command is shown
+    trace.write_text(json.dumps(document))
+    plain = invoke("diff", before, after)
+    assert plain.exit_code == 0, plain.output
+    # What the test plants is in a diff: the host in the trace file's name, the home path in the command line.
+    assert "gpu-node-17" in plain.stdout and "/home/alicia" in plain.stdout and "proj-falcon" in plain.stdout
+    originals = [*_PLANTED, *_local_originals()]
+    for fmt in ("text", "markdown", "json"):
+        result = invoke("diff", before, after, "--format", fmt, "--redact")
+        assert result.exit_code == 0, result.output
+        for original in originals:
+            assert not _occurs(original, result.stdout), f"{fmt}: {original!r} in the redacted diff"
+        assert "[host-" in result.stdout and "[path-" in result.stdout, fmt
+        if fmt == "json":
+            assert json.loads(result.stdout)["rows"][0]["a"] == 0.9  # numbers kept
+    out = tmp_path / "diff.md"
+    assert invoke("diff", before, after, "--redact", "-o", out).exit_code == 0
     assert not any(_occurs(o, out.read_text()) for o in originals)
 
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from dlprof.results.advice import Prediction
+
 #: Candidates are predicted up to at least this many workers (and twice the usable cores).
 MIN_CANDIDATES = 8
 #: Never predict beyond this many workers (DataLoader start-up and memory make more impractical).
@@ -66,24 +68,6 @@ class ModelInputs:
     epoch: EpochModel | None = None
     #: Per step with workers: the workers' CPU to send batches (shared memory; not in their spans).
     worker_send_ms: float = 0.0
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """Predicted speed at one ``num_workers``, and the bound that sets it."""
-
-    num_workers: int
-    step_ms: float  # a step inside an epoch (steady state)
-    steps_per_s: float
-    bound: str  # "consumer" | "loader" | "cpu" | "main process"
-    #: Steps/s over whole epochs, worker restarts included (None when the epoch length is unknown).
-    epoch_steps_per_s: float | None = None
-    restart_ms: float = 0.0  # per epoch
-
-    @property
-    def effective_steps_per_s(self) -> float:
-        """What training gets: over whole epochs when known, else steady state."""
-        return self.epoch_steps_per_s if self.epoch_steps_per_s is not None else self.steps_per_s
 
 
 def _raw(inputs: ModelInputs, num_workers: int) -> tuple[float, str]:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import replace
 
-from dlprof.advice.model import EpochModel, ModelInputs, Prediction, candidate_counts, memory_limit, predict
-from dlprof.analysis.gpu import GpuStats
-from dlprof.analysis.loader import LoaderStats
-from dlprof.analysis.steps import StepBreakdown
-from dlprof.analysis.unprofiled import UnprofiledStats
+from dlprof.advice.model import EpochModel, ModelInputs, candidate_counts, memory_limit, predict
 from dlprof.manifest import EPOCH_SETTLE_STEPS, Host, LoaderConfig, Manifest
+from dlprof.results.advice import Advice, Prediction
+from dlprof.results.analysis import GpuStats, LoaderStats, StepBreakdown, UnprofiledStats
 
 # Input-bound verdicts, from TensorFlow's input-pipeline analyser: share of step time waiting for input.
 HIGHLY_INPUT_BOUND_PCT = 20.0
@@ -33,24 +31,6 @@ TOKENIZER_DOMINANT_PCT = 50.0
 PERSISTENT_WORKERS_MIN_LOSS_PCT = 1.0
 
 
-@dataclass(frozen=True)
-class Advice:
-    """The recommendation, its evidence and the predictions behind it. ``None`` means unknown or no change."""
-
-    verdict: str  # "HIGHLY" | "MODERATELY" | "NOT" (input-bound)
-    num_workers: int | None
-    pin_memory: bool | None
-    prefetch_factor: int | None
-    persistent_workers: bool | None
-    bound: str | None
-    predicted: list[Prediction]
-    evidence: list[str]
-    basis: list[str] = field(default_factory=list)  # what the advice rests on, and what was unknown
-    #: The recommendation as Hugging Face ``TrainingArguments`` (``--dataloader_num_workers 2 ...``), when a
-    #: Trainer (or ms-swift, LLaMA-Factory, which take the same arguments) created the DataLoader; else None.
-    trainer_arguments: str | None = None
-
-
 def verdict_of(data_wait_pct: float) -> str:
     if data_wait_pct > HIGHLY_INPUT_BOUND_PCT:
         return "HIGHLY"
@@ -69,73 +49,15 @@ def _model_inputs(
     unprofiled: UnprofiledStats | None,
     basis: list[str],
 ) -> ModelInputs | None:
+    """What the throughput model needs from this run; None when what a batch costs is unknown. Says in ``basis``
+    what each input rests on."""
     host = manifest.host if manifest else None
-    cores = host.usable_cores if host else None
-    ram_mib = host.ram_available_mib if host else None
-    if cores is None:
-        basis.append("usable cores unknown (no dlprof manifest): the CPU bound is left out")
-    sharing = (manifest.local_world_size or 1) if manifest else 1
-    if sharing > 1 and cores is not None:
-        # Ranks on one machine share its cores and RAM: each rank's workers get their share.
-        cores = max(1, cores // sharing)
-        ram_mib = ram_mib / sharing if ram_mib else ram_mib
-        basis.append(
-            f"{sharing} ranks share this machine: {cores} usable core(s) and 1/{sharing} of the available RAM per rank"
-        )
-    if loader is not None:
-        batch_ms = max(0.0, loader.batch.mean_ms - loader.batch_runq_ms_mean)
-        batch_cpu_ms = loader.batch_cpu_ms_mean
-        basis.append("producer cost measured in the loader processes (dlprof spans)")
-        if loader.in_main_process and unprofiled is not None and steps.categories["data_wait"].mean_ms > 0:
-            # Loading in the main process ran under the profiler too (collate's tensor ops): scale it
-            # to the unprofiled steps' time in the DataLoader.
-            scale = min(1.0, unprofiled.wait_ms / steps.categories["data_wait"].mean_ms)
-            batch_ms, batch_cpu_ms = batch_ms * scale, batch_cpu_ms * scale
-        handoff = _handoff_ms(loader, host, batches_per_step, basis)
-    elif loads_in_main:
-        # Without spans, a num_workers=0 run's data wait is the loading itself.
-        batch_ms = (unprofiled.wait_ms if unprofiled else steps.categories["data_wait"].mean_ms) / batches_per_step
-        batch_cpu_ms = batch_ms
-        handoff = 0.0
-        basis.append(
-            "no worker spans: producer cost taken from the data wait, assumed to be all CPU (record with dlprof record"
-            " to measure it)"
-        )
-    else:
-        basis.append(
-            "no worker spans: what a batch costs to produce is unknown, so no num_workers can be predicted (record with"
-            " dlprof record)"
-        )
+    cores, ram_mib = _share_of_machine(manifest, basis)
+    producer = _producer(steps, loader, host, batches_per_step, loads_in_main, unprofiled, basis)
+    if producer is None:
         return None
-    in_main = loader.batch_cpu_ms_mean * batches_per_step if (loader and loader.in_main_process) else 0.0
-    measured = manifest.main_process_cpu if manifest else None
-    if unprofiled is not None:
-        consumer = unprofiled.consumer_ms
-        main_cpu_ms = max(0.0, unprofiled.cpu_ms - in_main)
-        basis.append(
-            f"consumer and main-process CPU time from {unprofiled.reference_steps} unprofiled reference steps "
-            "(means): what your training does without dlprof"
-        )
-    else:
-        # The step without data wait, less the time the training thread waited for a core: how long the
-        # consumer takes on its own; contention for cores is the CPU bound's to model.
-        runq = measured.runq_ms_per_step if measured else 0.0
-        consumer = max(0.0, steps.consumer_ms - runq)
-        basis.append(
-            "no unprofiled reference steps: predictions are of profiled steps, which the profiler slows (record with"
-            " dlprof record)"
-        )
-        if runq:
-            basis.append(
-                f"the training thread waited {runq:.2f} ms per step for a core: left out of the consumer's time"
-            )
-        if measured:
-            main_cpu_ms = max(0.0, measured.cpu_ms_per_step - in_main)
-            basis.append("main process CPU time measured per step")
-        else:
-            threads = 1 if gpu is not None else min((host.torch_threads if host else None) or cores or 1, cores or 1)
-            main_cpu_ms = consumer * threads
-            basis.append(f"main process CPU time not measured: assumed {threads} busy core(s) for the whole step")
+    batch_ms, batch_cpu_ms, handoff = producer
+    consumer, main_cpu_ms = _consumer(steps, loader, gpu, manifest, cores, batches_per_step, unprofiled, basis)
     pss = [w.pss_mib_last for w in (loader.workers if loader else []) if w.worker >= 0 and w.pss_mib_last]
     if not pss:
         basis.append("worker memory unknown (no workers recorded): the memory bound is left out")
@@ -157,6 +79,97 @@ def _model_inputs(
         epoch=_epoch_model(unprofiled, host, basis),
         worker_send_ms=_worker_send_ms(loader, host, batches_per_step),
     )
+
+
+def _share_of_machine(manifest: Manifest | None, basis: list[str]) -> tuple[int | None, float | None]:
+    """The usable cores and available RAM (MiB) of this rank: the machine's, shared among the ranks on it."""
+    host = manifest.host if manifest else None
+    cores = host.usable_cores if host else None
+    ram_mib = host.ram_available_mib if host else None
+    if cores is None:
+        basis.append("usable cores unknown (no dlprof manifest): the CPU bound is left out")
+    sharing = (manifest.local_world_size or 1) if manifest else 1
+    if sharing > 1 and cores is not None:
+        # Ranks on one machine share its cores and RAM: each rank's workers get their share.
+        cores = max(1, cores // sharing)
+        ram_mib = ram_mib / sharing if ram_mib else ram_mib
+        basis.append(
+            f"{sharing} ranks share this machine: {cores} usable core(s) and 1/{sharing} of the available RAM per rank"
+        )
+    return cores, ram_mib
+
+
+def _producer(
+    steps: StepBreakdown,
+    loader: LoaderStats | None,
+    host: Host | None,
+    batches_per_step: float,
+    loads_in_main: bool | None,
+    unprofiled: UnprofiledStats | None,
+    basis: list[str],
+) -> tuple[float, float, float] | None:
+    """What a batch costs to produce (wall and CPU ms) and the hand-off per step; None when unknown."""
+    if loader is not None:
+        batch_ms = max(0.0, loader.batch.mean_ms - loader.batch_runq_ms_mean)
+        batch_cpu_ms = loader.batch_cpu_ms_mean
+        basis.append("producer cost measured in the loader processes (dlprof spans)")
+        if loader.in_main_process and unprofiled is not None and steps.categories["data_wait"].mean_ms > 0:
+            # Loading in the main process ran under the profiler too (collate's tensor ops): scale it
+            # to the unprofiled steps' time in the DataLoader.
+            scale = min(1.0, unprofiled.wait_ms / steps.categories["data_wait"].mean_ms)
+            batch_ms, batch_cpu_ms = batch_ms * scale, batch_cpu_ms * scale
+        return batch_ms, batch_cpu_ms, _handoff_ms(loader, host, batches_per_step, basis)
+    if loads_in_main:
+        # Without spans, a num_workers=0 run's data wait is the loading itself.
+        batch_ms = (unprofiled.wait_ms if unprofiled else steps.categories["data_wait"].mean_ms) / batches_per_step
+        basis.append(
+            "no worker spans: producer cost taken from the data wait, assumed to be all CPU (record with dlprof record"
+            " to measure it)"
+        )
+        return batch_ms, batch_ms, 0.0
+    basis.append(
+        "no worker spans: what a batch costs to produce is unknown, so no num_workers can be predicted (record with"
+        " dlprof record)"
+    )
+    return None
+
+
+def _consumer(
+    steps: StepBreakdown,
+    loader: LoaderStats | None,
+    gpu: GpuStats | None,
+    manifest: Manifest | None,
+    cores: int | None,
+    batches_per_step: float,
+    unprofiled: UnprofiledStats | None,
+    basis: list[str],
+) -> tuple[float, float]:
+    """The step without data wait (ms), and the main process's CPU time per step (core-ms), loading left out."""
+    host = manifest.host if manifest else None
+    in_main = loader.batch_cpu_ms_mean * batches_per_step if (loader and loader.in_main_process) else 0.0
+    if unprofiled is not None:
+        basis.append(
+            f"consumer and main-process CPU time from {unprofiled.reference_steps} unprofiled reference steps "
+            "(means): what your training does without dlprof"
+        )
+        return unprofiled.consumer_ms, max(0.0, unprofiled.cpu_ms - in_main)
+    # The step without data wait, less the time the training thread waited for a core: how long the
+    # consumer takes on its own; contention for cores is the CPU bound's to model.
+    measured = manifest.main_process_cpu if manifest else None
+    runq = measured.runq_ms_per_step if measured else 0.0
+    consumer = max(0.0, steps.consumer_ms - runq)
+    basis.append(
+        "no unprofiled reference steps: predictions are of profiled steps, which the profiler slows (record with"
+        " dlprof record)"
+    )
+    if runq:
+        basis.append(f"the training thread waited {runq:.2f} ms per step for a core: left out of the consumer's time")
+    if measured:
+        basis.append("main process CPU time measured per step")
+        return consumer, max(0.0, measured.cpu_ms_per_step - in_main)
+    threads = 1 if gpu is not None else min((host.torch_threads if host else None) or cores or 1, cores or 1)
+    basis.append(f"main process CPU time not measured: assumed {threads} busy core(s) for the whole step")
+    return consumer, consumer * threads
 
 
 def _worker_send_ms(loader: LoaderStats | None, host: Host | None, batches_per_step: float) -> float:
@@ -272,61 +285,20 @@ def advise(
     """
     basis: list[str] = [] if manifest else ["no dlprof manifest: loader settings, cores and memory are unknown"]
     basis += manifest_problems
-    evidence: list[str] = []
     if len(steps.steps) < MIN_STEPS_FOR_PERCENTILES:
         basis.append(
             f"only {len(steps.steps)} step(s) recorded: p50/p90 say little; record more (dlprof record --active 20)"
         )
     loader_config = manifest.loader if manifest else None
-    step_ms, wait = steps.step.mean_ms, steps.categories["data_wait"]
     verdict = verdict_of(steps.data_wait_pct)
-    evidence.append(
-        f"data wait {wait.mean_ms:.2f} ms of a {step_ms:.2f} ms step ({steps.data_wait_pct:.1f} %): {verdict}"
-        f" input-bound (HIGHLY > {HIGHLY_INPUT_BOUND_PCT:g} %, MODERATELY"
-        f" {MODERATELY_INPUT_BOUND_PCT:g}-{HIGHLY_INPUT_BOUND_PCT:g} %)"
-    )
-    if unprofiled is not None and unprofiled.overhead_pct is not None:
-        evidence.append(
-            f"profiling made steps {unprofiled.overhead_pct:.0f} % slower: {unprofiled.profiled_step_ms:.2f} ms"
-            f" profiled vs {unprofiled.step_ms_p50:.2f} ms unprofiled (medians over {unprofiled.profiled_steps} and"
-            f" {unprofiled.reference_steps} steps); predictions are of the unprofiled training"
-        )
+    evidence = _speed_evidence(steps, verdict, unprofiled)
     inputs = _model_inputs(steps, loader, gpu, manifest, batches_per_step, loads_in_main, unprofiled, basis)
     predicted: list[Prediction] = []
     num_workers = bound = None
     if inputs is not None:
         predicted = [predict(inputs, n) for n in candidate_counts(inputs)]
-        cpu_bound = loader.bound == "cpu" if loader else True
-        num_workers, bound = _choose(inputs, predicted, cpu_bound)
-        evidence.append(
-            f"a batch costs {inputs.batch_ms:.2f} ms to produce ({inputs.batch_cpu_ms:.2f} ms CPU),"
-            f" {inputs.batches_per_step:g} per step; the step itself (without data wait or waiting for a core) is"
-            f" {inputs.consumer_ms:.2f} ms"
-        )
-        chosen = predicted[num_workers]
-        over = (
-            f", {chosen.epoch_steps_per_s:.2f} steps/s over whole epochs"
-            if chosen.epoch_steps_per_s is not None
-            else ""
-        )
-        evidence.append(
-            f"num_workers={num_workers}: predicted {chosen.step_ms:.2f} ms/step ({chosen.steps_per_s:.2f}"
-            f" steps/s{over}), within {WITHIN_BEST:.0%} of the best prediction; bound by {bound}"
-        )
-        if inputs.handoff_ms > 0:
-            evidence.append(
-                f"receiving batches from workers costs the main process {inputs.handoff_ms:.2f} ms per step (hand-off)"
-            )
-        if inputs.usable_cores:
-            evidence.append(
-                f"{inputs.usable_cores} usable cores; main process needs ~{inputs.main_cpu_ms:.1f} core-ms per step"
-            )
-        recorded = loader_config.num_workers if loader_config else None
-        if recorded is not None and recorded > num_workers and recorded < len(predicted):
-            evidence.append(
-                f"num_workers={recorded} (as recorded) is predicted at {predicted[recorded].effective_steps_per_s:.2f}"
-                f" steps/s: the {recorded - num_workers} extra worker(s) buy nothing and cost memory and CPU"
-            )
+        num_workers, bound = _choose(inputs, predicted, loader.bound == "cpu" if loader else True)
+        evidence += _num_workers_evidence(inputs, predicted, num_workers, bound, loader_config)
     if loader is not None:
         evidence.append(
             f"per batch: fetch {loader.fetch.mean_ms:.2f} ms, tokenizer {loader.tokenize.mean_ms:.2f} ms, collate"
@@ -341,48 +313,91 @@ def advise(
             "restarting workers at every epoch costs more than they save: with persistent_workers=True, "
             f"num_workers={steady_best.num_workers} is predicted at {steady_best.steps_per_s:.2f} steps/s"
         )
-    if (
-        loader is not None
-        and loader.batch.mean_ms > 0
-        and 100 * loader.tokenize.mean_ms / loader.batch.mean_ms > TOKENIZER_DOMINANT_PCT
-    ):
+    evidence += _tokenizer_evidence(loader)
+    advice = Advice(verdict, num_workers, pin_memory, prefetch, persistent, bound, predicted, evidence, basis)
+    return replace(advice, trainer_arguments=trainer_arguments(advice, loader_config))
+
+
+def _speed_evidence(steps: StepBreakdown, verdict: str, unprofiled: UnprofiledStats | None) -> list[str]:
+    """How input-bound the run is, and what the profiler cost it."""
+    wait = steps.categories["data_wait"]
+    evidence = [
+        f"data wait {wait.mean_ms:.2f} ms of a {steps.step.mean_ms:.2f} ms step ({steps.data_wait_pct:.1f} %):"
+        f" {verdict} input-bound (HIGHLY > {HIGHLY_INPUT_BOUND_PCT:g} %, MODERATELY"
+        f" {MODERATELY_INPUT_BOUND_PCT:g}-{HIGHLY_INPUT_BOUND_PCT:g} %)"
+    ]
+    if unprofiled is not None and unprofiled.overhead_pct is not None:
         evidence.append(
-            f"the tokenizer takes {loader.tokenize.mean_ms:.2f} of {loader.batch.mean_ms:.2f} ms per batch"
-            f" ({100 * loader.tokenize.mean_ms / loader.batch.mean_ms:.0f} %): pre-tokenize the dataset once (e.g."
-            " datasets.map) and load token ids"
+            f"profiling made steps {unprofiled.overhead_pct:.0f} % slower: {unprofiled.profiled_step_ms:.2f} ms"
+            f" profiled vs {unprofiled.step_ms_p50:.2f} ms unprofiled (medians over {unprofiled.profiled_steps} and"
+            f" {unprofiled.reference_steps} steps); predictions are of the unprofiled training"
         )
-    arguments = trainer_arguments(loader_config, num_workers, pin_memory, prefetch, persistent)
-    return Advice(verdict, num_workers, pin_memory, prefetch, persistent, bound, predicted, evidence, basis, arguments)
+    return evidence
 
 
-def trainer_arguments(
-    config: LoaderConfig | None,
-    num_workers: int | None,
-    pin_memory: bool | None,
-    prefetch_factor: int | None,
-    persistent_workers: bool | None,
-) -> str | None:
+def _num_workers_evidence(
+    inputs: ModelInputs, predicted: list[Prediction], num_workers: int, bound: str, config: LoaderConfig | None
+) -> list[str]:
+    """The numbers behind the recommended num_workers."""
+    chosen = predicted[num_workers]
+    over = f", {chosen.epoch_steps_per_s:.2f} steps/s over whole epochs" if chosen.epoch_steps_per_s is not None else ""
+    evidence = [
+        f"a batch costs {inputs.batch_ms:.2f} ms to produce ({inputs.batch_cpu_ms:.2f} ms CPU),"
+        f" {inputs.batches_per_step:g} per step; the step itself (without data wait or waiting for a core) is"
+        f" {inputs.consumer_ms:.2f} ms",
+        f"num_workers={num_workers}: predicted {chosen.step_ms:.2f} ms/step ({chosen.steps_per_s:.2f}"
+        f" steps/s{over}), within {WITHIN_BEST:.0%} of the best prediction; bound by {bound}",
+    ]
+    if inputs.handoff_ms > 0:
+        evidence.append(
+            f"receiving batches from workers costs the main process {inputs.handoff_ms:.2f} ms per step (hand-off)"
+        )
+    if inputs.usable_cores:
+        evidence.append(
+            f"{inputs.usable_cores} usable cores; main process needs ~{inputs.main_cpu_ms:.1f} core-ms per step"
+        )
+    recorded = config.num_workers if config else None
+    if recorded is not None and recorded > num_workers and recorded < len(predicted):
+        evidence.append(
+            f"num_workers={recorded} (as recorded) is predicted at {predicted[recorded].effective_steps_per_s:.2f}"
+            f" steps/s: the {recorded - num_workers} extra worker(s) buy nothing and cost memory and CPU"
+        )
+    return evidence
+
+
+def _tokenizer_evidence(loader: LoaderStats | None) -> list[str]:
+    """Pre-tokenizing, when the tokenizer dominates a batch's cost."""
+    if loader is None or loader.batch.mean_ms <= 0:
+        return []
+    share = 100 * loader.tokenize.mean_ms / loader.batch.mean_ms
+    if share <= TOKENIZER_DOMINANT_PCT:
+        return []
+    return [
+        f"the tokenizer takes {loader.tokenize.mean_ms:.2f} of {loader.batch.mean_ms:.2f} ms per batch"
+        f" ({share:.0f} %): pre-tokenize the dataset once (e.g. datasets.map) and load token ids"
+    ]
+
+
+def trainer_arguments(advice: Advice, config: LoaderConfig | None) -> str | None:
     """The advice as the ``TrainingArguments`` to set, for a DataLoader a training framework created
     (``config.created_by``).
 
     Hugging Face's Trainer builds its DataLoader from ``--dataloader_num_workers``, ``--dataloader_pin_memory``,
     ``--dataloader_persistent_workers`` and ``--dataloader_prefetch_factor``; ms-swift and LLaMA-Factory
-    take the same arguments. Settings the advice leaves unchanged (``None``) are left out; None when nothing is advised.
+    take the same arguments. Built from the recommendation's own settings only, so the two always agree;
+    settings it leaves unchanged (``None``) are left out; None when nothing is advised.
     """
     if config is None or config.created_by is None:
         return None
     words = []
-    if num_workers is not None:
-        words.append(f"--dataloader_num_workers {num_workers}")
-    if pin_memory is not None:
-        words.append(f"--dataloader_pin_memory {str(pin_memory).lower()}")
-    if persistent_workers is not None:
-        words.append(f"--dataloader_persistent_workers {str(persistent_workers).lower()}")
-    elif num_workers == 0 and config.persistent_workers:
-        # PyTorch rejects persistent_workers=True without workers: the run's setting must go with them.
-        words.append("--dataloader_persistent_workers false")
-    if prefetch_factor is not None:
-        words.append(f"--dataloader_prefetch_factor {prefetch_factor}")
+    if advice.num_workers is not None:
+        words.append(f"--dataloader_num_workers {advice.num_workers}")
+    if advice.pin_memory is not None:
+        words.append(f"--dataloader_pin_memory {str(advice.pin_memory).lower()}")
+    if advice.persistent_workers is not None:
+        words.append(f"--dataloader_persistent_workers {str(advice.persistent_workers).lower()}")
+    if advice.prefetch_factor is not None:
+        words.append(f"--dataloader_prefetch_factor {advice.prefetch_factor}")
     return " ".join(words) or None
 
 
@@ -429,7 +444,15 @@ def _persistent_workers(
     num_workers: int | None,
     evidence: list[str],
 ) -> bool | None:
-    """persistent_workers=True when workers restart every epoch and that costs measurable time."""
+    """persistent_workers=True when workers restart every epoch and that costs measurable time; False when no
+    workers are advised for a loader that had persistent ones (PyTorch rejects persistent_workers=True without
+    workers)."""
+    if num_workers == 0 and config is not None and config.persistent_workers:
+        evidence.append(
+            "the run had persistent_workers=True, which PyTorch refuses without workers: with num_workers=0, set"
+            " persistent_workers=False"
+        )
+        return False
     if not num_workers or config is None or config.persistent_workers is not False:
         return None
     chosen = predicted[num_workers] if num_workers < len(predicted) else None

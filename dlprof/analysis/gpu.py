@@ -14,40 +14,11 @@ through :mod:`dlprof.analysis.hta_adapter`.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
 
 from dlprof.analysis.intervals import Timeline, intersect, subtract, total, union
-from dlprof.analysis.stats import Summary
+from dlprof.analysis.stats import summarize
+from dlprof.results.analysis import GpuStats, GpuStep
 from dlprof.trace.run import TraceRun
-
-
-@dataclass(frozen=True)
-class GpuStep:
-    number: int
-    busy_ms: float
-    idle_ms: float
-    idle_data_ms: float
-    idle_launch_ms: float
-    idle_other_ms: float
-    h2d_ms: float
-
-
-@dataclass(frozen=True)
-class GpuStats:
-    """GPU activity of a CUDA/ROCm trace; ``None`` is returned for CPU-only traces instead."""
-
-    steps: list[GpuStep]
-    busy: Summary
-    idle: Summary
-    idle_data: Summary
-    idle_launch: Summary
-    idle_other: Summary
-    h2d: Summary
-    busy_pct: float
-    h2d_copies: int
-    h2d_pageable_copies: int
-    h2d_pinned_copies: int
-    h2d_mib_per_step: float
 
 
 def gpu_stats(run: TraceRun) -> GpuStats | None:
@@ -92,7 +63,7 @@ def gpu_stats(run: TraceRun) -> GpuStats | None:
         )
     h2d = [g for g in run.gpu if g.h2d and run.steps[0].start_us <= g.start_us < run.steps[-1].end_us]
     step_total = sum(s.busy_ms + s.idle_ms for s in steps)
-    of = lambda attr: Summary.of([getattr(s, attr) for s in steps])
+    of = lambda attr: summarize([getattr(s, attr) for s in steps])
     return GpuStats(
         steps=steps,
         busy=of("busy_ms"),

@@ -8,88 +8,16 @@ cores will not help) from loading that waits (I/O, sleeps, locks: workers can ex
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 
 from dlprof import schema
-from dlprof.analysis.stats import Summary
+from dlprof.analysis.stats import summarize
+from dlprof.results.analysis import BatchCost, LoaderStats, WaitStats, WorkerStats
 from dlprof.trace.run import LoaderSpan, TraceRun
 
 #: CPU time / wall time of a batch (less the time it waited for a core) at or above which loading
 #: counts as CPU-bound, and at or below which it counts as waiting (I/O-bound); between, mixed.
 CPU_BOUND_FRACTION = 0.7
 IO_BOUND_FRACTION = 0.3
-
-
-@dataclass(frozen=True)
-class BatchCost:
-    """One batch as its producer saw it (ms)."""
-
-    batch: tuple[int, int, int]
-    worker: int
-    pid: int
-    end_us: float
-    wall_ms: float
-    cpu_ms: float
-    runq_ms: float
-    fetch_ms: float
-    fetch_cpu_ms: float
-    tokenize_ms: float
-    tokenize_cpu_ms: float
-    collate_ms: float
-    collate_cpu_ms: float
-    tensors: int
-
-
-@dataclass(frozen=True)
-class WorkerStats:
-    """One worker process (or the main process, worker -1)."""
-
-    worker: int
-    pid: int
-    batches: int
-    batch_ms_mean: float
-    cpu_ms_mean: float
-    #: Batches per second this worker can produce when it never waits for a free slot (None: its batches took no
-    #: measurable time).
-    capacity_per_s: float | None
-    pss_mib_last: float | None
-    pss_growth_mib_per_min: float | None
-
-
-@dataclass(frozen=True)
-class WaitStats:
-    """The main process's waits in ``__next__``, by whether the batch was already produced."""
-
-    waits: int
-    not_ready_ms_mean: float  # per step: waiting while the batch was still being produced
-    ready_ms_mean: float  # per step: the batch was produced before the wait began (hand-off cost)
-
-
-@dataclass(frozen=True)
-class LoaderStats:
-    """Loader costs of one run; ``None`` fields are unknown (no spans of that kind)."""
-
-    batches: list[BatchCost]
-    batch: Summary
-    batch_cpu_ms_mean: float
-    #: Per batch, time runnable but waiting for a core: the cores were oversubscribed.
-    batch_runq_ms_mean: float
-    fetch: Summary
-    fetch_cpu_ms_mean: float
-    tokenize: Summary
-    tokenize_cpu_ms_mean: float
-    collate: Summary
-    collate_cpu_ms_mean: float
-    tensors_per_batch: float
-    cpu_fraction: float
-    bound: str  # "cpu" | "io" | "mixed"
-    in_main_process: bool
-    workers: list[WorkerStats]
-    wait: WaitStats | None
-
-    @property
-    def workers_observed(self) -> int:
-        return sum(1 for w in self.workers if w.worker >= 0)
 
 
 def _inside(span: LoaderSpan, outer: LoaderSpan | None) -> bool:
@@ -204,14 +132,14 @@ def loader_stats(run: TraceRun) -> LoaderStats | None:
     mean = lambda attr: sum(getattr(c, attr) for c in costs) / len(costs)
     return LoaderStats(
         batches=costs,
-        batch=Summary.of([c.wall_ms for c in costs]),
+        batch=summarize([c.wall_ms for c in costs]),
         batch_cpu_ms_mean=mean("cpu_ms"),
         batch_runq_ms_mean=mean("runq_ms"),
-        fetch=Summary.of([c.fetch_ms for c in costs]),
+        fetch=summarize([c.fetch_ms for c in costs]),
         fetch_cpu_ms_mean=mean("fetch_cpu_ms"),
-        tokenize=Summary.of([c.tokenize_ms for c in costs]),
+        tokenize=summarize([c.tokenize_ms for c in costs]),
         tokenize_cpu_ms_mean=mean("tokenize_cpu_ms"),
-        collate=Summary.of([c.collate_ms for c in costs]),
+        collate=summarize([c.collate_ms for c in costs]),
         collate_cpu_ms_mean=mean("collate_cpu_ms"),
         tensors_per_batch=mean("tensors"),
         cpu_fraction=cpu_fraction,

@@ -11,59 +11,15 @@ time is waiting for it.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 
 from dlprof.analysis.intervals import Timeline
-from dlprof.analysis.loader import LoaderStats
-from dlprof.analysis.steps import StepBreakdown
 from dlprof.errors import display
+from dlprof.results.analysis import LoaderStats, RankComparison, RankStats, StepBreakdown
 from dlprof.trace.run import TraceRun
 
 #: The slowest rank is called data-starved when its extra data wait (over the other ranks' median)
 #: explains at least this share of its extra own work per step; else the extra is its compute.
 DATA_REASON_SHARE = 0.5
-
-
-@dataclass(frozen=True)
-class RankStats:
-    """One rank's profiled steps (ms per step, means over its recorded steps)."""
-
-    rank: int
-    trace_file: str
-    steps: int
-    step_ms: float
-    data_wait_ms: float
-    data_wait_pct: float
-    #: The training thread inside collectives (communicating, and waiting for the other ranks).
-    collective_ms: float
-    #: The step without its collectives: the rank's own work (loading included).
-    own_ms: float
-    #: Wall time to produce a batch in the rank's loader processes (None without dlprof's spans).
-    loader_batch_ms: float | None
-    #: Its DataLoader workers' memory, summed (PSS, last reading); None when unknown or no workers.
-    worker_pss_mib: float | None
-    num_workers: int | None
-    #: The unprofiled step (reference steps), when recorded.
-    unprofiled_step_ms: float | None
-    #: The collectives this rank ran (``all_reduce``, ...), most time first.
-    collective_kinds: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class RankComparison:
-    """Every rank side by side, and the cross-rank effect."""
-
-    ranks: list[RankStats]
-    #: The rank the others wait for: the most own work per step.
-    slowest_rank: int
-    #: Why it is slowest: "data" (its extra own time is mostly data wait) or "compute".
-    slowest_reason: str
-    #: Its data wait per step beyond the other ranks' median.
-    extra_data_wait_ms: float
-    #: Per other rank: time per step in collectives beyond the slowest rank's own, i.e. waiting for it.
-    waited_ms: dict[int, float]
-    #: The collectives seen (``all_reduce``, ``broadcast``, ...), most time first.
-    collectives: list[str]
 
 
 def collective_ms_per_step(run: TraceRun) -> tuple[float, list[str]]:

@@ -1,9 +1,10 @@
-"""Summary statistics with units in the field names."""
+"""Summary statistics: percentiles, and the :class:`~dlprof.results.analysis.Summary` of a series of ms."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from dlprof.results.analysis import Summary
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -17,14 +18,6 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-@dataclass(frozen=True)
-class Summary:
-    """Mean, median and 90th percentile of a per-step (or per-batch) quantity, in ms."""
-
-    mean_ms: float
-    p50_ms: float
-    p90_ms: float
-
-    @classmethod
-    def of(cls, values_ms: Sequence[float]) -> Summary:
-        return cls(sum(values_ms) / len(values_ms), percentile(values_ms, 50), percentile(values_ms, 90))
+def summarize(values_ms: Sequence[float]) -> Summary:
+    """Mean, median and 90th percentile of ``values_ms`` (at least one value)."""
+    return Summary(sum(values_ms) / len(values_ms), percentile(values_ms, 50), percentile(values_ms, 90))

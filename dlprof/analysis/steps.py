@@ -18,48 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dlprof.analysis.intervals import Timeline, intersect, subtract, total
-from dlprof.analysis.stats import Summary
+from dlprof.analysis.stats import summarize
 from dlprof.errors import NoStepsError
+from dlprof.results.analysis import CATEGORIES, StepBreakdown, StepTime
 from dlprof.trace.run import TraceRun
-
-CATEGORIES = ("data_wait", "h2d", "forward", "backward", "optimizer", "other")
-
-
-@dataclass(frozen=True)
-class StepTime:
-    """One ProfilerStep, split into :data:`CATEGORIES` (ms)."""
-
-    number: int
-    start_us: float
-    step_ms: float
-    data_wait_ms: float
-    h2d_ms: float
-    forward_ms: float
-    backward_ms: float
-    optimizer_ms: float
-    other_ms: float
-
-    def category_ms(self, category: str) -> float:
-        return getattr(self, f"{category}_ms")
-
-
-@dataclass(frozen=True)
-class StepBreakdown:
-    """The per-step breakdown and its summaries over the steps."""
-
-    steps: list[StepTime]
-    step: Summary
-    categories: dict[str, Summary]
-
-    @property
-    def data_wait_pct(self) -> float:
-        """Mean time waiting for data as a share of the mean step."""
-        return 100 * self.categories["data_wait"].mean_ms / self.step.mean_ms if self.step.mean_ms else 0.0
-
-    @property
-    def consumer_ms(self) -> float:
-        """Mean step time without data wait: what a step would take if batches were always ready."""
-        return self.step.mean_ms - self.categories["data_wait"].mean_ms
 
 
 @dataclass(frozen=True)
@@ -156,6 +118,6 @@ def step_breakdown(run: TraceRun) -> StepBreakdown:
         )
     return StepBreakdown(
         steps=steps,
-        step=Summary.of([s.step_ms for s in steps]),
-        categories={c: Summary.of([s.category_ms(c) for s in steps]) for c in CATEGORIES},
+        step=summarize([s.step_ms for s in steps]),
+        categories={c: summarize([s.category_ms(c) for s in steps]) for c in CATEGORIES},
     )

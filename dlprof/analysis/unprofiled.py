@@ -13,78 +13,12 @@ the profiler's overhead compares medians, so that one slow step on either side d
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 
 from dlprof.manifest import EPOCH_SETTLE_STEPS, PHASE_AFTER, PHASE_PROFILED, LoaderConfig, Manifest, StepClock
+from dlprof.results.analysis import EpochStats, UnprofiledStats
 
 #: Fewer reference steps than this make the unprofiled speed unreliable.
 MIN_REFERENCE_STEPS = 5
-
-
-@dataclass(frozen=True)
-class EpochStats:
-    """Epoch boundaries of the training loader."""
-
-    steps_per_epoch: float | None  # batches per epoch / batches per step; None without a sampler length
-    persistent_workers: bool
-    num_workers: int
-    #: Extra time an epoch boundary costs (median over boundaries measured after start-up); None if none was seen.
-    restart_ms: float | None
-    boundaries_measured: int
-    first_batch_ms: float | None  # median time from iterator creation to the first batch
-    end_ms: float | None  # median time of the __next__ that ended an epoch (workers shut down)
-    #: Steps/s over the whole epochs timed after the window, their boundaries included; None if none was.
-    whole_epoch_steps_per_s: float | None = None
-    #: A run without workers: what forking once cost the following steps (copy-on-write), as workers would.
-    fork_probe_ms: float | None = None
-
-
-@dataclass(frozen=True)
-class UnprofiledStats:
-    """Unprofiled steps (after the window) against profiled ones, from the step clock (ms; means, but the ``_p50``
-    fields)."""
-
-    reference_steps: int
-    step_ms: float
-    profiled_steps: int
-    step_ms_p50: float
-    profiled_step_ms: float | None  # median
-    consumer_ms: float  # step less data wait and waiting for a core
-    wait_ms: float
-    cpu_ms: float  # main process CPU time (all threads) per step
-    runq_ms: float
-    epoch: EpochStats | None
-
-    @property
-    def steps_per_s(self) -> float:
-        return 1000 / self.step_ms
-
-    @property
-    def epoch_steps_per_s(self) -> float | None:
-        """Steps/s over whole epochs: the whole epochs as timed, else the steady step plus the measured restart.
-
-        None when the epoch length is unknown, or when workers restart at every epoch but no
-        boundary was timed after start-up.
-        """
-        epoch = self.epoch
-        if epoch is not None and epoch.whole_epoch_steps_per_s is not None:
-            return epoch.whole_epoch_steps_per_s
-        if epoch is None or epoch.steps_per_epoch is None:
-            return None
-        if epoch.num_workers and not epoch.persistent_workers:
-            if epoch.restart_ms is None:
-                return None
-            restart = epoch.restart_ms
-        else:
-            restart = 0.0
-        return 1000 * epoch.steps_per_epoch / (epoch.steps_per_epoch * self.step_ms + restart)
-
-    @property
-    def overhead_pct(self) -> float | None:
-        """How much slower a profiled step was than an unprofiled one (medians)."""
-        if self.profiled_step_ms is None:
-            return None
-        return 100 * (self.profiled_step_ms / self.step_ms_p50 - 1)
 
 
 def _settling(flags: tuple[bool, ...]) -> set[int]:

@@ -1,8 +1,9 @@
-"""Labels and number formatting shared by the renderers (formatting only, no computation)."""
+"""Labels, table rows and lines shared by the renderers (numbers are written by report/format.py)."""
 
 from __future__ import annotations
 
-from dlprof.analysis.steps import CATEGORIES
+from dlprof.report.format import UNKNOWN, ms, pct
+from dlprof.results.analysis import CATEGORIES
 
 CATEGORY_LABELS = {
     "data_wait": "data wait",
@@ -12,31 +13,12 @@ CATEGORY_LABELS = {
     "optimizer": "optimizer",
     "other": "other",
 }
-UNKNOWN = "unknown"
 KEEP = "keep"
-
-
-def ms(value: float | None) -> str:
-    return UNKNOWN if value is None else f"{value:.2f}"
-
-
-def per_s(step_ms: float) -> str:
-    """Steps (or batches) per second from ms each; "-" when nothing measurable."""
-    return f"{1000 / step_ms:.2f}" if step_ms > 0 else "-"
-
-
-def rate(value: float | None) -> str:
-    """A rate per second measured elsewhere; "-" when unknown."""
-    return "-" if value is None else f"{value:.1f}"
 
 
 def skipped_line(skipped) -> str:
     """One line for a run (or file) the report left out."""
     return f"skipped {skipped.path}: {skipped.reason}"
-
-
-def pct(part: float, whole: float) -> str:
-    return f"{100 * part / whole:.1f}" if whole else "-"
 
 
 def setting(value: object) -> str:

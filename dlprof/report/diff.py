@@ -1,34 +1,31 @@
 """Renderers of ``dlprof diff``: text, Markdown and the ``dlprof.diff/1`` JSON schema. They format; they never compute.
 
-Every number, change and the verdict come from :func:`dlprof.workflows.diff.diff`.
+Every number, change and the verdict come from :func:`dlprof.workflows.diff.diff`; :func:`dlprof.report.renderer`
+picks one of them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
-from dlprof.errors import UsageError
-from dlprof.report.common import UNKNOWN
-from dlprof.workflows.diff import DiffResult, DiffRow
+from dlprof.report.format import NOT_APPLICABLE, finite, fixed, rounded
+from dlprof.results.diff import DiffResult, DiffRow, DiffRun
 
-FORMATS = ("text", "markdown", "json")
 #: Digits shown per unit in text and Markdown (JSON keeps three).
 _DIGITS = {"ms": 2, "steps/s": 2, "%": 1, "MiB": 1}
-_NOT_APPLICABLE = "-"
 
 
 def _value(value: float | None, unit: str) -> str:
-    return UNKNOWN if value is None else f"{value:.{_DIGITS.get(unit, 2)}f}"
+    return fixed(value, f".{_DIGITS.get(unit, 2)}f")
 
 
 def _delta(value: float | None, unit: str) -> str:
-    return _NOT_APPLICABLE if value is None else f"{value:+.{_DIGITS.get(unit, 2)}f}"
+    return fixed(value, f"+.{_DIGITS.get(unit, 2)}f", NOT_APPLICABLE)
 
 
 def _delta_pct(value: float | None) -> str:
-    return _NOT_APPLICABLE if value is None else f"{value:+.1f} %"
+    return NOT_APPLICABLE if finite(value) is None else f"{value:+.1f} %"
 
 
 def _setting(value: Any) -> str:
@@ -37,6 +34,21 @@ def _setting(value: Any) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k}={v}" for k, v in value.items()) or "(none)"
     return str(value)
+
+
+def _rank(run: DiffRun, separator: str) -> str:
+    """Which rank of a run of several ranks was compared (the slowest, as dlprof analyze reports); "" for one rank."""
+    if run.ranks == 1:
+        return ""
+    return f"{separator}rank {run.rank} of {run.ranks}: the slowest, which dlprof analyze reports"
+
+
+def _side(run: DiffRun) -> dict:
+    """One side in JSON; ``rank`` and ``ranks`` only for a run of several ranks."""
+    side: dict[str, Any] = {"name": run.name, "trace_file": run.trace_file}
+    if run.ranks > 1:
+        side.update(rank=run.rank, ranks=run.ranks)
+    return side
 
 
 def _cells(row: DiffRow) -> list[str]:
@@ -55,8 +67,8 @@ _HEADER = ["metric", "A", "B", "change", "change %"]
 def render_text(result: DiffResult) -> str:
     """The terminal form."""
     lines = [
-        f"dlprof diff: A = {result.a.name}  ({result.a.trace_file})",
-        f"             B = {result.b.name}  ({result.b.trace_file})",
+        f"dlprof diff: A = {result.a.name}  ({result.a.trace_file}{_rank(result.a, '; ')})",
+        f"             B = {result.b.name}  ({result.b.trace_file}{_rank(result.b, '; ')})",
         "",
         result.verdict,
         "",
@@ -89,12 +101,12 @@ def render_markdown(result: DiffResult) -> str:
         lines += ["", f"Unknown in one run (cannot compare): {', '.join(f'`{n}`' for n in result.settings_unknown)}"]
     lines += ["", "| " + " | ".join(_HEADER) + " |", "|---|--:|--:|--:|--:|"]
     lines += ["| " + " | ".join(_cells(row)) + " |" for row in result.rows]
-    lines += ["", f"A: `{result.a.trace_file}`  ", f"B: `{result.b.trace_file}`"]
+    lines += [
+        "",
+        f"A: `{result.a.trace_file}`{_rank(result.a, ', ')}  ",
+        f"B: `{result.b.trace_file}`{_rank(result.b, ', ')}",
+    ]
     return "\n".join(lines) + "\n"
-
-
-def _r(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(value, digits)
 
 
 def _json_value(value: Any) -> Any:
@@ -105,10 +117,10 @@ def render_json(result: DiffResult) -> str:
     """The ``dlprof.diff/1`` schema (README.md documents it); unknown is ``null``, never NaN."""
     document = {
         "schema": result.schema,
-        "a": {"name": result.a.name, "trace_file": result.a.trace_file},
-        "b": {"name": result.b.name, "trace_file": result.b.trace_file},
+        "a": _side(result.a),
+        "b": _side(result.b),
         "verdict": result.verdict,
-        "speed_change_pct": _r(result.speed_change_pct, 2),
+        "speed_change_pct": rounded(result.speed_change_pct, 2),
         "speed_basis": result.speed_basis,
         "settings_changed": {
             name: [_json_value(a), _json_value(b)] for name, (a, b) in result.settings_changed.items()
@@ -119,26 +131,12 @@ def render_json(result: DiffResult) -> str:
                 "metric": row.metric,
                 "key": row.key,
                 "unit": row.unit,
-                "a": _r(row.a),
-                "b": _r(row.b),
-                "delta": _r(row.delta),
-                "delta_pct": _r(row.delta_pct, 2),
+                "a": rounded(row.a),
+                "b": rounded(row.b),
+                "delta": rounded(row.delta),
+                "delta_pct": rounded(row.delta_pct, 2),
             }
             for row in result.rows
         ],
     }
     return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
-
-
-def renderer(fmt: str) -> Callable[[DiffResult], str]:
-    """The render function of a format.
-
-    Raises:
-        dlprof.errors.UsageError: a format diff does not write (html).
-    """
-    found = {"text": render_text, "markdown": render_markdown, "json": render_json}.get(fmt)
-    if found is None:
-        raise UsageError(
-            f"dlprof diff writes {', '.join(FORMATS)}, not {fmt}; use -o with .txt, .md or .json, or --format"
-        )
-    return found

@@ -10,10 +10,8 @@ here; every number drawn comes from the Report.
 from __future__ import annotations
 
 import math
-from html import escape
 
-from dlprof import schema
-from dlprof.analysis.steps import CATEGORIES
+from dlprof.report import page, svg
 from dlprof.report.common import (
     CATEGORY_LABELS,
     PREDICTED_HEADER,
@@ -22,7 +20,6 @@ from dlprof.report.common import (
     epoch_line,
     known,
     loader_rows,
-    ms,
     predicted_rows,
     rank_rows,
     ranks_line,
@@ -32,7 +29,11 @@ from dlprof.report.common import (
     unprofiled_line,
     verdict_line,
 )
-from dlprof.workflows.analyze import Report, RunReport, TimelinePicture
+from dlprof.report.format import ms, per_s
+from dlprof.report.page import esc
+from dlprof.report.svg import CHAR_W, CHART_LEFT, CHART_LINE, CHART_PLOT_H, CHART_RIGHT, CHART_TOP, WIDTH, coord
+from dlprof.results.analysis import CATEGORIES
+from dlprof.results.report import Report, RunReport, TimelinePicture
 
 #: Colours per segment kind: step categories, loader spans, the GPU. Data wait is the loud one.
 COLOURS = {
@@ -52,121 +53,11 @@ SPARE_COLOURS = ("#e377c2", "#7f7f7f", "#aec7e8", "#ffbb78", "#98df8a")
 KIND_LABELS = {**CATEGORY_LABELS, "gpu": "GPU busy"}
 VERDICT_CLASS = {"HIGHLY": "bad", "MODERATELY": "warn", "NOT": "good"}
 
-#: SVG geometry, in viewBox units (the page scales the pictures down to fit narrow windows).
-WIDTH = 960
-FONT = 12
-#: Rough width of one character of 12 px system sans-serif, to lay out legends without a browser.
-CHAR_W = 6.8
-
-CSS = """
-:root { color-scheme: light; }
-body { margin: 0; background: #f6f7f9; color: #1d2228;
-  font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
-main { max-width: 1040px; margin: 0 auto; padding: 24px 28px 48px; background: #fff; }
-h1 { font-size: 1.6em; margin: 0 0 4px; }
-h2 { font-size: 1.35em; margin: 40px 0 4px; padding-top: 16px; border-top: 2px solid #e3e6ea; }
-h1 + section h2, h1 + h2 { border-top: none; margin-top: 12px; padding-top: 0; }
-h3 { font-size: 1.1em; margin: 24px 0 8px; }
-.sub { color: #5b6570; font-size: 0.9em; margin: 0 0 12px; word-break: break-all; }
-code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 0.92em; }
-.verdict { padding: 10px 14px; border-radius: 6px; font-weight: 600; margin: 12px 0; border-left: 6px solid; }
-.verdict.bad { background: #fdecea; border-color: #d62728; }
-.verdict.warn { background: #fff6e0; border-color: #e0a000; }
-.verdict.good { background: #e9f6ec; border-color: #2ca02c; }
-.note { background: #fff6e0; padding: 6px 10px; border-radius: 4px; }
-table { border-collapse: collapse; margin: 8px 0 16px; font-size: 0.92em; }
-th, td { padding: 4px 10px; border-bottom: 1px solid #e3e6ea; text-align: right; vertical-align: top; }
-th:first-child, td:first-child { text-align: left; }
-thead th { background: #f0f2f5; }
-table.facts td { text-align: left; }
-table.facts th { text-align: left; color: #5b6570; font-weight: normal; white-space: nowrap; }
-tr.total td { font-weight: 600; }
-tr.chosen td { background: #eaf2fb; font-weight: 600; }
-.rec { border: 1px solid #cfd8e3; background: #f7faff; border-radius: 6px; padding: 10px 16px; margin: 16px 0; }
-.rec .settings { font-size: 1.05em; margin: 4px 0 8px; }
-.rec ul { margin: 4px 0 8px; padding-left: 22px; }
-.rec h3 { margin-top: 4px; }
-tr.slowest td { font-weight: 600; background: #fff4e5; }
-figure { margin: 20px 0; }
-figcaption { color: #5b6570; font-size: 0.9em; margin-top: 4px; }
-svg { width: 100%; height: auto; display: block; }
-svg text { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif; fill: #1d2228; }
-details { margin: 16px 0; }
-summary { cursor: pointer; font-weight: 600; }
-"""
-
-
-# --- small formatting helpers ---------------------------------------------------------------------
-
-
-def _e(value: object) -> str:
-    return escape(str(value), quote=True)
-
-
-def _n(x: float) -> str:
-    """An SVG coordinate: one decimal, no trailing ``.0`` (keeps the markup short)."""
-    text = f"{x:.1f}"
-    return text[:-2] if text.endswith(".0") else text
-
-
-def _per_s(step_ms: float) -> str:
-    return f"{1000 / step_ms:.2f}" if step_ms > 0 else "-"
-
 
 def _colour(kind: str, spare: dict[str, str]) -> str:
     if kind in COLOURS:
         return COLOURS[kind]
     return spare.setdefault(kind, SPARE_COLOURS[len(spare) % len(SPARE_COLOURS)])
-
-
-def _ticks(hi: float, target: int = 5) -> list[float]:
-    """Round tick values from 0 up to at least ``hi`` (steps of 1, 2 or 5 times a power of ten)."""
-    if not math.isfinite(hi) or hi <= 0:
-        hi = 1.0
-    raw = hi / target
-    magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 5, 10) if raw <= m * magnitude * (1 + 1e-9))
-    count = math.ceil(hi / step - 1e-9)
-    return [i * step for i in range(count + 1)]
-
-
-def _tick_label(value: float, ticks: list[float]) -> str:
-    step = ticks[1] - ticks[0] if len(ticks) > 1 else 1.0
-    decimals = max(0, -math.floor(math.log10(step) + 1e-9))
-    return f"{value:.{decimals}f}"
-
-
-def _legend(
-    items: list[tuple[str, str]], x: float, y: float, width: float, dashed: str | None = None
-) -> tuple[list[str], float]:
-    """Swatches with labels, wrapped to ``width``; returns the markup and the height used."""
-    parts = ['<g class="legend">']
-    cx, cy = x, y
-    entries = [(label, colour, False) for label, colour in items] + ([(dashed, "#444", True)] if dashed else [])
-    for label, colour, is_line in entries:
-        item_w = 18 + len(label) * CHAR_W + 18
-        if cx + item_w > x + width and cx > x:
-            cx, cy = x, cy + 20
-        if is_line:
-            parts.append(
-                f'<line x1="{_n(cx + 6)}" y1="{_n(cy - 4)}" x2="{_n(cx + 6)}" y2="{_n(cy + 8)}" stroke="{colour}"'
-                ' stroke-dasharray="3 2"/>'
-            )
-        else:
-            parts.append(f'<rect x="{_n(cx)}" y="{_n(cy - 4)}" width="12" height="12" fill="{colour}"/>')
-        parts.append(f'<text x="{_n(cx + 18)}" y="{_n(cy + 6)}" font-size="{FONT}">{_e(label)}</text>')
-        cx += item_w
-    parts.append("</g>")
-    return parts, cy - y + 20
-
-
-def _svg(picture: str, height: float, label: str, title_id: str, body: list[str]) -> str:
-    return (
-        f'<svg class="picture picture-{picture}" data-picture="{picture}" role="img" '
-        f'aria-labelledby="{title_id}" aria-label="{_e(label)}" viewBox="0 0 {WIDTH} {_n(height)}" '
-        f'width="{WIDTH}" height="{_n(height)}" font-size="{FONT}">'
-        f'<title id="{title_id}">{_e(label)}</title>' + "".join(body) + "</svg>"
-    )
 
 
 # --- (a) timeline ----------------------------------------------------------------------------------
@@ -241,12 +132,12 @@ def _timeline_svg(picture: TimelinePicture, title_id: str) -> str:
     kinds_seen: list[str] = []
     for i, lane in enumerate(picture.lanes):
         y = top + i * (TL_LANE_H + TL_LANE_GAP)
-        body.append(f'<g class="lane" data-lane="{_e(lane.label)}">')
+        body.append(f'<g class="lane" data-lane="{esc(lane.label)}">')
         body.append(f'<rect x="{TL_LEFT}" y="{y}" width="{plot_w}" height="{TL_LANE_H}" fill="#f3f4f6"/>')
         short = lane.label if len(lane.label) <= TL_LABEL_CHARS else lane.label[: TL_LABEL_CHARS - 1] + "\u2026"
         body.append(
-            f'<text class="lane-label" x="{TL_LEFT - 8}" y="{_n(y + TL_LANE_H / 2 + 4)}" text-anchor="end">'
-            f"<title>{_e(lane.label)}</title>{_e(short)}</text>"
+            f'<text class="lane-label" x="{TL_LEFT - 8}" y="{coord(y + TL_LANE_H / 2 + 4)}" text-anchor="end">'
+            f"<title>{esc(lane.label)}</title>{esc(short)}</text>"
         )
         for depth, level in enumerate(_by_depth(lane.segments)):
             inset = depth * TL_INSET
@@ -265,7 +156,7 @@ def _timeline_svg(picture: TimelinePicture, title_id: str) -> str:
     for start in [*picture.step_starts_ms, picture.duration_ms]:
         x = TL_LEFT + start * scale
         body.append(
-            f'<line class="step-boundary" x1="{_n(x)}" y1="{top - 4}" x2="{_n(x)}" y2="{bottom + 4}" '
+            f'<line class="step-boundary" x1="{coord(x)}" y1="{top - 4}" x2="{coord(x)}" y2="{bottom + 4}" '
             'stroke="#222" stroke-width="1.2" stroke-dasharray="4 3"/>'
         )
     # Time axis.
@@ -273,15 +164,15 @@ def _timeline_svg(picture: TimelinePicture, title_id: str) -> str:
     body.append(
         f'<g class="axis"><line x1="{TL_LEFT}" y1="{axis_y}" x2="{TL_LEFT + plot_w}" y2="{axis_y}" stroke="#444"/>'
     )
-    ticks = [t for t in _ticks(picture.duration_ms, 8) if t <= picture.duration_ms + 1e-9]
+    ticks = [t for t in svg.ticks(picture.duration_ms, 8) if t <= picture.duration_ms + 1e-9]
     for t in ticks:
         x = TL_LEFT + t * scale
-        body.append(f'<line x1="{_n(x)}" y1="{axis_y}" x2="{_n(x)}" y2="{axis_y + 5}" stroke="#444"/>')
-        body.append(f'<text x="{_n(x)}" y="{axis_y + 18}" text-anchor="middle">{_tick_label(t, ticks)}</text>')
+        body.append(f'<line x1="{coord(x)}" y1="{axis_y}" x2="{coord(x)}" y2="{axis_y + 5}" stroke="#444"/>')
+        body.append(f'<text x="{coord(x)}" y="{axis_y + 18}" text-anchor="middle">{svg.tick_label(t, ticks)}</text>')
     body.append(f'<text x="{TL_LEFT - 8}" y="{axis_y + 18}" text-anchor="end">time (ms)</text></g>')
     # Known kinds in a fixed order (categories, loader spans, GPU), then any others as met.
     order = [k for k in COLOURS if k in kinds_seen] + [k for k in kinds_seen if k not in COLOURS]
-    legend, legend_h = _legend(
+    legend, legend_h = svg.legend(
         [(KIND_LABELS.get(k, k), _colour(k, spare)) for k in order], TL_LEFT, axis_y + 40, plot_w, "step boundary"
     )
     body += legend
@@ -289,7 +180,7 @@ def _timeline_svg(picture: TimelinePicture, title_id: str) -> str:
     label = f"Timeline of {len(picture.step_starts_ms)} consecutive steps ({picture.duration_ms:.1f} ms): " + ", ".join(
         lane.label for lane in picture.lanes
     )
-    return _svg("timeline", height, label, title_id, body)
+    return svg.picture("timeline", height, label, title_id, body)
 
 
 # --- (b) per-step breakdown ------------------------------------------------------------------------
@@ -301,27 +192,14 @@ BD_PLOT_H = 240
 BD_MAX_BAR_W = 48
 
 
-def _y_axis(left: float, plot_w: float, top: float, plot_h: float, ticks: list[float], y_of, label: str) -> list[str]:
-    """An open ``<g class="axis">``: grid lines with tick labels, the rotated axis label and the baseline."""
-    body = ['<g class="axis">']
-    for t in ticks:
-        y = y_of(t)
-        body.append(f'<line x1="{left}" y1="{_n(y)}" x2="{left + plot_w}" y2="{_n(y)}" stroke="#e3e6ea"/>')
-        body.append(f'<text x="{left - 6}" y="{_n(y + 4)}" text-anchor="end">{_tick_label(t, ticks)}</text>')
-    mid = top + plot_h / 2
-    body.append(f'<text x="14" y="{_n(mid)}" text-anchor="middle" transform="rotate(-90 14 {_n(mid)})">{label}</text>')
-    body.append(f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#444"/>')
-    return body
-
-
 def _breakdown_svg(run: RunReport, title_id: str) -> str:
     steps = run.steps.steps
     plot_w = WIDTH - BD_LEFT - BD_RIGHT
-    ticks = _ticks(max((sum(s.category_ms(c) for c in CATEGORIES) for s in steps), default=1.0))
+    ticks = svg.ticks(max((sum(s.category_ms(c) for c in CATEGORIES) for s in steps), default=1.0))
     y_max = ticks[-1]
     y_of = lambda v: BD_TOP + BD_PLOT_H - v / y_max * BD_PLOT_H
     base = BD_TOP + BD_PLOT_H
-    body = _y_axis(BD_LEFT, plot_w, BD_TOP, BD_PLOT_H, ticks, y_of, "ms per step")
+    body = svg.y_axis(BD_LEFT, plot_w, BD_TOP, BD_PLOT_H, ticks, y_of, "ms per step")
     body[-1] += "</g>"
     slot = plot_w / max(1, len(steps))
     bar_w = min(BD_MAX_BAR_W, slot * 0.7)
@@ -331,7 +209,7 @@ def _breakdown_svg(run: RunReport, title_id: str) -> str:
         parts = ", ".join(f"{CATEGORY_LABELS[c]} {step.category_ms(c):.2f}" for c in CATEGORIES)
         body.append(
             f'<g class="bar" data-step="{step.number}"><title>step {step.number}: {step.step_ms:.2f} ms'
-            f" ({_e(parts)})</title>"
+            f" ({esc(parts)})</title>"
         )
         stacked = 0.0
         for c in CATEGORIES:
@@ -340,100 +218,85 @@ def _breakdown_svg(run: RunReport, title_id: str) -> str:
                 continue
             y1, y0 = y_of(stacked + value), y_of(stacked)
             body.append(
-                f'<rect x="{_n(x)}" y="{_n(y1)}" width="{_n(bar_w)}" height="{_n(y0 - y1)}" fill="{COLOURS[c]}"'
-                f' data-category="{c}"/>'
+                f'<rect x="{coord(x)}" y="{coord(y1)}" width="{coord(bar_w)}" height="{coord(y0 - y1)}"'
+                f' fill="{COLOURS[c]}" data-category="{c}"/>'
             )
             stacked += value
         if i % label_every == 0:
-            body.append(f'<text x="{_n(x + bar_w / 2)}" y="{base + 16}" text-anchor="middle">{step.number}</text>')
+            body.append(f'<text x="{coord(x + bar_w / 2)}" y="{base + 16}" text-anchor="middle">{step.number}</text>')
         body.append("</g>")
     body.append(
         f'<text x="{BD_LEFT + plot_w / 2}" y="{base + 34}" text-anchor="middle">step (ProfilerStep number)</text>'
     )
-    legend, legend_h = _legend([(CATEGORY_LABELS[c], COLOURS[c]) for c in CATEGORIES], BD_LEFT, base + 58, plot_w)
+    legend, legend_h = svg.legend([(CATEGORY_LABELS[c], COLOURS[c]) for c in CATEGORIES], BD_LEFT, base + 58, plot_w)
     body += legend
     label = f"Time per step by category for {len(steps)} steps, stacked from data wait at the bottom"
-    return _svg("breakdown", base + 58 + legend_h, label, title_id, body)
+    return svg.picture("breakdown", base + 58 + legend_h, label, title_id, body)
 
 
 # --- (c) predicted throughput ----------------------------------------------------------------------
 
-PR_LEFT = 64
-PR_RIGHT = 24
-PR_TOP = 28
-PR_PLOT_H = 220
-PR_LINE = "#1f77b4"
 PR_CHOSEN = "#d62728"
 
 
 def _predicted_svg(run: RunReport, title_id: str) -> str:
     advice = run.advice
     points = [p for p in advice.predicted if math.isfinite(p.steps_per_s)]  # a zero-ms step cannot be drawn
-    plot_w = WIDTH - PR_LEFT - PR_RIGHT
+    plot_w = WIDTH - CHART_LEFT - CHART_RIGHT
     lo_n = min(p.num_workers for p in points)
     hi_n = max(max(p.num_workers for p in points), lo_n + 1)
-    x_of = lambda n: PR_LEFT + (n - lo_n) / (hi_n - lo_n) * plot_w
-    ticks = _ticks(max(p.steps_per_s for p in points))
+    x_of = lambda n: CHART_LEFT + (n - lo_n) / (hi_n - lo_n) * plot_w
+    ticks = svg.ticks(max(p.steps_per_s for p in points))
     y_max = ticks[-1]
-    y_of = lambda v: PR_TOP + PR_PLOT_H - v / y_max * PR_PLOT_H
-    base = PR_TOP + PR_PLOT_H
-    body = _y_axis(PR_LEFT, plot_w, PR_TOP, PR_PLOT_H, ticks, y_of, "predicted steps/s")
+    y_of = lambda v: CHART_TOP + CHART_PLOT_H - v / y_max * CHART_PLOT_H
+    base = CHART_TOP + CHART_PLOT_H
+    body = svg.y_axis(CHART_LEFT, plot_w, CHART_TOP, CHART_PLOT_H, ticks, y_of, "predicted steps/s")
     label_every = max(1, math.ceil((hi_n - lo_n + 1) * 24 / plot_w))
     for n in range(lo_n, hi_n + 1):
         if (n - lo_n) % label_every == 0:
-            body.append(f'<line x1="{_n(x_of(n))}" y1="{base}" x2="{_n(x_of(n))}" y2="{base + 5}" stroke="#444"/>')
-            body.append(f'<text x="{_n(x_of(n))}" y="{base + 18}" text-anchor="middle">{n}</text>')
-    body.append(f'<text x="{PR_LEFT + plot_w / 2}" y="{base + 36}" text-anchor="middle">num_workers</text></g>')
+            body.append(
+                f'<line x1="{coord(x_of(n))}" y1="{base}" x2="{coord(x_of(n))}" y2="{base + 5}" stroke="#444"/>'
+            )
+            body.append(f'<text x="{coord(x_of(n))}" y="{base + 18}" text-anchor="middle">{n}</text>')
+    body.append(f'<text x="{CHART_LEFT + plot_w / 2}" y="{base + 36}" text-anchor="middle">num_workers</text></g>')
     recorded = run.info.num_workers
     if recorded is not None and lo_n <= recorded <= hi_n:
         x = x_of(recorded)
         body.append(
-            f'<g class="recorded"><line x1="{_n(x)}" y1="{PR_TOP - 8}" x2="{_n(x)}" y2="{base}" stroke="#666"'
-            f' stroke-dasharray="4 3"/><text x="{_n(x + 4)}" y="{PR_TOP - 12}" fill="#555">as recorded'
+            f'<g class="recorded"><line x1="{coord(x)}" y1="{CHART_TOP - 8}" x2="{coord(x)}" y2="{base}" stroke="#666"'
+            f' stroke-dasharray="4 3"/><text x="{coord(x + 4)}" y="{CHART_TOP - 12}" fill="#555">as recorded'
             f" ({recorded})</text></g>"
         )
-    coords = " ".join(f"{_n(x_of(p.num_workers))},{_n(y_of(p.steps_per_s))}" for p in points)
-    body.append(f'<polyline points="{coords}" fill="none" stroke="{PR_LINE}" stroke-width="2"/>')
+    coords = " ".join(f"{coord(x_of(p.num_workers))},{coord(y_of(p.steps_per_s))}" for p in points)
+    body.append(f'<polyline points="{coords}" fill="none" stroke="{CHART_LINE}" stroke-width="2"/>')
     chosen = None
     for p in points:
         is_chosen = p.num_workers == advice.num_workers
         chosen = p if is_chosen else chosen
-        radius, fill, cls = (7, PR_CHOSEN, "point recommended") if is_chosen else (4, PR_LINE, "point")
+        radius, fill, cls = (7, PR_CHOSEN, "point recommended") if is_chosen else (4, CHART_LINE, "point")
         body.append(
-            f'<circle class="{cls}" data-num-workers="{p.num_workers}" cx="{_n(x_of(p.num_workers))}"'
-            f' cy="{_n(y_of(p.steps_per_s))}" r="{radius}" fill="{fill}" stroke="#fff"'
+            f'<circle class="{cls}" data-num-workers="{p.num_workers}" cx="{coord(x_of(p.num_workers))}"'
+            f' cy="{coord(y_of(p.steps_per_s))}" r="{radius}" fill="{fill}" stroke="#fff"'
             f' stroke-width="1.5"><title>num_workers={p.num_workers}: {p.steps_per_s:.2f} steps/s ({p.step_ms:.2f}'
-            f" ms/step, bound by {_e(p.bound)})</title></circle>"
+            f" ms/step, bound by {esc(p.bound)})</title></circle>"
         )
     if chosen is not None:
         x, y = x_of(chosen.num_workers), y_of(chosen.steps_per_s)
         text = f"recommended: num_workers={chosen.num_workers}, {chosen.steps_per_s:.2f} steps/s"
-        right = x + 12 + len(text) * CHAR_W > WIDTH - PR_RIGHT
+        right = x + 12 + len(text) * CHAR_W > WIDTH - CHART_RIGHT
         anchor, tx = ("end", x - 12) if right else ("start", x + 12)
-        ty = y + 20 if y < PR_TOP + 16 else y - 10  # keep the label inside the plot
+        ty = y + 20 if y < CHART_TOP + 16 else y - 10  # keep the label inside the plot
         body.append(
-            f'<text class="recommended-label" x="{_n(tx)}" y="{_n(ty)}" text-anchor="{anchor}" fill="{PR_CHOSEN}"'
-            f' font-weight="600">{_e(text)}</text>'
+            f'<text class="recommended-label" x="{coord(tx)}" y="{coord(ty)}" text-anchor="{anchor}" fill="{PR_CHOSEN}"'
+            f' font-weight="600">{esc(text)}</text>'
         )
     label = f"Predicted steps per second for num_workers {lo_n} to {max(p.num_workers for p in points)}" + (
         f"; recommended num_workers={advice.num_workers}" if advice.num_workers is not None else ""
     )
-    return _svg("predicted", base + 46, label, title_id, body)
+    return svg.picture("predicted", base + 46, label, title_id, body)
 
 
 # --- tables ----------------------------------------------------------------------------------------
-
-
-def _table(header: list[str], rows: list[list[str]], row_classes: list[str] | None = None, cls: str = "") -> str:
-    """A table; cells are escaped here, so callers pass plain text."""
-    head = "".join(f"<th>{_e(h)}</th>" for h in header)
-    body = []
-    for i, row in enumerate(rows):
-        row_cls = row_classes[i] if row_classes and row_classes[i] else ""
-        attr = f' class="{row_cls}"' if row_cls else ""
-        body.append(f"<tr{attr}>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>")
-    cls_attr = f' class="{cls}"' if cls else ""
-    return f"<table{cls_attr}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 def _facts(run: RunReport) -> str:
@@ -455,19 +318,21 @@ def _facts(run: RunReport) -> str:
             "steps",
             (
                 f"{len(steps.steps)} recorded, {steps.step.mean_ms:.2f} ms mean (p50 {steps.step.p50_ms:.2f}, p90"
-                f" {steps.step.p90_ms:.2f}), {_per_s(steps.step.mean_ms)} steps/s (profiled); {info.batches_per_step:g}"
+                f" {steps.step.p90_ms:.2f}), {per_s(steps.step.mean_ms)} steps/s (profiled); {info.batches_per_step:g}"
                 " batch(es) per step"
             ),
         ),
         *[(label, line) for label, line in (("unprofiled", unprofiled_line(run)), ("epochs", epoch_line(run))) if line],
     ]
-    cells = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
+    cells = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
     return f'<table class="facts"><tbody>{cells}</tbody></table>'
 
 
 def _breakdown_table(run: RunReport) -> str:
     steps = run.steps
-    return _table(["ms per step", "mean", "p50", "p90", "%"], breakdown_rows(steps), [""] * len(CATEGORIES) + ["total"])
+    return page.table(
+        ["ms per step", "mean", "p50", "p90", "%"], breakdown_rows(steps), [""] * len(CATEGORIES) + ["total"]
+    )
 
 
 def _loader_tables(run: RunReport) -> str:
@@ -479,10 +344,10 @@ def _loader_tables(run: RunReport) -> str:
         )
     where = "main process" if loader.in_main_process else f"{loader.workers_observed} workers"
     parts = [
-        f"<h3>Loader, per batch ({len(loader.batches)} batches, {_e(where)})</h3>",
-        _table(["per batch", "wall ms", "CPU ms"], loader_rows(loader), ["", "", "", "total"]),
+        f"<h3>Loader, per batch ({len(loader.batches)} batches, {esc(where)})</h3>",
+        page.table(["per batch", "wall ms", "CPU ms"], loader_rows(loader), ["", "", "", "total"]),
         (
-            f"<p>CPU/wall {loader.cpu_fraction:.2f}: {_e(loader.bound)}-bound; waiting for a core"
+            f"<p>CPU/wall {loader.cpu_fraction:.2f}: {esc(loader.bound)}-bound; waiting for a core"
             f" {loader.batch_runq_ms_mean:.2f} ms per batch."
         ),
     ]
@@ -493,7 +358,7 @@ def _loader_tables(run: RunReport) -> str:
         )
     parts.append("</p>")
     parts.append(
-        _table(
+        page.table(
             ["process", "pid", "batches", "ms/batch", "batches/s", "PSS MiB", "PSS growth MiB/min"],
             [
                 [
@@ -526,7 +391,7 @@ def _gpu_table(run: RunReport) -> str:
     ]
     return (
         f"<h3>GPU (busy {gpu.busy_pct:.1f} %)</h3>"
-        + _table(["GPU, ms per step", "mean", "p90"], rows)
+        + page.table(["GPU, ms per step", "mean", "p90"], rows)
         + f"<p>{gpu.h2d_copies} host-to-device copies, {gpu.h2d_pageable_copies} from pageable memory, "
         f"{gpu.h2d_mib_per_step:.1f} MiB per step.</p>"
     )
@@ -535,14 +400,10 @@ def _gpu_table(run: RunReport) -> str:
 def _predicted_table(run: RunReport) -> str:
     advice = run.advice
     classes = ["chosen" if p.num_workers == advice.num_workers else "" for p in advice.predicted]
-    return _table(PREDICTED_HEADER, predicted_rows(advice), classes)
+    return page.table(PREDICTED_HEADER, predicted_rows(advice), classes)
 
 
 # --- page ------------------------------------------------------------------------------------------
-
-
-def _figure(svg: str, caption: str) -> str:
-    return f"<figure>{svg}<figcaption>{caption}</figcaption></figure>"
 
 
 def _run(run: RunReport, index: int) -> str:
@@ -550,18 +411,18 @@ def _run(run: RunReport, index: int) -> str:
     rid = f"run-{index}"
     parts = [
         f'<section class="run" id="{rid}">',
-        f"<h2>Run: {_e(info.name)}</h2>",
-        f'<p class="sub">{_e(info.trace_file)}</p>',
+        f"<h2>Run: {esc(info.name)}</h2>",
+        f'<p class="sub">{esc(info.trace_file)}</p>',
     ]
-    if info.status and info.status != schema.STATUS_COMPLETE:
-        parts.append(f'<p class="note">Note: the recording is {_e(info.status)}.</p>')
-    parts.append(f'<p class="verdict {VERDICT_CLASS.get(advice.verdict, "warn")}">{_e(verdict_line(run))}</p>')
+    if info.incomplete:
+        parts.append(f'<p class="note">Note: the recording is {esc(info.status)}.</p>')
+    parts.append(f'<p class="verdict {VERDICT_CLASS.get(advice.verdict, "warn")}">{esc(verdict_line(run))}</p>')
     parts.append(_facts(run))
     if run.ranks is not None:
         ranks = run.ranks
         parts.append(f"<h3>Ranks ({len(ranks.ranks)}; ms per step, profiled)</h3>")
         parts.append(
-            _table(
+            page.table(
                 RANKS_HEADER,
                 rank_rows(ranks, " (slowest)"),
                 ["slowest" if r.rank == ranks.slowest_rank else "" for r in ranks.ranks],
@@ -569,22 +430,22 @@ def _run(run: RunReport, index: int) -> str:
             )
         )
         parts.append(
-            f'<p class="ranks-line">{_e(ranks_line(ranks))}. The rest of this report is rank {ranks.slowest_rank}\'s: '
+            f'<p class="ranks-line">{esc(ranks_line(ranks))}. The rest of this report is rank {ranks.slowest_rank}\'s: '
             "num_workers is set per rank, and the slowest sets the pace.</p>"
         )
     parts.append('<div class="rec"><h3>Recommendation</h3>')
-    parts.append(f'<p class="settings"><code>{_e(recommendation_line(advice))}</code></p>')
+    parts.append(f'<p class="settings"><code>{esc(recommendation_line(advice))}</code></p>')
     if advice.trainer_arguments:  # a Trainer (or ms-swift, LLaMA-Factory) created the DataLoader
-        parts.append(f'<p class="settings">Trainer arguments: <code>{_e(advice.trainer_arguments)}</code></p>')
-    parts.append("<p>Evidence:</p><ul>" + "".join(f"<li>{_e(e)}</li>" for e in advice.evidence) + "</ul>")
+        parts.append(f'<p class="settings">Trainer arguments: <code>{esc(advice.trainer_arguments)}</code></p>')
+    parts.append("<p>Evidence:</p><ul>" + "".join(f"<li>{esc(e)}</li>" for e in advice.evidence) + "</ul>")
     if advice.basis:
-        parts.append("<p>What this rests on:</p><ul>" + "".join(f"<li>{_e(b)}</li>" for b in advice.basis) + "</ul>")
+        parts.append("<p>What this rests on:</p><ul>" + "".join(f"<li>{esc(b)}</li>" for b in advice.basis) + "</ul>")
     parts.append("</div>")
 
     tl = run.timeline
     parts.append("<h3>Timeline</h3>")
     parts.append(
-        _figure(
+        page.figure(
             _timeline_svg(tl, f"{rid}-timeline-title"),
             f"{len(tl.step_starts_ms)} consecutive steps ({tl.duration_ms:.1f} ms). Main thread coloured by where the"
             " step's time goes, loader lanes by what the process was doing, GPU lane where any kernel or copy ran."
@@ -594,7 +455,7 @@ def _run(run: RunReport, index: int) -> str:
     )
     parts.append("<h3>Where each step's time goes</h3>")
     parts.append(
-        _figure(
+        page.figure(
             _breakdown_svg(run, f"{rid}-breakdown-title"),
             f"{len(run.steps.steps)} recorded steps, each split into data wait, host-to-device copies, forward,"
             " backward, optimizer and other.",
@@ -606,10 +467,10 @@ def _run(run: RunReport, index: int) -> str:
             "" if advice.num_workers is None else f" The recommended num_workers={advice.num_workers} is marked in red."
         )
         parts.append(
-            _figure(
+            page.figure(
                 _predicted_svg(run, f"{rid}-predicted-title"),
                 "Predicted steps per second against num_workers, from this run's measurements (bound per point in the"
-                f" table below).{_e(rec)}",
+                f" table below).{esc(rec)}",
             )
         )
         parts.append("<details><summary>Predictions table</summary>" + _predicted_table(run) + "</details>")
@@ -634,17 +495,17 @@ def _comparison(report: Report) -> str:
         cells = [
             setting(r.info.num_workers),
             ms(r.steps.step.mean_ms),
-            _per_s(r.steps.step.mean_ms),
+            per_s(r.steps.step.mean_ms),
             f"{r.steps.data_wait_pct:.1f}",
             r.advice.verdict,
             setting(r.advice.num_workers),
         ]
         rows.append(
-            f'<tr><td><a href="#run-{i}">{_e(r.info.name)}</a></td>'
-            + "".join(f"<td>{_e(c)}</td>" for c in cells)
+            f'<tr><td><a href="#run-{i}">{esc(r.info.name)}</a></td>'
+            + "".join(f"<td>{esc(c)}</td>" for c in cells)
             + "</tr>"
         )
-    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
     return (
         "<h2>Runs compared</h2><table"
         f' class="compare"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
@@ -658,13 +519,6 @@ def render(report: Report) -> str:
     body += [_run(run, i) for i, run in enumerate(report.runs, 1)]
     if report.skipped:
         body.append(
-            "<h2>Skipped</h2><ul>" + "".join(f"<li>{_e(skipped_line(s))}</li>" for s in report.skipped) + "</ul>"
+            "<h2>Skipped</h2><ul>" + "".join(f"<li>{esc(skipped_line(s))}</li>" for s in report.skipped) + "</ul>"
         )
-    return (
-        "<!DOCTYPE html>\n"
-        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f'<meta name="generator" content="dlprof ({_e(report.schema)})">\n'
-        f"<title>{_e(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n<main>\n"
-        "<h1>dlprof report</h1>\n" + "\n".join(body) + "\n</main>\n</body>\n</html>\n"
-    )
+    return page.document(title, report.schema, ["<h1>dlprof report</h1>", *body])

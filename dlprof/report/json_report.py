@@ -4,48 +4,51 @@ from __future__ import annotations
 
 import json
 
-from dlprof.analysis.ranks import RankComparison
-from dlprof.analysis.stats import Summary
-from dlprof.analysis.steps import CATEGORIES
-from dlprof.analysis.unprofiled import UnprofiledStats
-from dlprof.workflows.analyze import Report, RunReport
-
-
-def _r(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(value, digits)
+from dlprof.report.format import rounded
+from dlprof.results.advice import Advice
+from dlprof.results.analysis import (
+    CATEGORIES,
+    GpuStats,
+    LoaderStats,
+    RankComparison,
+    StepTime,
+    Summary,
+    UnprofiledStats,
+)
+from dlprof.results.report import Report, RunReport
 
 
 def _summary(summary: Summary) -> dict:
-    return {"mean": _r(summary.mean_ms), "p50": _r(summary.p50_ms), "p90": _r(summary.p90_ms)}
+    return {"mean": rounded(summary.mean_ms), "p50": rounded(summary.p50_ms), "p90": rounded(summary.p90_ms)}
 
 
 def _unprofiled(u: UnprofiledStats) -> dict:
     epoch = u.epoch
     return {
         "reference_steps": u.reference_steps,
-        "step_ms": _r(u.step_ms),
-        "steps_per_s": _r(u.steps_per_s),
-        "step_ms_p50": _r(u.step_ms_p50),
+        "step_ms": rounded(u.step_ms),
+        "steps_per_s": rounded(u.steps_per_s),
+        "step_ms_p50": rounded(u.step_ms_p50),
         "profiled_steps": u.profiled_steps,
-        "profiled_step_ms": _r(u.profiled_step_ms),
-        "overhead_pct": _r(u.overhead_pct, 2),
-        "consumer_ms": _r(u.consumer_ms),
-        "wait_ms": _r(u.wait_ms),
-        "cpu_ms": _r(u.cpu_ms),
-        "runq_ms": _r(u.runq_ms),
-        "epoch_steps_per_s": _r(u.epoch_steps_per_s),
+        "profiled_step_ms": rounded(u.profiled_step_ms),
+        "overhead_pct": rounded(u.overhead_pct, 2),
+        "consumer_ms": rounded(u.consumer_ms),
+        "wait_ms": rounded(u.wait_ms),
+        "cpu_ms": rounded(u.cpu_ms),
+        "runq_ms": rounded(u.runq_ms),
+        "epoch_steps_per_s": rounded(u.epoch_steps_per_s),
         "epoch": None
         if epoch is None
         else {
-            "steps_per_epoch": _r(epoch.steps_per_epoch),
+            "steps_per_epoch": rounded(epoch.steps_per_epoch),
             "persistent_workers": epoch.persistent_workers,
             "num_workers": epoch.num_workers,
-            "restart_ms": _r(epoch.restart_ms),
+            "restart_ms": rounded(epoch.restart_ms),
             "boundaries_measured": epoch.boundaries_measured,
-            "first_batch_ms": _r(epoch.first_batch_ms),
-            "end_ms": _r(epoch.end_ms),
-            "whole_epoch_steps_per_s": _r(epoch.whole_epoch_steps_per_s),
-            "fork_probe_ms": _r(epoch.fork_probe_ms),
+            "first_batch_ms": rounded(epoch.first_batch_ms),
+            "end_ms": rounded(epoch.end_ms),
+            "whole_epoch_steps_per_s": rounded(epoch.whole_epoch_steps_per_s),
+            "fork_probe_ms": rounded(epoch.fork_probe_ms),
         },
     }
 
@@ -54,134 +57,161 @@ def _ranks(ranks: RankComparison) -> dict:
     return {
         "slowest_rank": ranks.slowest_rank,
         "slowest_reason": ranks.slowest_reason,
-        "extra_data_wait_ms": _r(ranks.extra_data_wait_ms),
+        "extra_data_wait_ms": rounded(ranks.extra_data_wait_ms),
         "collectives": ranks.collectives,
         "ranks": [
             {
                 "rank": r.rank,
                 "trace_file": r.trace_file,
                 "steps": r.steps,
-                "step_ms": _r(r.step_ms),
-                "data_wait_ms": _r(r.data_wait_ms),
-                "data_wait_pct": _r(r.data_wait_pct, 2),
-                "collective_ms": _r(r.collective_ms),
-                "own_ms": _r(r.own_ms),
-                "loader_batch_ms": _r(r.loader_batch_ms),
-                "worker_pss_mib": _r(r.worker_pss_mib),
+                "step_ms": rounded(r.step_ms),
+                "data_wait_ms": rounded(r.data_wait_ms),
+                "data_wait_pct": rounded(r.data_wait_pct, 2),
+                "collective_ms": rounded(r.collective_ms),
+                "own_ms": rounded(r.own_ms),
+                "loader_batch_ms": rounded(r.loader_batch_ms),
+                "worker_pss_mib": rounded(r.worker_pss_mib),
                 "num_workers": r.num_workers,
-                "unprofiled_step_ms": _r(r.unprofiled_step_ms),
-                "waited_for_slowest_ms": _r(ranks.waited_ms.get(r.rank)),
+                "unprofiled_step_ms": rounded(r.unprofiled_step_ms),
+                "waited_for_slowest_ms": rounded(ranks.waited_ms.get(r.rank)),
             }
             for r in ranks.ranks
         ],
     }
 
 
-def run_document(run: RunReport) -> dict:
-    info, steps, loader, gpu, advice = run.info, run.steps, run.loader, run.gpu, run.advice
+def _run(run: RunReport) -> dict:
+    info = run.info
     return {
-        "run": {
-            "name": info.name,
-            "trace_file": info.trace_file,
-            "status": info.status,
-            "device": info.device,
-            "num_workers": info.num_workers,
-            "batch_size": info.batch_size,
-            "pin_memory": info.pin_memory,
-            "prefetch_factor": info.prefetch_factor,
-            "persistent_workers": info.persistent_workers,
-            "usable_cores": info.usable_cores,
-            "ram_total_mib": info.ram_total_mib,
-            "gpu": info.gpu_name,
-            "torch": info.torch_version,
-            "batches_per_step": info.batches_per_step,
-        },
-        "steps": {
-            "count": len(steps.steps),
-            "step_ms_mean": _r(steps.step.mean_ms),
-            "step_ms_p50": _r(steps.step.p50_ms),
-            "step_ms_p90": _r(steps.step.p90_ms),
-            "data_wait_pct": _r(steps.data_wait_pct, 2),
-            "per_step": [
-                {"step": s.number, "step_ms": _r(s.step_ms), **{f"{c}_ms": _r(s.category_ms(c)) for c in CATEGORIES}}
-                for s in steps.steps
-            ],
-        },
+        "name": info.name,
+        "trace_file": info.trace_file,
+        "status": info.status,
+        "device": info.device,
+        "num_workers": info.num_workers,
+        "batch_size": info.batch_size,
+        "pin_memory": info.pin_memory,
+        "prefetch_factor": info.prefetch_factor,
+        "persistent_workers": info.persistent_workers,
+        "usable_cores": info.usable_cores,
+        "ram_total_mib": info.ram_total_mib,
+        "gpu": info.gpu_name,
+        "torch": info.torch_version,
+        "batches_per_step": info.batches_per_step,
+    }
+
+
+def _categories(step: StepTime) -> dict:
+    return {f"{c}_ms": rounded(step.category_ms(c)) for c in CATEGORIES}
+
+
+def _steps(run: RunReport) -> dict:
+    steps = run.steps
+    return {
+        "count": len(steps.steps),
+        "step_ms_mean": rounded(steps.step.mean_ms),
+        "step_ms_p50": rounded(steps.step.p50_ms),
+        "step_ms_p90": rounded(steps.step.p90_ms),
+        "data_wait_pct": rounded(steps.data_wait_pct, 2),
+        "per_step": [
+            {
+                "step": s.number,
+                "step_ms": rounded(s.step_ms),
+                **{f"{c}_ms": rounded(s.category_ms(c)) for c in CATEGORIES},
+            }
+            for s in steps.steps
+        ],
+    }
+
+
+def _loader(loader: LoaderStats) -> dict:
+    return {
+        "batch_ms": rounded(loader.batch.mean_ms),
+        "batch_cpu_ms": rounded(loader.batch_cpu_ms_mean),
+        "batch_runq_ms": rounded(loader.batch_runq_ms_mean),
+        "fetch_ms": rounded(loader.fetch.mean_ms),
+        "tokenize_ms": rounded(loader.tokenize.mean_ms),
+        "collate_ms": rounded(loader.collate.mean_ms),
+        "fetch_cpu_ms": rounded(loader.fetch_cpu_ms_mean),
+        "tokenize_cpu_ms": rounded(loader.tokenize_cpu_ms_mean),
+        "collate_cpu_ms": rounded(loader.collate_cpu_ms_mean),
+        "cpu_fraction": rounded(loader.cpu_fraction),
+        "bound": loader.bound,
+        "workers_observed": loader.workers_observed,
+        "in_main_process": loader.in_main_process,
+        "batches": len(loader.batches),
+        "wait_not_ready_ms": rounded(loader.wait.not_ready_ms_mean) if loader.wait else None,
+        "wait_ready_ms": rounded(loader.wait.ready_ms_mean) if loader.wait else None,
+        "workers": [
+            {
+                "worker": w.worker,
+                "pid": w.pid,
+                "batches": w.batches,
+                "batch_ms": rounded(w.batch_ms_mean),
+                "cpu_ms": rounded(w.cpu_ms_mean),
+                "batches_per_s": rounded(w.capacity_per_s),
+                "pss_mib": rounded(w.pss_mib_last),
+                "pss_growth_mib_per_min": rounded(w.pss_growth_mib_per_min),
+            }
+            for w in loader.workers
+        ],
+    }
+
+
+def _gpu(gpu: GpuStats) -> dict:
+    return {
+        "busy_pct": rounded(gpu.busy_pct, 2),
+        "busy_ms": _summary(gpu.busy),
+        "idle_ms": _summary(gpu.idle),
+        "idle_data_ms": _summary(gpu.idle_data),
+        "idle_launch_ms": _summary(gpu.idle_launch),
+        "idle_other_ms": _summary(gpu.idle_other),
+        "h2d_ms": _summary(gpu.h2d),
+        "h2d_copies": gpu.h2d_copies,
+        "h2d_pageable_copies": gpu.h2d_pageable_copies,
+        "h2d_pinned_copies": gpu.h2d_pinned_copies,
+        "h2d_mib_per_step": rounded(gpu.h2d_mib_per_step),
+    }
+
+
+def _recommendation(advice: Advice) -> dict:
+    return {
+        "num_workers": advice.num_workers,
+        "pin_memory": advice.pin_memory,
+        "prefetch_factor": advice.prefetch_factor,
+        "persistent_workers": advice.persistent_workers,
+        "bound": advice.bound,
+        "verdict": advice.verdict,
+        # Only when a Trainer (or ms-swift, LLaMA-Factory) created the DataLoader.
+        **({"trainer_arguments": advice.trainer_arguments} if advice.trainer_arguments else {}),
+        "predicted": [
+            {
+                "num_workers": p.num_workers,
+                "step_ms": rounded(p.step_ms),
+                "steps_per_s": rounded(p.steps_per_s),
+                "bound": p.bound,
+                "epoch_steps_per_s": rounded(p.epoch_steps_per_s),
+                "restart_ms": rounded(p.restart_ms),
+            }
+            for p in advice.predicted
+        ],
+        "evidence": advice.evidence,
+        "basis": advice.basis,
+    }
+
+
+def run_document(run: RunReport) -> dict:
+    """One run's part of the ``dlprof.report/1`` document."""
+    steps = run.steps
+    return {
+        "run": _run(run),
+        "steps": _steps(run),
         "unprofiled": None if run.unprofiled is None else _unprofiled(run.unprofiled),
         "ranks": None if run.ranks is None else _ranks(run.ranks),
-        "breakdown_ms": {c: _r(steps.categories[c].mean_ms) for c in CATEGORIES},
-        "breakdown_p90_ms": {c: _r(steps.categories[c].p90_ms) for c in CATEGORIES},
-        "loader": None
-        if loader is None
-        else {
-            "batch_ms": _r(loader.batch.mean_ms),
-            "batch_cpu_ms": _r(loader.batch_cpu_ms_mean),
-            "batch_runq_ms": _r(loader.batch_runq_ms_mean),
-            "fetch_ms": _r(loader.fetch.mean_ms),
-            "tokenize_ms": _r(loader.tokenize.mean_ms),
-            "collate_ms": _r(loader.collate.mean_ms),
-            "fetch_cpu_ms": _r(loader.fetch_cpu_ms_mean),
-            "tokenize_cpu_ms": _r(loader.tokenize_cpu_ms_mean),
-            "collate_cpu_ms": _r(loader.collate_cpu_ms_mean),
-            "cpu_fraction": _r(loader.cpu_fraction),
-            "bound": loader.bound,
-            "workers_observed": loader.workers_observed,
-            "in_main_process": loader.in_main_process,
-            "batches": len(loader.batches),
-            "wait_not_ready_ms": _r(loader.wait.not_ready_ms_mean) if loader.wait else None,
-            "wait_ready_ms": _r(loader.wait.ready_ms_mean) if loader.wait else None,
-            "workers": [
-                {
-                    "worker": w.worker,
-                    "pid": w.pid,
-                    "batches": w.batches,
-                    "batch_ms": _r(w.batch_ms_mean),
-                    "cpu_ms": _r(w.cpu_ms_mean),
-                    "batches_per_s": _r(w.capacity_per_s),
-                    "pss_mib": _r(w.pss_mib_last),
-                    "pss_growth_mib_per_min": _r(w.pss_growth_mib_per_min),
-                }
-                for w in loader.workers
-            ],
-        },
-        "gpu": None
-        if gpu is None
-        else {
-            "busy_pct": _r(gpu.busy_pct, 2),
-            "busy_ms": _summary(gpu.busy),
-            "idle_ms": _summary(gpu.idle),
-            "idle_data_ms": _summary(gpu.idle_data),
-            "idle_launch_ms": _summary(gpu.idle_launch),
-            "idle_other_ms": _summary(gpu.idle_other),
-            "h2d_ms": _summary(gpu.h2d),
-            "h2d_copies": gpu.h2d_copies,
-            "h2d_pageable_copies": gpu.h2d_pageable_copies,
-            "h2d_pinned_copies": gpu.h2d_pinned_copies,
-            "h2d_mib_per_step": _r(gpu.h2d_mib_per_step),
-        },
-        "recommendation": {
-            "num_workers": advice.num_workers,
-            "pin_memory": advice.pin_memory,
-            "prefetch_factor": advice.prefetch_factor,
-            "persistent_workers": advice.persistent_workers,
-            "bound": advice.bound,
-            "verdict": advice.verdict,
-            # Only when a Trainer (or ms-swift, LLaMA-Factory) created the DataLoader.
-            **({"trainer_arguments": advice.trainer_arguments} if advice.trainer_arguments else {}),
-            "predicted": [
-                {
-                    "num_workers": p.num_workers,
-                    "step_ms": _r(p.step_ms),
-                    "steps_per_s": _r(p.steps_per_s),
-                    "bound": p.bound,
-                    "epoch_steps_per_s": _r(p.epoch_steps_per_s),
-                    "restart_ms": _r(p.restart_ms),
-                }
-                for p in advice.predicted
-            ],
-            "evidence": advice.evidence,
-            "basis": advice.basis,
-        },
+        "breakdown_ms": {c: rounded(steps.categories[c].mean_ms) for c in CATEGORIES},
+        "breakdown_p90_ms": {c: rounded(steps.categories[c].p90_ms) for c in CATEGORIES},
+        "loader": None if run.loader is None else _loader(run.loader),
+        "gpu": None if run.gpu is None else _gpu(run.gpu),
+        "recommendation": _recommendation(run.advice),
     }
 
 

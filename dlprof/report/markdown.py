@@ -10,19 +10,17 @@ from dlprof.report.common import (
     epoch_line,
     known,
     loader_rows,
-    ms,
-    per_s,
     predicted_rows,
     rank_rows,
     ranks_line,
-    rate,
     recommendation_line,
     setting,
     skipped_line,
     unprofiled_line,
     verdict_line,
 )
-from dlprof.workflows.analyze import Report, RunReport
+from dlprof.report.format import ms, per_s, rate
+from dlprof.results.report import Report, RunReport
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:

@@ -1,35 +1,19 @@
-"""Renderers of a ``dlprof sweep`` (:class:`~dlprof.workflows.sweep.SweepResult`): text, Markdown, JSON, HTML.
+"""Renderers of a ``dlprof sweep`` (:class:`~dlprof.results.sweep.SweepResult`): text, Markdown, JSON, HTML.
 
 One table (measured against predicted steps/s per ``num_workers``) and one verdict line: whether the
 recommendation of the first run held. They format; every number comes from the SweepResult.
+:func:`dlprof.report.renderer` picks one of them.
 """
 
 from __future__ import annotations
 
 import json
-import math
 
-from dlprof.report.html import (
-    CHAR_W,
-    CSS,
-    PR_LEFT,
-    PR_LINE,
-    PR_PLOT_H,
-    PR_RIGHT,
-    PR_TOP,
-    WIDTH,
-    _e,
-    _figure,
-    _legend,
-    _n,
-    _svg,
-    _ticks,
-    _y_axis,
-)
-from dlprof.report.html import (
-    _table as _html_table,
-)
-from dlprof.workflows.sweep import (
+from dlprof.report import page, svg
+from dlprof.report.format import NOT_APPLICABLE, fixed, rounded
+from dlprof.report.page import esc
+from dlprof.report.svg import CHAR_W, CHART_LEFT, CHART_LINE, CHART_PLOT_H, CHART_RIGHT, CHART_TOP, WIDTH, coord
+from dlprof.results.sweep import (
     OUTCOME_HELD,
     OUTCOME_MORE_WORKERS,
     OUTCOME_NO_RECOMMENDATION,
@@ -39,7 +23,6 @@ from dlprof.workflows.sweep import (
     SweepRun,
 )
 
-NA = "-"
 HEADER = [
     "num_workers",
     "measured steps/s",
@@ -52,12 +35,8 @@ HEADER = [
 ]
 #: Colours of the chart: measured (solid) and predicted (dashed) lines, the recommended count.
 MEASURED_COLOUR = "#d62728"
-PREDICTED_COLOUR = PR_LINE
+PREDICTED_COLOUR = CHART_LINE
 RECOMMENDED_COLOUR = "#2ca02c"
-
-
-def _f(value: float | None, spec: str = ".2f") -> str:
-    return NA if value is None else format(value, spec)
 
 
 def _notes(result: SweepResult, run: SweepRun) -> str:
@@ -83,10 +62,10 @@ def rows(result: SweepResult) -> list[list[str]]:
         [
             str(r.num_workers),
             f"{r.steps_per_s:.2f}",
-            _f(r.predicted_steps_per_s),
-            _f(r.error_pct, "+.1f"),
+            fixed(r.predicted_steps_per_s, ".2f", NOT_APPLICABLE),
+            fixed(r.error_pct, "+.1f", NOT_APPLICABLE),
             f"{r.data_wait_pct:.1f}",
-            _f(r.worker_pss_mib, ".1f"),
+            fixed(r.worker_pss_mib, ".1f", NOT_APPLICABLE),
             str(r.run_dir),
             _notes(result, r),
         ]
@@ -109,11 +88,11 @@ def verdict_line(result: SweepResult) -> str:
             f"{head}: unknown whether it held, because num_workers={result.recommended} was not measured; add it to"
             " --workers"
         )
-    measured = f"it measured {_f(result.recommended_steps_per_s)} steps/s"
+    measured = f"it measured {fixed(result.recommended_steps_per_s)} steps/s"
     if result.outcome == OUTCOME_SLOWER:
         return (
-            f"{head}: it did not hold, because {measured}, {_f(result.recommended_below_best_pct, '.1f')} % below the"
-            f" best ({best})"
+            f"{head}: it did not hold, because {measured}, {fixed(result.recommended_below_best_pct, '.1f')} %"
+            f" below the best ({best})"
         )
     if result.outcome == OUTCOME_MORE_WORKERS:
         fewest = next(r for r in result.runs if r.num_workers == result.fewest_near_best)
@@ -186,11 +165,6 @@ def render_markdown(result: SweepResult) -> str:
 # --- JSON ------------------------------------------------------------------------------------------
 
 
-def _r(value: float | None, digits: int = 3) -> float | None:
-    """Rounded; None for unknown (and, defensively, for a non-finite number: JSON has no NaN)."""
-    return None if value is None or not math.isfinite(value) else round(value, digits)
-
-
 def document(result: SweepResult) -> dict:
     """The ``dlprof.sweep/1`` document (README.md documents every key)."""
     return {
@@ -203,21 +177,21 @@ def document(result: SweepResult) -> dict:
                 "num_workers": r.num_workers,
                 "run_dir": str(r.run_dir),
                 "trace_file": str(r.trace_file),
-                "steps_per_s": _r(r.steps_per_s),
+                "steps_per_s": rounded(r.steps_per_s),
                 "measured": "unprofiled" if r.unprofiled else "profiled",
                 "over_epochs": r.over_epochs,
-                "data_wait_pct": _r(r.data_wait_pct, 2),
-                "worker_pss_mib": _r(r.worker_pss_mib, 1),
-                "predicted_steps_per_s": _r(r.predicted_steps_per_s),
-                "error_pct": _r(r.error_pct, 2),
+                "data_wait_pct": rounded(r.data_wait_pct, 2),
+                "worker_pss_mib": rounded(r.worker_pss_mib, 1),
+                "predicted_steps_per_s": rounded(r.predicted_steps_per_s),
+                "error_pct": rounded(r.error_pct, 2),
                 "num_workers_recorded": r.num_workers_recorded,
-                "profiler_overhead_pct": _r(r.profiler_overhead_pct, 2),
+                "profiler_overhead_pct": rounded(r.profiler_overhead_pct, 2),
             }
             for r in result.runs
         ],
         "recommendation": {"num_workers": result.recommended, "from_run": result.from_run},
-        "best_measured": {"num_workers": result.best_num_workers, "steps_per_s": _r(result.best_steps_per_s)},
-        "fewest_near_best": {"num_workers": result.fewest_near_best, "within_pct": _r(result.within_best_pct, 2)},
+        "best_measured": {"num_workers": result.best_num_workers, "steps_per_s": rounded(result.best_steps_per_s)},
+        "fewest_near_best": {"num_workers": result.fewest_near_best, "within_pct": rounded(result.within_best_pct, 2)},
         "held": result.held,
         "outcome": result.outcome,
         "verdict": verdict_line(result),
@@ -235,60 +209,60 @@ def render_json(result: SweepResult) -> str:
 def _chart(result: SweepResult, title_id: str) -> str:
     """Measured (solid) and predicted (dashed) steps/s against num_workers; the recommended count marked."""
     runs = sorted(result.runs, key=lambda r: r.num_workers)
-    plot_w = WIDTH - PR_LEFT - PR_RIGHT
+    plot_w = WIDTH - CHART_LEFT - CHART_RIGHT
     lo_n = runs[0].num_workers
     hi_n = max(runs[-1].num_workers, lo_n + 1)
-    x_of = lambda n: PR_LEFT + (n - lo_n) / (hi_n - lo_n) * plot_w
+    x_of = lambda n: CHART_LEFT + (n - lo_n) / (hi_n - lo_n) * plot_w
     values = [r.steps_per_s for r in runs] + [
         r.predicted_steps_per_s for r in runs if r.predicted_steps_per_s is not None
     ]
-    ticks = _ticks(max(values))
-    y_of = lambda v: PR_TOP + PR_PLOT_H - v / ticks[-1] * PR_PLOT_H
-    base = PR_TOP + PR_PLOT_H
-    body = _y_axis(PR_LEFT, plot_w, PR_TOP, PR_PLOT_H, ticks, y_of, "steps/s")
+    ticks = svg.ticks(max(values))
+    y_of = lambda v: CHART_TOP + CHART_PLOT_H - v / ticks[-1] * CHART_PLOT_H
+    base = CHART_TOP + CHART_PLOT_H
+    body = svg.y_axis(CHART_LEFT, plot_w, CHART_TOP, CHART_PLOT_H, ticks, y_of, "steps/s")
     for r in runs:
         x = x_of(r.num_workers)
-        body.append(f'<line x1="{_n(x)}" y1="{base}" x2="{_n(x)}" y2="{base + 5}" stroke="#444"/>')
-        body.append(f'<text x="{_n(x)}" y="{base + 18}" text-anchor="middle">{r.num_workers}</text>')
-    body.append(f'<text x="{PR_LEFT + plot_w / 2}" y="{base + 36}" text-anchor="middle">num_workers</text></g>')
+        body.append(f'<line x1="{coord(x)}" y1="{base}" x2="{coord(x)}" y2="{base + 5}" stroke="#444"/>')
+        body.append(f'<text x="{coord(x)}" y="{base + 18}" text-anchor="middle">{r.num_workers}</text>')
+    body.append(f'<text x="{CHART_LEFT + plot_w / 2}" y="{base + 36}" text-anchor="middle">num_workers</text></g>')
     if result.recommended is not None and lo_n <= result.recommended <= hi_n:
         x = x_of(result.recommended)
         text = f"recommended ({result.recommended})"
-        anchor, tx = ("end", x - 4) if x + 4 + len(text) * CHAR_W > WIDTH - PR_RIGHT else ("start", x + 4)
+        anchor, tx = ("end", x - 4) if x + 4 + len(text) * CHAR_W > WIDTH - CHART_RIGHT else ("start", x + 4)
         body.append(
-            f'<g class="recommended"><line x1="{_n(x)}" y1="{PR_TOP - 8}" x2="{_n(x)}" y2="{base}"'
-            f' stroke="{RECOMMENDED_COLOUR}" stroke-dasharray="4 3"/><text x="{_n(tx)}" y="{PR_TOP - 12}"'
-            f' text-anchor="{anchor}" fill="{RECOMMENDED_COLOUR}">{_e(text)}</text></g>'
+            f'<g class="recommended"><line x1="{coord(x)}" y1="{CHART_TOP - 8}" x2="{coord(x)}" y2="{base}"'
+            f' stroke="{RECOMMENDED_COLOUR}" stroke-dasharray="4 3"/><text x="{coord(tx)}" y="{CHART_TOP - 12}"'
+            f' text-anchor="{anchor}" fill="{RECOMMENDED_COLOUR}">{esc(text)}</text></g>'
         )
     predicted = [r for r in runs if r.predicted_steps_per_s is not None]
     if predicted:
-        coords = " ".join(f"{_n(x_of(r.num_workers))},{_n(y_of(r.predicted_steps_per_s))}" for r in predicted)
+        coords = " ".join(f"{coord(x_of(r.num_workers))},{coord(y_of(r.predicted_steps_per_s))}" for r in predicted)
         body.append(
             f'<polyline class="predicted" points="{coords}" fill="none" stroke="{PREDICTED_COLOUR}" stroke-width="2"'
             ' stroke-dasharray="6 4"/>'
         )
         for r in predicted:
             body.append(
-                f'<circle class="point predicted" data-num-workers="{r.num_workers}" cx="{_n(x_of(r.num_workers))}"'
-                f' cy="{_n(y_of(r.predicted_steps_per_s))}" r="4" fill="#fff" stroke="{PREDICTED_COLOUR}"'
+                f'<circle class="point predicted" data-num-workers="{r.num_workers}" cx="{coord(x_of(r.num_workers))}"'
+                f' cy="{coord(y_of(r.predicted_steps_per_s))}" r="4" fill="#fff" stroke="{PREDICTED_COLOUR}"'
                 f' stroke-width="2"><title>num_workers={r.num_workers}: predicted {r.predicted_steps_per_s:.2f}'
                 " steps/s</title></circle>"
             )
-    coords = " ".join(f"{_n(x_of(r.num_workers))},{_n(y_of(r.steps_per_s))}" for r in runs)
+    coords = " ".join(f"{coord(x_of(r.num_workers))},{coord(y_of(r.steps_per_s))}" for r in runs)
     body.append(
         f'<polyline class="measured" points="{coords}" fill="none" stroke="{MEASURED_COLOUR}" stroke-width="2"/>'
     )
     for r in runs:
         error = "" if r.error_pct is None else f", prediction error {r.error_pct:+.1f} %"
         body.append(
-            f'<circle class="point measured" data-num-workers="{r.num_workers}" cx="{_n(x_of(r.num_workers))}"'
-            f' cy="{_n(y_of(r.steps_per_s))}" r="5" fill="{MEASURED_COLOUR}" stroke="#fff"'
+            f'<circle class="point measured" data-num-workers="{r.num_workers}" cx="{coord(x_of(r.num_workers))}"'
+            f' cy="{coord(y_of(r.steps_per_s))}" r="5" fill="{MEASURED_COLOUR}" stroke="#fff"'
             f' stroke-width="1.5"><title>num_workers={r.num_workers}: measured {r.steps_per_s:.2f}'
-            f" steps/s{_e(error)}</title></circle>"
+            f" steps/s{esc(error)}</title></circle>"
         )
-    legend, legend_h = _legend(
+    legend, legend_h = svg.legend(
         [("measured", MEASURED_COLOUR)] + ([("predicted", PREDICTED_COLOUR)] if predicted else []),
-        PR_LEFT,
+        CHART_LEFT,
         base + 58,
         plot_w,
     )
@@ -297,7 +271,7 @@ def _chart(result: SweepResult, title_id: str) -> str:
         f"Measured{' and predicted' if predicted else ''} steps per second for num_workers"
         f" {', '.join(str(r.num_workers) for r in runs)}"
     )
-    return _svg("sweep", base + 58 + legend_h, label, title_id, body)
+    return svg.picture("sweep", base + 58 + legend_h, label, title_id, body)
 
 
 def render_html(result: SweepResult) -> str:
@@ -315,26 +289,10 @@ def render_html(result: SweepResult) -> str:
     )
     body = [
         "<h1>dlprof sweep</h1>",
-        f'<p class="sub">{_e(result.name)} ({_e(result.sweep_dir)})</p>',
-        f'<p class="verdict {verdict_class}">{_e(verdict_line(result))}</p>',
-        _figure(_chart(result, "sweep-chart-title"), _e(caption)),
-        _html_table(HEADER, rendered_rows, classes),
-        "<ul>" + "".join(f"<li>{_e(n)}</li>" for n in footnotes(result)) + "</ul>",
+        f'<p class="sub">{esc(result.name)} ({esc(result.sweep_dir)})</p>',
+        f'<p class="verdict {verdict_class}">{esc(verdict_line(result))}</p>',
+        page.figure(_chart(result, "sweep-chart-title"), esc(caption)),
+        page.table(HEADER, rendered_rows, classes),
+        "<ul>" + "".join(f"<li>{esc(n)}</li>" for n in footnotes(result)) + "</ul>",
     ]
-    return (
-        "<!DOCTYPE html>\n"
-        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f'<meta name="generator" content="dlprof ({_e(result.schema)})">\n'
-        f"<title>dlprof sweep: {_e(result.name)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n<main>\n"
-        + "\n".join(body)
-        + "\n</main>\n</body>\n</html>\n"
-    )
-
-
-_RENDERERS = {"text": render_text, "markdown": render_markdown, "json": render_json, "html": render_html}
-
-
-def render(result: SweepResult, fmt: str = "text") -> str:
-    """The sweep in ``fmt`` (``text``, ``markdown``, ``json`` or ``html``)."""
-    return _RENDERERS[fmt](result)
+    return page.document(f"dlprof sweep: {result.name}", result.schema, body)

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from dlprof import schema
 from dlprof.report.common import (
     PREDICTED_HEADER,
     RANKS_HEADER,
     breakdown_rows,
     epoch_line,
     loader_rows,
-    ms,
-    per_s,
     predicted_rows,
     rank_rows,
     ranks_line,
-    rate,
     recommendation_line,
     run_line,
     setting,
@@ -22,7 +18,8 @@ from dlprof.report.common import (
     unprofiled_line,
     verdict_line,
 )
-from dlprof.workflows.analyze import Report, RunReport
+from dlprof.report.format import ms, per_s, rate
+from dlprof.results.report import Report, RunReport
 
 
 def _table(rows: list[list[str]], header: list[str]) -> list[str]:
@@ -36,7 +33,7 @@ def _table(rows: list[list[str]], header: list[str]) -> list[str]:
 def _run(run: RunReport) -> list[str]:
     info, steps, loader, gpu, advice = run.info, run.steps, run.loader, run.gpu, run.advice
     lines = [f"dlprof analyze: {info.name}  ({info.trace_file})", f"run: {run_line(info)}"]
-    if info.status and info.status != schema.STATUS_COMPLETE:
+    if info.incomplete:
         lines.append(f"note: the recording is {info.status}")
     lines += [
         (

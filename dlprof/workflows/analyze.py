@@ -2,102 +2,22 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
-from dlprof import redact, schema
-from dlprof.advice.rules import Advice, advise
-from dlprof.analysis.gpu import GpuStats, gpu_stats
+from dlprof import schema
+from dlprof.advice.rules import advise
+from dlprof.analysis.gpu import gpu_stats
 from dlprof.analysis.intervals import Timeline
-from dlprof.analysis.loader import LoaderStats, loader_stats
-from dlprof.analysis.ranks import RankComparison, compare_ranks, rank_stats
-from dlprof.analysis.steps import StepBreakdown, segments_between, step_breakdown, step_segments
-from dlprof.analysis.unprofiled import UnprofiledStats, unprofiled_stats
-from dlprof.errors import DlprofError, InputError, TraceFormatError, UsageError, display
-from dlprof.manifest import Manifest
+from dlprof.analysis.loader import loader_stats
+from dlprof.analysis.ranks import compare_ranks, rank_stats
+from dlprof.analysis.steps import segments_between, step_breakdown, step_segments
+from dlprof.analysis.unprofiled import unprofiled_stats
+from dlprof.errors import DlprofError, TraceFormatError, display
+from dlprof.results.report import Lane, Report, RunInfo, RunReport, Skipped, TimelinePicture
 from dlprof.trace.discover import find_runs, is_profiler_trace_name, load_run
 from dlprof.trace.run import TraceRun
-
-SCHEMA = "dlprof.report/1"
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """What the run was; ``None`` where the trace cannot tell (a trace without dlprof's manifest)."""
-
-    name: str
-    trace_file: str
-    status: str | None
-    device: str
-    num_workers: int | None
-    batch_size: int | None
-    pin_memory: bool | None
-    prefetch_factor: int | None
-    persistent_workers: bool | None
-    usable_cores: int | None
-    ram_total_mib: int | None
-    gpu_name: str | None
-    torch_version: str | None
-    steps_recorded: int
-    batches_per_step: float
-    has_worker_spans: bool
-
-
-@dataclass(frozen=True)
-class Lane:
-    """One row of the timeline picture: ``(kind, start_ms, end_ms)`` segments from the picture's start.
-
-    Kinds: the step categories (``data_wait``, ``h2d``, ``forward``, ``backward``, ``optimizer``,
-    ``other``) on the main thread; ``dataset fetch``, ``tokenizer``, ``collate_fn`` on loader lanes;
-    ``gpu`` on the GPU lane.
-    """
-
-    label: str
-    segments: list[tuple[str, float, float]]
-
-
-@dataclass(frozen=True)
-class TimelinePicture:
-    """A few consecutive steps: the main thread, each loader process, and the GPU."""
-
-    duration_ms: float
-    step_starts_ms: list[float]
-    lanes: list[Lane]
-
-
-@dataclass(frozen=True)
-class RunReport:
-    info: RunInfo
-    steps: StepBreakdown
-    loader: LoaderStats | None
-    gpu: GpuStats | None
-    advice: Advice
-    timeline: TimelinePicture
-    #: The training's speed without the profiler (reference steps), and the profiler's overhead.
-    unprofiled: UnprofiledStats | None = None
-    #: The run's manifest as parsed (None for a trace dlprof did not record).
-    manifest: Manifest | None = None
-    #: A run of several ranks: every rank side by side. The rest of this report is then the slowest
-    #: rank's (it sets the job's pace, and num_workers is set per rank).
-    ranks: RankComparison | None = None
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """A run, or a file in a run directory, left out of the report: its path and why (one line)."""
-
-    path: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Report:
-    runs: list[RunReport]
-    schema: str = SCHEMA
-    #: What was left out: unreadable runs of a directory of runs, files of a run directory that are not traces.
-    skipped: list[Skipped] = field(default_factory=list)
 
 
 def _batches_per_step(run: TraceRun) -> float:
@@ -228,6 +148,19 @@ def _load_files(files: list[Path], name: str, skipped: list[Skipped]) -> list[Tr
     return runs
 
 
+def analyze_traces(files: list[Path], name: str, skipped: list[Skipped] | None = None) -> RunReport:
+    """The report of one run from its trace files: its one rank's, or the slowest rank's with every rank side by side.
+
+    Files not named as profiler traces that turn out not to be traces (a report written there, notes) are
+    left out and named in ``skipped``, as long as one trace is left.
+
+    Raises:
+        DlprofError: no readable trace among ``files``, or the trace cannot be analysed.
+    """
+    runs = _distinct_ranks(_load_files(files, name, skipped if skipped is not None else []))
+    return analyze_run(runs[0]) if len(runs) == 1 else analyze_job(runs)
+
+
 def build_report(path: Path) -> Report:
     """Analyse a run directory (all its ranks), a trace file, or a directory of runs.
 
@@ -244,8 +177,7 @@ def build_report(path: Path) -> Report:
         name = files[0].name if path.is_file() else files[0].parent.name
         notes: list[Skipped] = []
         try:
-            runs = _distinct_ranks(_load_files(files, name, notes))
-            reports.append(analyze_run(runs[0]) if len(runs) == 1 else analyze_job(runs))
+            reports.append(analyze_traces(files, name, notes))
         except DlprofError as error:
             if len(groups) == 1:
                 raise
@@ -257,55 +189,3 @@ def build_report(path: Path) -> Report:
             f"{display(path)}: none of its {len(groups)} runs could be read; first: {skipped[0].reason}"
         )
     return Report(reports, skipped=skipped)
-
-
-def report_redactor(report: Report, path: Path) -> redact.Redactor:
-    """The Redactor of ``dlprof analyze --redact``: what the report's runs hold about their machines, users and
-    commands.
-
-    Its manifests (host names, command lines, paths), the host in each trace file's name, this machine's
-    host, user and home directory, and ``path`` itself when given as an absolute path.
-    """
-    manifests = [run.manifest.to_dict() for run in report.runs if run.manifest is not None]
-    names = [run.info.trace_file for run in report.runs]
-    names += [row.trace_file for run in report.runs if run.ranks is not None for row in run.ranks.ranks]
-    names += [s.path for s in report.skipped]
-    given = [str(path if path.is_dir() else path.parent)] if path.is_absolute() else []
-    return redact.for_run(manifests, trace_names=names, paths=given)
-
-
-def _is_report(path: Path) -> bool:
-    """A JSON report dlprof wrote (rewriting it is fine): it opens with its schema."""
-    try:
-        with path.open("rb") as f:
-            return f.read(64).replace(b" ", b"").replace(b"\n", b"").startswith(b'{"schema":"dlprof.report/')
-    except OSError:
-        return False
-
-
-def check_output(output: Path | None, path: Path) -> None:
-    """Refuse, before any work, an ``-o`` that would overwrite an input or cannot be written.
-
-    Raises:
-        UsageError: ``output`` is the input trace or one of the traces under the input directory.
-        InputError: its directory does not exist or cannot be written.
-    """
-    if output is None:
-        return
-    target = output.resolve()
-    inputs = [path] if path.is_file() else [f for files in find_runs(path)[0] for f in files] if path.is_dir() else []
-    for given in inputs:
-        if target == given.resolve() and not _is_report(target):
-            raise UsageError(
-                f"-o {display(output)}: is the input trace {display(given)}; write the report to another file (e.g."
-                " report.html)"
-            )
-    directory = target.parent
-    if not directory.is_dir():
-        raise InputError(
-            f"-o {display(output)}: the directory {display(directory)} does not exist; create it or choose another -o"
-        )
-    if not os.access(directory, os.W_OK) or target.is_relative_to("/proc") or target.is_relative_to("/sys"):
-        raise InputError(f"-o {display(output)}: cannot write into {display(directory)}; choose a writable directory")
-    if target.exists() and not target.is_file():
-        raise InputError(f"-o {display(output)}: not a regular file; choose another -o")

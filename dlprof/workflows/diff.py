@@ -1,8 +1,9 @@
 """``dlprof diff RUN_A RUN_B``: the before/after of one change to a training's DataLoader settings.
 
-Each side is analysed as ``dlprof analyze`` would (:func:`dlprof.workflows.analyze.analyze_run`); this
-module lines the two analyses up: which settings differ, each metric in A and in B with its change,
-and a one-line verdict. Everything a renderer prints is computed here (report/diff.py only formats).
+Each side is analysed as ``dlprof analyze`` would (:func:`dlprof.workflows.analyze.analyze_traces`: of a run
+of several ranks, its slowest rank, the one analyze reports); this module lines the two analyses up: which
+settings differ, each metric in A and in B with its change, and a one-line verdict. Everything a renderer
+prints is computed here (report/diff.py only formats).
 
 ``None`` means unknown throughout (a trace without dlprof's manifest or worker spans, a run recorded
 without unprofiled reference steps); a change is ``None`` when either side is unknown.
@@ -11,15 +12,14 @@ without unprofiled reference steps); a change is ``None`` when either side is un
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dlprof.errors import UsageError
-from dlprof.trace.discover import find_traces, is_trace_file, load_run
-from dlprof.workflows.analyze import RunReport, analyze_run
-
-SCHEMA = "dlprof.diff/1"
+from dlprof.results.diff import DiffResult, DiffRow, DiffRun
+from dlprof.results.report import RunReport
+from dlprof.trace.discover import find_traces
+from dlprof.workflows.analyze import analyze_traces
 
 #: DataLoader settings compared between the runs (fields of :class:`dlprof.manifest.LoaderConfig`).
 #: Left out: what the run did rather than how it was configured (``iterations``, ``batches``,
@@ -51,52 +51,6 @@ _WORKER_ONLY_SETTINGS = ("prefetch_factor", "persistent_workers", "timeout_s", "
 SAME_SPEED_PCT = 0.05
 
 
-@dataclass(frozen=True)
-class DiffRun:
-    """One side of the comparison."""
-
-    name: str
-    trace_file: str
-    #: The analysis of this side, for renderers that want more than the rows.
-    report: RunReport
-
-
-@dataclass(frozen=True)
-class DiffRow:
-    """One metric in both runs. ``delta`` is b − a; ``delta_pct`` is that change relative to a.
-
-    ``delta`` is ``None`` when either value is unknown; ``delta_pct`` also when a is 0.
-    """
-
-    key: str  # stable machine name: "step_ms", "data_wait_pct", ...
-    metric: str  # what a reader sees: "step time, profiled mean (ms)"
-    unit: str  # "ms" | "steps/s" | "%" | "MiB"
-    a: float | None
-    b: float | None
-    delta: float | None
-    delta_pct: float | None
-
-
-@dataclass(frozen=True)
-class DiffResult:
-    """Two runs compared: the settings that differ, every metric side by side, and the verdict."""
-
-    a: DiffRun
-    b: DiffRun
-    #: ``{setting: (value in A, value in B)}`` for each setting known in both runs whose values differ.
-    settings_changed: dict[str, tuple[Any, Any]]
-    #: Settings known in one run only: whether they changed cannot be told (worker-only settings of a
-    #: run without workers are not listed: they do not apply there).
-    settings_unknown: tuple[str, ...]
-    rows: tuple[DiffRow, ...]
-    #: How much faster B runs than A, in per cent of A's steps/s (negative: slower); None if unknown.
-    speed_change_pct: float | None
-    #: What the speed comparison rests on: "unprofiled steps/s" or "profiled step time".
-    speed_basis: str
-    verdict: str
-    schema: str = SCHEMA
-
-
 def _finite(value: float | None) -> float | None:
     """Unknown for anything a report cannot hold (NaN, infinity)."""
     return value if value is not None and math.isfinite(value) else None
@@ -110,7 +64,7 @@ def _row(key: str, metric: str, unit: str, a: float | None, b: float | None) -> 
 
 
 def _load(path: Path) -> DiffRun:
-    """Analyse the one run at ``path`` (a run directory or a trace file)."""
+    """Analyse the one run at ``path`` (a run directory or a trace file), as ``dlprof analyze`` does."""
     runs = find_traces(path)
     if len(runs) > 1:
         names = ", ".join(files[0].parent.name for files in runs[:3]) + (", ..." if len(runs) > 3 else "")
@@ -118,10 +72,12 @@ def _load(path: Path) -> DiffRun:
             f"{path}: a directory of {len(runs)} runs ({names}); dlprof diff compares two runs: "
             f"give one run directory (e.g. {path / runs[0][0].parent.name}) or one trace file for each side"
         )
-    trace = runs[0][0]  # the first rank, as dlprof analyze reads a run
-    name = trace.name if path.is_file() else trace.parent.name
-    report = analyze_run(load_run(trace, name))
-    return DiffRun(report.info.name, report.info.trace_file, report)
+    files = runs[0]
+    report = analyze_traces(files, files[0].name if path.is_file() else files[0].parent.name)
+    if report.ranks is None:
+        return DiffRun(report.info.name, report.info.trace_file, report)
+    # Several ranks: the slowest one, which sets the job's pace and which dlprof analyze reports.
+    return DiffRun(report.info.name, report.info.trace_file, report, report.ranks.slowest_rank, len(report.ranks.ranks))
 
 
 def _worker_pss_mib(run: RunReport) -> float | None:
@@ -255,25 +211,4 @@ def diff(path_a: str | Path, path_b: str | Path) -> DiffResult:
     return DiffResult(a, b, changed, unknown, _rows(a.report, b.report), change, basis, verdict)
 
 
-def check_output(output: str | Path | None, *inputs: str | Path) -> None:
-    """Refuse an output file that would overwrite an input or put a non-trace file in a run directory.
-
-    Raises:
-        dlprof.errors.UsageError: ``output`` is one of the inputs (or one of their trace files), or a
-            ``.json``/``.gz`` file at the top of an input run directory (HTA reads every such file there).
-    """
-    if output is None:
-        return
-    target = Path(output).resolve()
-    for given in map(Path, inputs):
-        if target == given.resolve() or (given.is_dir() and target.parent == given.resolve() and is_trace_file(target)):
-            raise UsageError(f"-o {output}: names the input {given}; write the diff to another file")
-        run_dir = given.resolve()
-        if given.is_dir() and target.parent == run_dir and target.name.endswith((".json", ".gz")):
-            raise UsageError(
-                f"-o {output}: a .json/.gz file inside the run directory {run_dir} would be read as a trace; write it"
-                " elsewhere"
-            )
-
-
-__all__ = ["SCHEMA", "DiffResult", "DiffRow", "DiffRun", "check_output", "diff"]
+__all__ = ["diff"]

@@ -11,7 +11,8 @@ Measured speed is the unprofiled speed (the reference steps after the profiler w
 that is what the user's training gets and what the predictions are calibrated to; a run without
 enough reference steps falls back to its profiled steps and says so.
 
-The renderers in :mod:`dlprof.report.sweep` format a :class:`SweepResult`; they never compute.
+The renderers in :mod:`dlprof.report.sweep` format the :class:`~dlprof.results.sweep.SweepResult`; they never
+compute.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from dlprof import schema
@@ -32,9 +33,18 @@ from dlprof.capture.record import record
 from dlprof.errors import DlprofError, RecordError, UsageError
 from dlprof.manifest import Schedule
 from dlprof.results.record import RecordRequest
-from dlprof.workflows.analyze import RunReport
+from dlprof.results.report import RunReport
+from dlprof.results.sweep import (
+    OUTCOME_HELD,
+    OUTCOME_MORE_WORKERS,
+    OUTCOME_NO_RECOMMENDATION,
+    OUTCOME_NOT_MEASURED,
+    OUTCOME_SLOWER,
+    SweepResult,
+    SweepRun,
+)
+from dlprof.workflows.analyze import build_report
 
-SCHEMA = "dlprof.sweep/1"
 #: Sub-directory of the sweep directory holding TensorBoard scalars (global_step = num_workers).
 SCALARS_DIR = "scalars"
 #: TensorBoard scalar tags.
@@ -44,75 +54,6 @@ TAG_PREDICTED_STEPS_PER_S = "predicted_steps_per_s"
 #: Fewer counts than this compare nothing.
 MIN_COUNTS = 2
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-# Why the first run's recommendation held or not (SweepResult.outcome).
-#: Measured within WITHIN_BEST of the best, and no fewer workers came that close.
-OUTCOME_HELD = "held"
-#: Measured more than WITHIN_BEST below the best.
-OUTCOME_SLOWER = "slower"
-#: Within WITHIN_BEST of the best, but fewer workers came as close.
-OUTCOME_MORE_WORKERS = "more_workers"
-#: The recommended count is not among the swept counts.
-OUTCOME_NOT_MEASURED = "not_measured"
-#: The first run made no num_workers recommendation (nothing to check).
-OUTCOME_NO_RECOMMENDATION = "no_recommendation"
-
-
-@dataclass(frozen=True)
-class SweepRun:
-    """One swept count: what it measured, and what the first run predicted for it."""
-
-    num_workers: int
-    run_dir: Path
-    trace_file: Path
-    #: Measured steps per second: unprofiled (reference steps) when ``unprofiled``, else profiled steps.
-    steps_per_s: float
-    unprofiled: bool
-    #: Measured and predicted over whole epochs (worker restarts included), else inside an epoch.
-    over_epochs: bool
-    #: Share of a step spent waiting for data, % (unprofiled when known, else the profiled breakdown's).
-    data_wait_pct: float
-    #: Sum of the DataLoader workers' last PSS, MiB (0 with no workers); None when unknown.
-    worker_pss_mib: float | None
-    #: The first run's steady-state prediction for this count; None when it predicted nothing for it.
-    predicted_steps_per_s: float | None
-    #: (predicted - measured) / measured, %; None without a prediction.
-    error_pct: float | None
-    #: num_workers the DataLoader really got, from the manifest (None if unknown).
-    num_workers_recorded: int | None
-    #: How much slower the profiled steps were than unprofiled ones, % (None if unknown).
-    profiler_overhead_pct: float | None
-
-
-@dataclass(frozen=True)
-class SweepResult:
-    """A whole sweep: the runs in the order recorded, the best measured, and whether the advice held."""
-
-    name: str
-    sweep_dir: Path
-    runs: tuple[SweepRun, ...]
-    #: The count whose run made the advice and the predictions (the first swept).
-    from_run: int
-    #: Its recommended num_workers (None: it made no recommendation).
-    recommended: int | None
-    best_num_workers: int
-    best_steps_per_s: float
-    #: The fewest workers measured within ``within_best_pct`` of the best.
-    fewest_near_best: int
-    within_best_pct: float
-    #: True, False, or None when it cannot be told (see ``outcome``).
-    held: bool | None
-    outcome: str
-    #: The recommended count's measured steps/s, and how far below the best, % (None when not measured).
-    recommended_steps_per_s: float | None
-    recommended_below_best_pct: float | None
-    #: TensorBoard scalars (None when they could not be written).
-    scalars_dir: Path | None
-    schema: str = SCHEMA
-
-    @property
-    def counts(self) -> tuple[int, ...]:
-        return tuple(r.num_workers for r in self.runs)
 
 
 def check_counts(counts: Sequence[int]) -> tuple[int, ...]:
@@ -295,8 +236,6 @@ def sweep(counts: Sequence[int], request: RecordRequest, progress: Callable[[str
             holds a trace; nothing was run.
         RecordError: a count's record failed (the message names the count); the runs recorded before it are kept.
     """
-    from dlprof import analyze
-
     counts = check_counts(counts)
     sweep_dir = request.out_dir / request.name
     _check_sweep_dir(sweep_dir, request.name, counts)
@@ -324,7 +263,7 @@ def sweep(counts: Sequence[int], request: RecordRequest, progress: Callable[[str
                     f"the training failed ({result.error}); its partial trace is in {result.run_dir}",
                     result.exit_code or 2,
                 )
-            report = analyze(result.run_dir).runs[0]
+            report = build_report(result.run_dir).runs[0]
         except DlprofError as error:
             raise RecordError(f"sweep: num_workers={count}: {error}{kept}", error.exit_code) from error
         reports.append(report)

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 from conftest import DATA_DIR
 
 from dlprof.advice.model import EpochModel, ModelInputs, candidate_counts, memory_limit, predict, restart_ms
-from dlprof.advice.rules import advise, verdict_of
+from dlprof.advice.rules import advise, trainer_arguments, verdict_of
 from dlprof.analysis.unprofiled import unprofiled_stats
+from dlprof.manifest import LoaderConfig
+from dlprof.report import render
+from dlprof.results.advice import Advice
+from dlprof.results.report import Report
 from dlprof.trace.discover import load_run
 from dlprof.workflows.analyze import analyze_run
 
@@ -157,3 +162,46 @@ def test_pageable_copies_recommend_pin_memory():
     # num_workers=0 without spans: the 0.3 ms wait per step is the loading itself
     assert report.advice.predicted[0].step_ms == pytest.approx(0.75)
     assert any("assumed to be all CPU" in b for b in report.advice.basis)
+
+
+def _advice(**settings) -> Advice:
+    base = {"verdict": "HIGHLY", "num_workers": None, "pin_memory": None, "prefetch_factor": None}
+    return Advice(**{**base, "persistent_workers": None, **settings, "bound": None, "predicted": [], "evidence": []})
+
+
+def test_trainer_arguments_are_the_recommendation_itself():
+    hf = LoaderConfig(id=0, num_workers=0, pin_memory=True, persistent_workers=False, created_by="transformers")
+    assert trainer_arguments(_advice(num_workers=2, pin_memory=False, persistent_workers=True), hf) == (
+        "--dataloader_num_workers 2 --dataloader_pin_memory false --dataloader_persistent_workers true"
+    )
+    assert trainer_arguments(_advice(num_workers=4, pin_memory=True, prefetch_factor=4), hf) == (
+        "--dataloader_num_workers 4 --dataloader_pin_memory true --dataloader_prefetch_factor 4"
+    )
+    # Nothing but the advice's own settings: a setting it keeps is not in the line, whatever the run had.
+    persistent = LoaderConfig(id=0, num_workers=2, persistent_workers=True, created_by="ms-swift")
+    assert trainer_arguments(_advice(num_workers=0), persistent) == "--dataloader_num_workers 0"
+    assert trainer_arguments(_advice(), hf) is None  # nothing advised
+    assert trainer_arguments(_advice(num_workers=2), LoaderConfig(id=0, num_workers=0)) is None  # the script's own
+    assert trainer_arguments(_advice(num_workers=2), None) is None
+
+
+def test_no_workers_for_a_persistent_loader_says_persistent_workers_false_in_table_json_and_arguments():
+    """Seen on real ``swift sft`` runs: the table said persistent_workers=keep, the Trainer-arguments line false."""
+    run = load_run(DATA_DIR / "tiny_dlprof_trace.json")
+    report = analyze_run(run)
+    loader = dataclasses.replace(run.manifest.loader, persistent_workers=True, created_by="ms-swift")
+    manifest = dataclasses.replace(run.manifest, loader=loader)
+    advice = advise(report.steps, report.loader, None, manifest, 1.0, False, report.unprofiled)
+    assert (advice.num_workers, advice.persistent_workers) == (0, False)
+    assert any("PyTorch refuses without workers" in e and "persistent_workers=False" in e for e in advice.evidence)
+    assert advice.trainer_arguments == "--dataloader_num_workers 0 --dataloader_persistent_workers false"
+    rendered = Report([dataclasses.replace(report, advice=advice)])
+    text = render(rendered, "text")
+    assert "num_workers=0  pin_memory=keep  prefetch_factor=keep  persistent_workers=False" in text
+    assert "Trainer arguments: --dataloader_num_workers 0 --dataloader_persistent_workers false" in text
+    recommendation = json.loads(render(rendered, "json"))["recommendation"]
+    assert (recommendation["num_workers"], recommendation["persistent_workers"]) == (0, False)
+    assert recommendation["trainer_arguments"] == advice.trainer_arguments
+    # Without workers recommended, a loader without persistent workers keeps its setting.
+    kept = advise(report.steps, report.loader, None, run.manifest, 1.0, False, report.unprofiled)
+    assert (kept.num_workers, kept.persistent_workers) == (0, None)

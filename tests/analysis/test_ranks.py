@@ -14,9 +14,11 @@ import json
 import pytest
 from conftest import DATA_DIR
 
-from dlprof.analysis.ranks import RankStats, compare_ranks
+from dlprof.analysis.ranks import compare_ranks
 from dlprof.capture.merge import dumps_trace
 from dlprof.report import renderer
+from dlprof.results.analysis import RankStats
+from dlprof.results.report import Report
 from dlprof.workflows.analyze import build_report
 
 RANKS = DATA_DIR / "ranks"
@@ -60,8 +62,8 @@ def test_every_format_shows_the_ranks(job):
     )
     report = build_report(RANKS)
     for fmt in ("text", "markdown", "html"):
-        assert line in renderer(fmt)(report), fmt
-    document = json.loads(renderer("json")(report))
+        assert line in renderer(Report, fmt)(report), fmt
+    document = json.loads(renderer(Report, "json")(report))
     assert document["ranks"]["slowest_rank"] == 1 and document["ranks"]["slowest_reason"] == "data"
     assert [r["waited_for_slowest_ms"] for r in document["ranks"]["ranks"]] == [0.45, None]
 

@@ -20,11 +20,9 @@ from conftest import TESTS_DIR, load_trace, trace_files
 from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler
 
 from dlprof import schema
-from dlprof.advice.rules import trainer_arguments
 from dlprof.capture import loader_probe
 from dlprof.capture import session as session_module
 from dlprof.errors import UsageError
-from dlprof.manifest import LoaderConfig
 
 SEQ = 32
 
@@ -347,24 +345,3 @@ def test_created_by_names_the_framework_on_the_stack():
     assert made_in("swift.llm.train.sft", "transformers.trainer") == "ms-swift"
     assert made_in("llamafactory.train.sft.workflow", "transformers.trainer") == "llamafactory"
     assert made_in("swiftly") is None and made_in("transformers.modeling_utils") is None
-
-
-def test_trainer_arguments():
-    hf = LoaderConfig(id=0, num_workers=0, pin_memory=True, persistent_workers=False, created_by="transformers")
-    assert trainer_arguments(hf, 2, False, None, True) == (
-        "--dataloader_num_workers 2 --dataloader_pin_memory false --dataloader_persistent_workers true"
-    )
-    assert trainer_arguments(hf, 4, True, 4, None) == (
-        "--dataloader_num_workers 4 --dataloader_pin_memory true --dataloader_prefetch_factor 4"
-    )
-    # Back to no workers from persistent ones: PyTorch rejects persistent_workers=True without workers.
-    persistent = LoaderConfig(id=0, num_workers=2, persistent_workers=True, created_by="ms-swift")
-    assert (
-        trainer_arguments(persistent, 0, None, None, None)
-        == "--dataloader_num_workers 0 --dataloader_persistent_workers false"
-    )
-    assert trainer_arguments(hf, None, None, None, None) is None  # nothing advised
-    assert (
-        trainer_arguments(LoaderConfig(id=0, num_workers=0), 2, None, None, None) is None
-    )  # the script's own DataLoader
-    assert trainer_arguments(None, 2, None, None, None) is None

@@ -12,6 +12,7 @@ import pytest
 from conftest import DATA_DIR, TESTS_DIR
 
 from dlprof.report import renderer
+from dlprof.results.report import Report
 from dlprof.workflows.analyze import build_report
 
 GOLDEN_DIR = DATA_DIR / "golden"
@@ -36,7 +37,7 @@ def report():
 
 @pytest.mark.parametrize("fmt", sorted(CASES))
 def test_renderer_matches_golden_file(report, fmt):
-    rendered = renderer(fmt)(report)
+    rendered = renderer(Report, fmt)(report)
     golden = GOLDEN_DIR / CASES[fmt]
     if os.environ.get("UPDATE_GOLDEN"):
         golden.write_text(rendered, encoding="utf-8")
@@ -44,7 +45,7 @@ def test_renderer_matches_golden_file(report, fmt):
 
 
 def test_json_follows_the_documented_schema(report):
-    document = json.loads(renderer("json")(report))
+    document = json.loads(renderer(Report, "json")(report))
     assert document["schema"] == "dlprof.report/1"
     assert set(document) >= {"run", "steps", "breakdown_ms", "loader", "gpu", "recommendation"}
     assert set(document["steps"]) >= {"count", "step_ms_mean", "step_ms_p50", "step_ms_p90"}

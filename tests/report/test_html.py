@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 from conftest import run_dlprof
 
-from dlprof.advice.model import Prediction
-from dlprof.advice.rules import Advice
-from dlprof.analysis.stats import Summary
-from dlprof.analysis.steps import CATEGORIES, StepBreakdown, StepTime
+from dlprof.analysis.stats import summarize
 from dlprof.report.html import COLOURS, render
-from dlprof.workflows.analyze import Lane, Report, RunInfo, RunReport, TimelinePicture, build_report
+from dlprof.results.advice import Advice, Prediction
+from dlprof.results.analysis import CATEGORIES, StepBreakdown, StepTime, Summary
+from dlprof.results.report import Lane, Report, RunInfo, RunReport, TimelinePicture
+from dlprof.workflows.analyze import build_report
 
 PICTURES = ("timeline", "breakdown", "predicted")
 CHROMIUM = Path("/usr/bin/chromium")
@@ -115,7 +115,7 @@ def hand_built_run(name: str = "tiny", predicted: bool = True, main_segments: in
     """A run with exact numbers: four 10 ms steps, one worker lane, a GPU lane."""
     steps = [StepTime(n, n * 10_000.0, 10.0, 3.0, 0.5, 2.5, 2.0, 1.0, 1.0) for n in range(4, 8)]
     ten = Summary(10.0, 10.0, 10.0)
-    categories = {c: Summary.of([s.category_ms(c) for s in steps]) for c in CATEGORIES}
+    categories = {c: summarize([s.category_ms(c) for s in steps]) for c in CATEGORIES}
     kinds = ["data_wait", "forward", "other", "backward", "optimizer"]
     width = 30.0 / main_segments
     main = [(kinds[i % len(kinds)], i * width, (i + 1) * width) for i in range(main_segments)]

@@ -14,6 +14,7 @@ import dlprof
 from dlprof import schema
 from dlprof.errors import NoStepsError, TraceFormatError
 from dlprof.report import FORMATS, renderer
+from dlprof.results.report import Report
 from dlprof.trace.build import build_run
 from dlprof.trace.events import is_backward
 from dlprof.workflows.analyze import analyze_run
@@ -35,7 +36,7 @@ def _write(path: Path, document: dict) -> Path:
 
 def _render_all(report) -> None:
     for fmt in FORMATS:
-        text = renderer(fmt)(report)
+        text = renderer(Report, fmt)(report)
         if fmt == "json":
             json.loads(text, parse_constant=lambda c: pytest.fail(f"JSON constant {c}"))
 

@@ -13,6 +13,7 @@ from conftest import DATA_DIR, assert_one_line_error, invoke
 import dlprof
 from dlprof.errors import DlprofError
 from dlprof.report import FORMATS, renderer
+from dlprof.results.report import Report
 from dlprof.trace.discover import find_traces
 
 TINY = DATA_DIR / "tiny_dlprof_trace.json"
@@ -31,7 +32,7 @@ def _write(path: Path, document: dict) -> Path:
 
 def _render_all(report) -> None:
     for fmt in FORMATS:
-        text = renderer(fmt)(report)
+        text = renderer(Report, fmt)(report)
         if fmt == "json":
             json.loads(text, parse_constant=lambda c: pytest.fail(f"JSON constant {c}"))
 
@@ -54,8 +55,8 @@ def test_a_stray_json_beside_a_plain_trace_is_skipped_with_a_note(tmp_path):
     assert len(report.runs) == 1 and [s.path for s in report.skipped] == [str(run / "notes.json")]
     assert "not a trace" in report.skipped[0].reason
     for fmt in FORMATS:
-        assert "notes.json" in renderer(fmt)(report)
-    assert json.loads(renderer("json")(report))["skipped"][0]["path"] == str(run / "notes.json")
+        assert "notes.json" in renderer(Report, fmt)(report)
+    assert json.loads(renderer(Report, "json")(report))["skipped"][0]["path"] == str(run / "notes.json")
 
 
 def test_a_directory_of_runs_reports_the_readable_ones_and_names_the_others(tmp_path):
@@ -67,7 +68,7 @@ def test_a_directory_of_runs_reports_the_readable_ones_and_names_the_others(tmp_
     report = dlprof.analyze(tmp_path)
     assert [r.info.name for r in report.runs] == ["good", "good2"]
     assert sorted(Path(s.path).name for s in report.skipped) == ["broken", "nosteps"]
-    text = renderer("text")(report)
+    text = renderer(Report, "text")(report)
     assert sum(line.startswith("skipped ") for line in text.splitlines()) == 2
     _render_all(report)
 

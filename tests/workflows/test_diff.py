@@ -19,13 +19,19 @@ tokenizer 300, collate 100.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+from conftest import DATA_DIR
 
 from dlprof.errors import DlprofError, UsageError
-from dlprof.workflows.diff import SCHEMA, check_output, diff
+from dlprof.results.diff import SCHEMA
+from dlprof.workflows.analyze import build_report
+from dlprof.workflows.diff import diff
+from dlprof.workflows.output import check_output
 
+RANKS = DATA_DIR / "ranks"
 MULTI = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
 SINGLE = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 FIRST_STEP = 5
@@ -415,11 +421,27 @@ def test_no_trace_is_a_dlprof_error(tmp_path):
 def test_check_output(tmp_path):
     a, b = before_after(tmp_path)
     trace = a / "host_1.1.pt.trace.json"
-    check_output(None, a, b)
-    check_output(tmp_path / "diff.json", a, b)
-    check_output(a / "diff.md", a, b)  # not read as a trace
+    check = lambda output, *inputs: check_output(output, inputs, what="diff", keep_run_dirs_clean=True)
+    check(None, a, b)
+    check(tmp_path / "diff.json", a, b)
+    check(a / "diff.md", a, b)  # not read as a trace
     for bad in (trace, a / "diff.json"):
         with pytest.raises(UsageError):
-            check_output(bad, a, b)
-    with pytest.raises(UsageError, match="names the input"):
-        check_output(trace, trace, b)
+            check(bad, a, b)
+    with pytest.raises(UsageError, match="is the input trace"):
+        check(trace, trace, b)
+
+
+def test_a_run_of_several_ranks_is_compared_by_the_rank_analyze_reports(tmp_path):
+    """tests/data/ranks: rank 1 waits 0.7 ms per step for data, rank 0 0.1 ms; rank 1 is the slowest."""
+    a, b = (shutil.copytree(RANKS, tmp_path / side) for side in ("a", "b"))
+    analyzed = build_report(a).runs[0]
+    assert analyzed.ranks.slowest_rank == 1  # not the first file's rank
+    result = diff(a, b)
+    for side in (result.a, result.b):
+        assert (side.rank, side.ranks) == (analyzed.ranks.slowest_rank, 2)
+        assert side.trace_file.endswith("rank1.json") and Path(side.trace_file).name in analyzed.info.trace_file
+    assert rows(result)["data_wait_ms"].a == pytest.approx(analyzed.steps.categories["data_wait"].mean_ms)
+    assert rows(result)["data_wait_ms"].a == pytest.approx(0.7)
+    one = diff(*before_after(tmp_path / "one"))
+    assert (one.a.rank, one.a.ranks) == (None, 1)  # one rank: nothing to choose

@@ -15,21 +15,23 @@ from types import SimpleNamespace
 
 import pytest
 
-import dlprof
-from dlprof.advice.model import Prediction
-from dlprof.analysis.unprofiled import UnprofiledStats
 from dlprof.errors import RecordError, UsageError
-from dlprof.report.sweep import document, render, verdict_line
+from dlprof.report import render
+from dlprof.report.sweep import document, verdict_line
+from dlprof.results.advice import Prediction
+from dlprof.results.analysis import UnprofiledStats
 from dlprof.results.record import RecordRequest, RecordResult
-from dlprof.workflows import sweep as sweep_module
-from dlprof.workflows.sweep import (
+from dlprof.results.sweep import (
     OUTCOME_HELD,
     OUTCOME_MORE_WORKERS,
     OUTCOME_NO_RECOMMENDATION,
     OUTCOME_NOT_MEASURED,
     OUTCOME_SLOWER,
-    SCALARS_DIR,
     SweepRun,
+)
+from dlprof.workflows import sweep as sweep_module
+from dlprof.workflows.sweep import (
+    SCALARS_DIR,
     check_counts,
     judge,
     measure,
@@ -215,7 +217,10 @@ def test_measure_drops_an_infinite_prediction():
 
 @pytest.fixture
 def stubbed(monkeypatch, tmp_path):
-    """record() writes nothing but a directory; analyze() returns a report per count; scalars are not written."""
+    """record() writes nothing but a directory; build_report() returns a report per count; scalars are not written.
+
+    Each stub replaces the name the workflow itself calls (``dlprof.workflows.sweep.record``, ``...build_report``).
+    """
     calls: list[RecordRequest] = []
     speeds = {0: 10.0, 1: 19.5, 2: 20.0}
     fail_at: list[int] = []
@@ -229,7 +234,7 @@ def stubbed(monkeypatch, tmp_path):
         run_dir.mkdir(parents=True)
         return RecordResult(run_dir, run_dir / "h_1.1.pt.trace.json.gz", "complete", 0, None, 4, count, False)
 
-    def fake_analyze(path):
+    def fake_build_report(path):
         count = int(Path(path).name)
         report = _report(
             count,
@@ -240,7 +245,7 @@ def stubbed(monkeypatch, tmp_path):
         return SimpleNamespace(runs=[report])
 
     monkeypatch.setattr(sweep_module, "record", fake_record)
-    monkeypatch.setattr(dlprof, "analyze", fake_analyze)
+    monkeypatch.setattr(sweep_module, "build_report", fake_build_report)
     monkeypatch.setattr(sweep_module, "write_scalars", lambda directory, runs: directory)
     script = tmp_path / "train.py"
     script.write_text("")

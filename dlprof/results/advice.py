@@ -1,0 +1,42 @@
+"""What the advice stage found (dlprof.advice builds these): the recommendation, its evidence and its predictions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted speed at one ``num_workers``, and the bound that sets it."""
+
+    num_workers: int
+    step_ms: float  # a step inside an epoch (steady state)
+    steps_per_s: float
+    bound: str  # "consumer" | "loader" | "cpu" | "main process"
+    #: Steps/s over whole epochs, worker restarts included (None when the epoch length is unknown).
+    epoch_steps_per_s: float | None = None
+    restart_ms: float = 0.0  # per epoch
+
+    @property
+    def effective_steps_per_s(self) -> float:
+        """What training gets: over whole epochs when known, else steady state."""
+        return self.epoch_steps_per_s if self.epoch_steps_per_s is not None else self.steps_per_s
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The recommendation, its evidence and the predictions behind it. ``None`` means unknown or no change."""
+
+    verdict: str  # "HIGHLY" | "MODERATELY" | "NOT" (input-bound)
+    num_workers: int | None
+    pin_memory: bool | None
+    prefetch_factor: int | None
+    persistent_workers: bool | None
+    bound: str | None
+    predicted: list[Prediction]
+    evidence: list[str]
+    basis: list[str] = field(default_factory=list)  # what the advice rests on, and what was unknown
+    #: The recommendation as Hugging Face ``TrainingArguments`` (``--dataloader_num_workers 2 ...``), when a
+    #: Trainer (or ms-swift, LLaMA-Factory, which take the same arguments) created the DataLoader; else None.
+    #: Built from the settings above only, so that it always says what they say.
+    trainer_arguments: str | None = None

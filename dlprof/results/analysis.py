@@ -1,0 +1,267 @@
+"""What the analysis of one trace found (dlprof.analysis builds these): the step breakdown, the loader's costs,
+the GPU's activity, the unprofiled speed, and a job's ranks side by side. Times in ms unless the name says otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Mean, median and 90th percentile of a per-step (or per-batch) quantity, in ms."""
+
+    mean_ms: float
+    p50_ms: float
+    p90_ms: float
+
+
+CATEGORIES = ("data_wait", "h2d", "forward", "backward", "optimizer", "other")
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One ProfilerStep, split into :data:`CATEGORIES` (ms)."""
+
+    number: int
+    start_us: float
+    step_ms: float
+    data_wait_ms: float
+    h2d_ms: float
+    forward_ms: float
+    backward_ms: float
+    optimizer_ms: float
+    other_ms: float
+
+    def category_ms(self, category: str) -> float:
+        return getattr(self, f"{category}_ms")
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """The per-step breakdown and its summaries over the steps."""
+
+    steps: list[StepTime]
+    step: Summary
+    categories: dict[str, Summary]
+
+    @property
+    def data_wait_pct(self) -> float:
+        """Mean time waiting for data as a share of the mean step."""
+        return 100 * self.categories["data_wait"].mean_ms / self.step.mean_ms if self.step.mean_ms else 0.0
+
+    @property
+    def consumer_ms(self) -> float:
+        """Mean step time without data wait: what a step would take if batches were always ready."""
+        return self.step.mean_ms - self.categories["data_wait"].mean_ms
+
+
+@dataclass(frozen=True)
+class BatchCost:
+    """One batch as its producer saw it (ms)."""
+
+    batch: tuple[int, int, int]
+    worker: int
+    pid: int
+    end_us: float
+    wall_ms: float
+    cpu_ms: float
+    runq_ms: float
+    fetch_ms: float
+    fetch_cpu_ms: float
+    tokenize_ms: float
+    tokenize_cpu_ms: float
+    collate_ms: float
+    collate_cpu_ms: float
+    tensors: int
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    """One worker process (or the main process, worker -1)."""
+
+    worker: int
+    pid: int
+    batches: int
+    batch_ms_mean: float
+    cpu_ms_mean: float
+    #: Batches per second this worker can produce when it never waits for a free slot (None: its batches took no
+    #: measurable time).
+    capacity_per_s: float | None
+    pss_mib_last: float | None
+    pss_growth_mib_per_min: float | None
+
+
+@dataclass(frozen=True)
+class WaitStats:
+    """The main process's waits in ``__next__``, by whether the batch was already produced."""
+
+    waits: int
+    not_ready_ms_mean: float  # per step: waiting while the batch was still being produced
+    ready_ms_mean: float  # per step: the batch was produced before the wait began (hand-off cost)
+
+
+@dataclass(frozen=True)
+class LoaderStats:
+    """Loader costs of one run; ``None`` fields are unknown (no spans of that kind)."""
+
+    batches: list[BatchCost]
+    batch: Summary
+    batch_cpu_ms_mean: float
+    #: Per batch, time runnable but waiting for a core: the cores were oversubscribed.
+    batch_runq_ms_mean: float
+    fetch: Summary
+    fetch_cpu_ms_mean: float
+    tokenize: Summary
+    tokenize_cpu_ms_mean: float
+    collate: Summary
+    collate_cpu_ms_mean: float
+    tensors_per_batch: float
+    cpu_fraction: float
+    bound: str  # "cpu" | "io" | "mixed"
+    in_main_process: bool
+    workers: list[WorkerStats]
+    wait: WaitStats | None
+
+    @property
+    def workers_observed(self) -> int:
+        return sum(1 for w in self.workers if w.worker >= 0)
+
+
+@dataclass(frozen=True)
+class GpuStep:
+    """One ProfilerStep on the GPU: busy, idle and why, host-to-device copies (ms)."""
+
+    number: int
+    busy_ms: float
+    idle_ms: float
+    idle_data_ms: float
+    idle_launch_ms: float
+    idle_other_ms: float
+    h2d_ms: float
+
+
+@dataclass(frozen=True)
+class GpuStats:
+    """GPU activity of a CUDA/ROCm trace; ``None`` is returned for CPU-only traces instead."""
+
+    steps: list[GpuStep]
+    busy: Summary
+    idle: Summary
+    idle_data: Summary
+    idle_launch: Summary
+    idle_other: Summary
+    h2d: Summary
+    busy_pct: float
+    h2d_copies: int
+    h2d_pageable_copies: int
+    h2d_pinned_copies: int
+    h2d_mib_per_step: float
+
+
+@dataclass(frozen=True)
+class EpochStats:
+    """Epoch boundaries of the training loader."""
+
+    steps_per_epoch: float | None  # batches per epoch / batches per step; None without a sampler length
+    persistent_workers: bool
+    num_workers: int
+    #: Extra time an epoch boundary costs (median over boundaries measured after start-up); None if none was seen.
+    restart_ms: float | None
+    boundaries_measured: int
+    first_batch_ms: float | None  # median time from iterator creation to the first batch
+    end_ms: float | None  # median time of the __next__ that ended an epoch (workers shut down)
+    #: Steps/s over the whole epochs timed after the window, their boundaries included; None if none was.
+    whole_epoch_steps_per_s: float | None = None
+    #: A run without workers: what forking once cost the following steps (copy-on-write), as workers would.
+    fork_probe_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class UnprofiledStats:
+    """Unprofiled steps (after the window) against profiled ones, from the step clock (ms; means, but the ``_p50``
+    fields)."""
+
+    reference_steps: int
+    step_ms: float
+    profiled_steps: int
+    step_ms_p50: float
+    profiled_step_ms: float | None  # median
+    consumer_ms: float  # step less data wait and waiting for a core
+    wait_ms: float
+    cpu_ms: float  # main process CPU time (all threads) per step
+    runq_ms: float
+    epoch: EpochStats | None
+
+    @property
+    def steps_per_s(self) -> float:
+        return 1000 / self.step_ms
+
+    @property
+    def epoch_steps_per_s(self) -> float | None:
+        """Steps/s over whole epochs: the whole epochs as timed, else the steady step plus the measured restart.
+
+        None when the epoch length is unknown, or when workers restart at every epoch but no
+        boundary was timed after start-up.
+        """
+        epoch = self.epoch
+        if epoch is not None and epoch.whole_epoch_steps_per_s is not None:
+            return epoch.whole_epoch_steps_per_s
+        if epoch is None or epoch.steps_per_epoch is None:
+            return None
+        if epoch.num_workers and not epoch.persistent_workers:
+            if epoch.restart_ms is None:
+                return None
+            restart = epoch.restart_ms
+        else:
+            restart = 0.0
+        return 1000 * epoch.steps_per_epoch / (epoch.steps_per_epoch * self.step_ms + restart)
+
+    @property
+    def overhead_pct(self) -> float | None:
+        """How much slower a profiled step was than an unprofiled one (medians)."""
+        if self.profiled_step_ms is None:
+            return None
+        return 100 * (self.profiled_step_ms / self.step_ms_p50 - 1)
+
+
+@dataclass(frozen=True)
+class RankStats:
+    """One rank's profiled steps (ms per step, means over its recorded steps)."""
+
+    rank: int
+    trace_file: str
+    steps: int
+    step_ms: float
+    data_wait_ms: float
+    data_wait_pct: float
+    #: The training thread inside collectives (communicating, and waiting for the other ranks).
+    collective_ms: float
+    #: The step without its collectives: the rank's own work (loading included).
+    own_ms: float
+    #: Wall time to produce a batch in the rank's loader processes (None without dlprof's spans).
+    loader_batch_ms: float | None
+    #: Its DataLoader workers' memory, summed (PSS, last reading); None when unknown or no workers.
+    worker_pss_mib: float | None
+    num_workers: int | None
+    #: The unprofiled step (reference steps), when recorded.
+    unprofiled_step_ms: float | None
+    #: The collectives this rank ran (``all_reduce``, ...), most time first.
+    collective_kinds: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RankComparison:
+    """Every rank side by side, and the cross-rank effect."""
+
+    ranks: list[RankStats]
+    #: The rank the others wait for: the most own work per step.
+    slowest_rank: int
+    #: Why it is slowest: "data" (its extra own time is mostly data wait) or "compute".
+    slowest_reason: str
+    #: Its data wait per step beyond the other ranks' median.
+    extra_data_wait_ms: float
+    #: Per other rank: time per step in collectives beyond the slowest rank's own, i.e. waiting for it.
+    waited_ms: dict[int, float]
+    #: The collectives seen (``all_reduce``, ``broadcast``, ...), most time first.
+    collectives: list[str]

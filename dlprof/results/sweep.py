@@ -1,0 +1,79 @@
+"""What ``dlprof sweep`` found (dlprof.workflows.sweep builds it): each swept num_workers measured against the
+first run's predictions, and whether its recommendation held."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMA = "dlprof.sweep/1"
+
+
+# Why the first run's recommendation held or not (SweepResult.outcome); WITHIN_BEST is dlprof.advice.rules's.
+#: Measured within WITHIN_BEST of the best, and no fewer workers came that close.
+OUTCOME_HELD = "held"
+#: Measured more than WITHIN_BEST below the best.
+OUTCOME_SLOWER = "slower"
+#: Within WITHIN_BEST of the best, but fewer workers came as close.
+OUTCOME_MORE_WORKERS = "more_workers"
+#: The recommended count is not among the swept counts.
+OUTCOME_NOT_MEASURED = "not_measured"
+#: The first run made no num_workers recommendation (nothing to check).
+OUTCOME_NO_RECOMMENDATION = "no_recommendation"
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """One swept count: what it measured, and what the first run predicted for it."""
+
+    num_workers: int
+    run_dir: Path
+    trace_file: Path
+    #: Measured steps per second: unprofiled (reference steps) when ``unprofiled``, else profiled steps.
+    steps_per_s: float
+    unprofiled: bool
+    #: Measured and predicted over whole epochs (worker restarts included), else inside an epoch.
+    over_epochs: bool
+    #: Share of a step spent waiting for data, % (unprofiled when known, else the profiled breakdown's).
+    data_wait_pct: float
+    #: Sum of the DataLoader workers' last PSS, MiB (0 with no workers); None when unknown.
+    worker_pss_mib: float | None
+    #: The first run's steady-state prediction for this count; None when it predicted nothing for it.
+    predicted_steps_per_s: float | None
+    #: (predicted - measured) / measured, %; None without a prediction.
+    error_pct: float | None
+    #: num_workers the DataLoader really got, from the manifest (None if unknown).
+    num_workers_recorded: int | None
+    #: How much slower the profiled steps were than unprofiled ones, % (None if unknown).
+    profiler_overhead_pct: float | None
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """A whole sweep: the runs in the order recorded, the best measured, and whether the advice held."""
+
+    name: str
+    sweep_dir: Path
+    runs: tuple[SweepRun, ...]
+    #: The count whose run made the advice and the predictions (the first swept).
+    from_run: int
+    #: Its recommended num_workers (None: it made no recommendation).
+    recommended: int | None
+    best_num_workers: int
+    best_steps_per_s: float
+    #: The fewest workers measured within ``within_best_pct`` of the best.
+    fewest_near_best: int
+    within_best_pct: float
+    #: True, False, or None when it cannot be told (see ``outcome``).
+    held: bool | None
+    outcome: str
+    #: The recommended count's measured steps/s, and how far below the best, % (None when not measured).
+    recommended_steps_per_s: float | None
+    recommended_below_best_pct: float | None
+    #: TensorBoard scalars (None when they could not be written).
+    scalars_dir: Path | None
+    schema: str = SCHEMA
+
+    @property
+    def counts(self) -> tuple[int, ...]:
+        return tuple(r.num_workers for r in self.runs)
