@@ -32,7 +32,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from dlprof import schema
-from dlprof.capture import launcher, loader_probe, merge
+from dlprof.capture import launcher, merge, probe
 from dlprof.capture import session as session_module
 from dlprof.capture.memory import DEFAULT_INTERVAL_MS, MemorySampler
 from dlprof.capture.schedule import Schedule
@@ -310,7 +310,7 @@ class DlprofCallback(TrainerCallback):
         if session is None:
             return
         session.recorder = None  # a finished session ignores optimizer steps and loader events from now on
-        loader_probe.uninstall()  # idempotent; the recorder already did it if it recorded
+        probe.uninstall()  # idempotent; the recorder already did it if it recorded
         try:
             # The session's global optimizer post-hook (outside any optimizer step here, so safe to remove).
             from torch.optim import optimizer as optimizer_module

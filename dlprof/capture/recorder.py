@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from dlprof import __version__, manifest
-from dlprof.capture import loader_probe, spanfile
+from dlprof.capture import probe, spanfile
 from dlprof.capture.calibrate import measure_handoff, measure_worker_startup
 from dlprof.capture.schedule import Schedule
 from dlprof.capture.session import env_int
@@ -170,11 +170,11 @@ class Recorder:
         return time.time_ns(), time.process_time_ns(), self._main_runq_ns()
 
     def on_loader_event(self, event: str, ns: int) -> None:
-        """A DataLoader event in this process (:func:`loader_probe.add_loader_callback`)."""
+        """A DataLoader event in this process (:func:`probe.add_loader_callback`)."""
         self._step_wait_ns += ns
-        if event == loader_probe.EVENT_EPOCH_START:
+        if event == probe.EVENT_EPOCH_START:
             self._step_epoch_start = True
-        elif event == loader_probe.EVENT_BATCH:
+        elif event == probe.EVENT_BATCH:
             self._step_batches += 1
             self._after_batch()
 
@@ -244,11 +244,11 @@ class Recorder:
             self.stopped_early = True
             raise TrainingStopped()
 
-    def _training_loader(self) -> loader_probe.LoaderRecord | None:
-        loaders = loader_probe.loader_records()
+    def _training_loader(self) -> probe.LoaderRecord | None:
+        loaders = probe.loader_records()
         return max(loaders, key=lambda r: r.batches) if loaders else None
 
-    def _short_epochs(self, training: loader_probe.LoaderRecord | None) -> bool:
+    def _short_epochs(self, training: probe.LoaderRecord | None) -> bool:
         return training is not None and training.length is not None and training.length <= MAX_EPOCH_BATCHES_TO_CROSS
 
     def reference_done(self) -> bool:
@@ -363,9 +363,9 @@ class Recorder:
         self._reap_fork_probe()
         if self._profiler is not None:
             self._profiler.stop()  # mid-window (a failure, a short script): exports the steps so far
-        loader_probe.flush()
+        probe.flush()
         result = self._result(status, error)
-        loader_probe.uninstall()  # the calibration's own DataLoader must not be recorded
+        probe.uninstall()  # the calibration's own DataLoader must not be recorded
         # Calibrate only after a run that completed (a failing process should exit promptly), and once per
         # machine: the merge gives the other ranks on it the same numbers.
         if self.exported and result["loaders"] and status == "complete" and env_int("LOCAL_RANK", 0) == 0:
@@ -375,7 +375,7 @@ class Recorder:
 
     def _result(self, status: str, error: str | None) -> dict:
         """This process's facts for the merge."""
-        loaders = loader_probe.loader_records()
+        loaders = probe.loader_records()
         return {
             "status": status,
             "error": error,
