@@ -19,6 +19,7 @@ from dlprof import schema
 from dlprof.capture import spanfile
 
 _time_ns = time.time_ns
+
 #: Tokenizer methods timed when a Dataset or collate_fn calls them. Only the outermost call of a
 #: nest is recorded (``__call__`` calls ``_encode_plus``, ``encode`` calls ``__call__``, ...).
 TOKENIZER_METHODS = ("__call__", "encode", "encode_plus", "batch_encode_plus", "tokenize", "pad", "apply_chat_template")

@@ -20,6 +20,7 @@ from dlprof.capture.probe import timing
 from dlprof.capture.probe.timing import LoaderContext, ProcessState, SpanLog, TimedCollate
 
 _time_ns = time.time_ns
+
 #: torch's own ``_worker_loop``, while :func:`install` has replaced it in this process.
 _ORIGINALS: dict[str, Any] = {}
 
