@@ -151,7 +151,8 @@ def measure_span_cost(repeats: int, batches: int) -> dict:
     from torch.utils.data import DataLoader
     from transformers import PreTrainedTokenizerFast
 
-    from dlprof.capture import loader_probe
+    from dlprof.capture import probe
+    from dlprof.capture.probe import timing
     from dlprof.workloads.lora import DEFAULT_TOKENIZER
 
     tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(DEFAULT_TOKENIZER))
@@ -179,14 +180,14 @@ def measure_span_cost(repeats: int, batches: int) -> dict:
         for _ in range(repeats):
             off_batch.append(per_batch_us())
             off_tok.append(per_tokenizer_call_us())
-            loader_probe.install(tmp)
-            loader_probe.install_tokenizer_patches()
+            probe.install(tmp)
+            timing.install_tokenizer_patches()
             on_batch.append(per_batch_us())
-            state = loader_probe._STATE  # as inside a fetch: the tokenizer call is recorded
-            state.in_loader, state.ctx = True, loader_probe.LoaderContext(tmp, 0, 0)
+            state = timing.STATE  # as inside a fetch: the tokenizer call is recorded
+            state.in_loader, state.ctx = True, timing.LoaderContext(tmp, 0, 0)
             on_tok.append(per_tokenizer_call_us())
             state.log.flush()  # the write is part of the cost
-            loader_probe.uninstall()
+            probe.uninstall()
     added_batch = statistics.median(on_batch) - statistics.median(off_batch)
     return {
         "per_batch_us_without_probe": round(statistics.median(off_batch), 2),

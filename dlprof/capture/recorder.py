@@ -24,7 +24,7 @@ import torch
 
 from dlprof import manifest, schema
 from dlprof._version import __version__
-from dlprof.capture import loader_probe, spanfile
+from dlprof.capture import probe, spanfile
 from dlprof.capture.calibrate import measure_handoff, measure_worker_startup
 from dlprof.capture.rank_env import RankEnv
 from dlprof.manifest import Epoch, Gpu, Handoff, Host, LoaderConfig, Schedule, StepClock, WorkerStartup
@@ -106,7 +106,7 @@ def calibrate(host: Host) -> Host:
     )
 
 
-def loader_config(record: loader_probe.LoaderRecord) -> LoaderConfig:
+def loader_config(record: probe.LoaderRecord) -> LoaderConfig:
     """One DataLoader the process created, with its settings as the DataLoader really got them."""
     return LoaderConfig(
         id=record.loader_id,
@@ -193,11 +193,11 @@ class Recorder:
         return time.time_ns(), time.process_time_ns(), self._main_runq_ns()
 
     def on_loader_event(self, event: str, ns: int) -> None:
-        """A DataLoader event in this process (:func:`loader_probe.add_loader_callback`)."""
+        """A DataLoader event in this process (:func:`probe.add_loader_callback`)."""
         self._step_wait_ns += ns
-        if event == loader_probe.EVENT_EPOCH_START:
+        if event == probe.EVENT_EPOCH_START:
             self._step_epoch_start = True
-        elif event == loader_probe.EVENT_BATCH:
+        elif event == probe.EVENT_BATCH:
             self._step_batches += 1
             self._after_batch()
 
@@ -267,11 +267,11 @@ class Recorder:
             self.stopped_early = True
             raise TrainingStopped()
 
-    def _training_loader(self) -> loader_probe.LoaderRecord | None:
-        loaders = loader_probe.loader_records()
+    def _training_loader(self) -> probe.LoaderRecord | None:
+        loaders = probe.loader_records()
         return max(loaders, key=lambda r: r.batches) if loaders else None
 
-    def _short_epochs(self, training: loader_probe.LoaderRecord | None) -> bool:
+    def _short_epochs(self, training: probe.LoaderRecord | None) -> bool:
         return training is not None and training.length is not None and training.length <= MAX_EPOCH_BATCHES_TO_CROSS
 
     def reference_done(self) -> bool:
@@ -386,9 +386,9 @@ class Recorder:
         self._reap_fork_probe()
         if self._profiler is not None:
             self._profiler.stop()  # mid-window (a failure, a short script): exports the steps so far
-        loader_probe.flush()
+        probe.flush()
         result = self._result(status, error)
-        loader_probe.uninstall()  # the calibration's own DataLoader must not be recorded
+        probe.uninstall()  # the calibration's own DataLoader must not be recorded
         # Calibrate only after a run that completed (a failing process should exit promptly), and once per
         # machine: the merge gives the other ranks on it the same numbers.
         if self.exported and result.loaders and status == schema.STATUS_COMPLETE and self.rank_env.local_rank == 0:
@@ -417,7 +417,7 @@ class Recorder:
             step_clock=self.step_clock_columns(),
             stopped_early=self.stopped_early,
             finished_ns=time.time_ns(),
-            loaders=tuple(loader_config(r) for r in loader_probe.loader_records()),
+            loaders=tuple(loader_config(r) for r in probe.loader_records()),
             host=host_facts(),
             versions=versions(),
         )

@@ -79,9 +79,9 @@ class Session:
         self._instrumented = True
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        from dlprof.capture import loader_probe
+        from dlprof.capture import probe
 
-        loader_probe.install(
+        probe.install(
             str(spans_dir_of(self.session_dir, os.getpid())),
             spans=self.config.get("loader_spans", True),
             overrides=self.config.get("overrides"),
@@ -89,7 +89,7 @@ class Session:
         # One hook each, for the process's whole life: hooks must not be added or removed while torch
         # iterates over them (inside an optimizer step), so these dispatch to the recorder once it exists.
         register_optimizer_step_post_hook(self._optimizer_stepped)
-        loader_probe.add_loader_callback(self._loader_event)
+        probe.add_loader_callback(self._loader_event)
 
     def _optimizer_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self.recorder is not None:
@@ -101,9 +101,9 @@ class Session:
         if self.recorder is not None:
             self.recorder.on_loader_event(event, ns)
         elif not self.helper and not self.finished and not _in_dataloader_worker():
-            from dlprof.capture import loader_probe
+            from dlprof.capture import probe
 
-            if event == loader_probe.EVENT_EPOCH_START and self.start_recording():
+            if event == probe.EVENT_EPOCH_START and self.start_recording():
                 self.recorder.on_loader_event(event, ns)  # the first step begins with this iteration
 
     # --------------------------------------------------------------------------------- recording
@@ -199,9 +199,9 @@ class Session:
 
 
 def _in_dataloader_worker() -> bool:
-    from dlprof.capture import loader_probe
+    from dlprof.capture import probe
 
-    return loader_probe.in_worker()
+    return probe.in_worker()
 
 
 class _AfterTorchImport(importlib.abc.MetaPathFinder):

@@ -32,7 +32,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from dlprof import schema
-from dlprof.capture import finalize, loader_probe, merge
+from dlprof.capture import finalize, merge, probe
 from dlprof.capture import session as session_module
 from dlprof.capture.memory import MemorySampler
 from dlprof.capture.rank_env import RankEnv
@@ -355,7 +355,7 @@ class DlprofCallback(TrainerCallback):
         if session is None:
             return
         session.recorder = None  # a finished session ignores optimizer steps and loader events from now on
-        loader_probe.uninstall()  # idempotent; the recorder already did it if it recorded
+        probe.uninstall()  # idempotent; the recorder already did it if it recorded
         try:
             # The session's global optimizer post-hook (outside any optimizer step here, so safe to remove).
             from torch.optim import optimizer as optimizer_module

@@ -20,7 +20,7 @@ from conftest import TESTS_DIR, load_trace, trace_files
 from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler
 
 from dlprof import schema
-from dlprof.capture import loader_probe
+from dlprof.capture import probe
 from dlprof.capture import session as session_module
 from dlprof.errors import UsageError
 
@@ -57,7 +57,7 @@ def fresh_process(monkeypatch):
     torch.set_num_threads(threads)
     if hf._ACTIVE is not None:
         hf._ACTIVE.finish()
-    loader_probe.uninstall()
+    probe.uninstall()
 
 
 def _trainer(tmp_path, callback, dataset_len: int, max_steps: int, num_workers: int = 1):
@@ -325,13 +325,13 @@ def test_batch_size_comes_from_the_batch_sampler(monkeypatch):
         RandomTokens(8), batch_sampler=BatchSampler(SequentialSampler(range(8)), batch_size=3, drop_last=False)
     )
     assert loader.batch_size is None
-    assert loader_probe._loader_config(loader)["batch_size"] == 3
+    assert probe.settings.loader_config(loader)["batch_size"] == 3
 
 
 def test_created_by_names_the_framework_on_the_stack():
     def made_in(*modules: str) -> str | None:
         """Build a DataLoader from inside functions of these modules (outermost first), as a framework would."""
-        build = lambda: loader_probe._loader_config(DataLoader(RandomTokens(4)))["created_by"]
+        build = lambda: probe.settings.loader_config(DataLoader(RandomTokens(4)))["created_by"]
         for module in reversed(modules):
             scope = {"__name__": module, "inner": build}
             exec("def make():\n    return inner()\n", scope)

@@ -1,0 +1,193 @@
+"""Putting the probe into torch and taking it out again; the DataLoader's own methods, wrapped.
+
+In the main process the wrapped ``DataLoader`` methods register each loader, time its epochs and
+``__next__`` calls, hand each new iterator a :class:`~dlprof.capture.probe.timing.TimedCollate`, and
+tell the loader callbacks (the recorder) about batches and epoch boundaries.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+from collections.abc import Callable
+
+from dlprof.capture import spanfile
+from dlprof.capture.probe import settings, timing, worker
+from dlprof.capture.probe.settings import EpochRecord
+from dlprof.capture.probe.timing import LoaderContext, SpanLog, TimedCollate
+
+_time_ns = time.time_ns
+_LOADER_CALLBACKS: list[Callable[[str, int], None]] = []
+
+#: Events passed to loader callbacks, with the nanoseconds the main thread spent in the DataLoader.
+EVENT_BATCH = "batch"  # __next__ returned a batch
+EVENT_EPOCH_END = "epoch_end"  # __next__ found the epoch exhausted (non-persistent workers shut down in it)
+EVENT_EPOCH_START = "epoch_start"  # __iter__ created or reset an iterator (workers started)
+
+
+def add_loader_callback(callback: Callable[[str, int], None]) -> None:
+    """Call ``callback(event, ns)`` in the main process for each :data:`EVENT_BATCH`, :data:`EVENT_EPOCH_START`
+    and :data:`EVENT_EPOCH_END`, with the nanoseconds the main thread spent in the DataLoader for it."""
+    _LOADER_CALLBACKS.append(callback)
+
+
+def _wrap_init(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        args, kwargs, requested = settings.apply_overrides(original, args, kwargs)
+        original(self, *args, **kwargs)
+        try:
+            settings.register(self, requested)
+        except Exception as error:
+            print(f"dlprof: could not read a DataLoader's settings: {error}", file=sys.stderr)
+
+    __init__._dlprof_original = original
+    return __init__
+
+
+def _wrap_get_iterator(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def _get_iterator(self):
+        record, spans_dir = settings.record_of(self), timing.STATE.spans_dir
+        if record is None or spans_dir is None:
+            return original(self)
+        if "transformers" in sys.modules:
+            timing.install_tokenizer_patches()  # before any fork: workers inherit it
+        user_collate = self.collate_fn
+        self.collate_fn = TimedCollate(user_collate, LoaderContext(spans_dir, record.loader_id, record.iterations))
+        try:
+            return original(self)
+        finally:
+            self.collate_fn = user_collate  # the user's loader looks untouched
+
+    _get_iterator._dlprof_original = original
+    return _get_iterator
+
+
+def _wrap_iter(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def __iter__(self):
+        record = settings.record_of(self)
+        if record is None:
+            return original(self)
+        start = _time_ns()
+        iterator = original(self)
+        epoch = EpochRecord(start, iter_ns=_time_ns() - start)
+        try:
+            record.length = len(self)
+        except TypeError:  # an IterableDataset without __len__: epochs have no known length
+            record.length = None
+        record.epochs.append(epoch)
+        iterator._dlprof_ctx = LoaderContext(timing.STATE.spans_dir or "", record.loader_id, record.iterations)
+        iterator._dlprof_epoch = epoch
+        record.iterations += 1
+        for callback in tuple(_LOADER_CALLBACKS):
+            callback(EVENT_EPOCH_START, epoch.iter_ns)
+        return iterator
+
+    __iter__._dlprof_original = original
+    return __iter__
+
+
+def _wrap_next(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def __next__(self):
+        st = timing.STATE
+        ctx = self.__dict__.get("_dlprof_ctx")
+        if ctx is None or st.log is None:
+            return original(self)
+        batch = self._num_yielded  # the index of the batch this call returns (in_order loaders)
+        epoch = self.__dict__.get("_dlprof_epoch")
+        t0 = _time_ns()
+        try:
+            data = original(self)
+        except StopIteration:
+            if epoch is not None and epoch.end_ns is None:
+                epoch.end_ns = _time_ns() - t0
+                for callback in _LOADER_CALLBACKS:
+                    callback(EVENT_EPOCH_END, epoch.end_ns)
+            raise
+        t1 = _time_ns()
+        st.log.records.append((spanfile.KIND_NEXT, 0, t0, t1, 0, 0, ctx.loader_id, ctx.epoch, batch, -1))
+        st.log.flush()
+        settings.LOADERS[ctx.loader_id].batches += 1
+        if epoch is not None:
+            epoch.batches += 1
+            if epoch.first_batch_ns is None:
+                epoch.first_batch_ns = t1
+        for callback in _LOADER_CALLBACKS:
+            callback(EVENT_BATCH, t1 - t0)
+        return data
+
+    __next__._dlprof_original = original
+    return __next__
+
+
+def _wrap_single_process_next_data(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def _next_data(self):
+        timing.STATE.batch = self._num_yielded  # num_workers=0: the fetch that follows is this batch
+        return original(self)
+
+    _next_data._dlprof_original = original
+    return _next_data
+
+
+def install(spans_dir: str, spans: bool = True, overrides: dict | None = None) -> None:
+    """Instrument every DataLoader this process creates from now on.
+
+    Args:
+        spans_dir: directory for the span files of this process and of its workers.
+        spans: record fetch, tokenizer and collate spans; when False only the loaders' settings and
+            the main process's ``__next__`` calls are recorded (to measure what the spans cost).
+        overrides: DataLoader settings to impose on every loader (``{"num_workers": n}``, dlprof sweep).
+    """
+    import torch.utils.data.dataloader as dataloader_module
+
+    os.makedirs(spans_dir, exist_ok=True)
+    settings.set_overrides(overrides)
+    state = timing.STATE
+    state.spans_dir = spans_dir
+    state.log = SpanLog(spanfile.path_for(spans_dir, os.getpid()), time.thread_time_ns)
+    loader_cls = dataloader_module.DataLoader
+    timing.patch(loader_cls, "__init__", _wrap_init)
+    timing.patch(loader_cls, "__iter__", _wrap_iter)
+    timing.patch(dataloader_module._BaseDataLoaderIter, "__next__", _wrap_next)
+    if not spans:
+        return
+    timing.patch(loader_cls, "_get_iterator", _wrap_get_iterator)
+    timing.patch(dataloader_module._SingleProcessDataLoaderIter, "_next_data", _wrap_single_process_next_data)
+    timing.install_fetch_patches()
+    worker.install()
+
+
+def uninstall() -> None:
+    """Undo :func:`install` in this process (for tests and benchmarks that compare with and without)."""
+    import torch.utils.data.dataloader as dataloader_module
+    from torch.utils.data._utils import fetch as fetch_module
+
+    owners = [
+        dataloader_module.DataLoader,
+        dataloader_module._BaseDataLoaderIter,
+        dataloader_module._SingleProcessDataLoaderIter,
+        fetch_module._MapDatasetFetcher,
+        fetch_module._IterableDatasetFetcher,
+    ]
+    base_module = sys.modules.get("transformers.tokenization_utils_base")
+    if base_module is not None:
+        pending = [base_module.PreTrainedTokenizerBase]
+        while pending:
+            cls = pending.pop()
+            owners.append(cls)
+            pending.extend(cls.__subclasses__())
+    for owner in owners:
+        for name, value in list(vars(owner).items()):
+            original = getattr(value, "_dlprof_original", None)
+            if original is not None:
+                setattr(owner, name, original)
+    worker.uninstall()
+    timing.set_state(timing.ProcessState())
+    _LOADER_CALLBACKS.clear()
+    settings.clear()
