@@ -1,6 +1,6 @@
 """The ``dlprof`` command. Each command parses options, calls one library function, prints the result.
 
-Errors reach the user as one line and exit code 2 (DESIGN.md): Click's usage errors and dlprof's own
+Errors reach the user as one line and exit code 2 (docs/ARCHITECTURE.md): Click's usage errors and dlprof's own
 (:class:`~dlprof.errors.DlprofError`) alike, never a traceback.
 """
 

@@ -1,6 +1,6 @@
 """The throughput model: predicted step time for every ``num_workers`` from one recorded run.
 
-A step cannot be faster than any of three bounds (DESIGN.md):
+A step cannot be faster than any of three bounds:
 
 * the consumer: the step without data wait, ``consumer_ms`` (forward, backward, optimizer, ...);
 * the producers: ``n`` workers each take ``batch_ms`` (its CPU time plus the time it blocks, without

@@ -39,7 +39,7 @@ from dlprof.results.record import ClockReading, RankResult
 
 #: A main-process ``__next__`` span dlprof measured and the Kineto event inside it are matched when
 #: Kineto's event lies within ours give or take this much (Kineto's ts are µs with ns decimals; its op
-#: timestamps land 2-4 µs inside a ``time_ns()`` read taken just before, DESIGN.md facts).
+#: timestamps land 2-4 µs inside a ``time_ns()`` read taken just before: docs/ARCHITECTURE.md, facts).
 MATCH_TOLERANCE_NS = 50_000
 #: gzip level of the trace: level 6 is 2-3x faster than 9 on Kineto JSON for a file ~3 % larger.
 GZIP_LEVEL = 6

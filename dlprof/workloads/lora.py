@@ -34,7 +34,7 @@ DEFAULT_TOKENIZER = DATA_DIR / "tokenizer.json"
 DEVICES = ("auto", "cpu", "cuda")
 
 # The tiny default model: Qwen2's architecture at a size that trains at 7-26 ms a step on two CPU
-# cores (DESIGN.md facts), so the default record takes seconds, not minutes.
+# cores (docs/ARCHITECTURE.md, facts), so the default record takes seconds, not minutes.
 TINY_HIDDEN_SIZE = 64
 TINY_INTERMEDIATE_SIZE = 256
 TINY_LAYERS = 2
