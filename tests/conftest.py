@@ -148,3 +148,21 @@ def leftover_processes(marker: str) -> list[int]:
         except psutil.Error:
             continue
     return found
+
+
+def write_json(path: Path, document: dict) -> Path:
+    """Write ``document`` to ``path`` as JSON (its directory created): a trace or manifest for a test."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document))
+    return path
+
+
+def render_all(report) -> None:
+    """Render ``report`` in every format; its JSON must hold no NaN or Infinity constant."""
+    from dlprof.report import FORMATS, renderer
+    from dlprof.results.report import Report
+
+    for fmt in FORMATS:
+        text = renderer(Report, fmt)(report)
+        if fmt == "json":
+            json.loads(text, parse_constant=lambda c: pytest.fail(f"JSON constant {c}"))

@@ -8,13 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import DATA_DIR, assert_one_line_error, invoke
+from conftest import DATA_DIR, assert_one_line_error, invoke, render_all, write_json
 
 import dlprof
 from dlprof import schema
 from dlprof.errors import NoStepsError, TraceFormatError
-from dlprof.report import FORMATS, renderer
-from dlprof.results.report import Report
 from dlprof.trace.build import build_run
 from dlprof.trace.events import is_backward
 from dlprof.workflows.analyze import analyze_run
@@ -26,19 +24,6 @@ OLD_TRACES = [DATA_DIR / "kineto_pt18_resnet50_step7.json.gz", DATA_DIR / "kinet
 
 def _doc(path: Path = TINY) -> dict:
     return json.loads(path.read_text())
-
-
-def _write(path: Path, document: dict) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document))
-    return path
-
-
-def _render_all(report) -> None:
-    for fmt in FORMATS:
-        text = renderer(Report, fmt)(report)
-        if fmt == "json":
-            json.loads(text, parse_constant=lambda c: pytest.fail(f"JSON constant {c}"))
 
 
 def _event(document: dict, name: str, cat: str | None = None) -> dict:
@@ -118,7 +103,7 @@ def test_all_steps_of_zero_duration_is_one_error(tmp_path):
     for e in document["traceEvents"]:
         if str(e.get("name", "")).startswith("ProfilerStep#"):
             e["dur"] = 0
-    path = _write(tmp_path / "zero.json", document)
+    path = write_json(tmp_path / "zero.json", document)
     with pytest.raises(NoStepsError, match="none of its 2 ProfilerStep events is usable"):
         dlprof.analyze(path)
     assert_one_line_error(invoke("analyze", path), "zero.json", "ProfilerStep")
@@ -176,8 +161,8 @@ def test_a_manifest_field_of_the_wrong_type_cannot_crash_the_report(tmp_path, wh
     for key in parents:
         node = node[key]
     node[last] = value
-    report = dlprof.analyze(_write(tmp_path / "m.json", document))
-    _render_all(report)
+    report = dlprof.analyze(write_json(tmp_path / "m.json", document))
+    render_all(report)
     info = report.runs[0].info
     assert info.num_workers is None or info.num_workers >= 0
     assert info.usable_cores is None or 0 <= info.usable_cores <= 2**63
@@ -221,7 +206,7 @@ def test_old_kineto_traces_are_read(path):
     assert run.gpu.busy.mean_ms > 0 and run.gpu.h2d_copies == 2 and run.gpu.h2d_pageable_copies == 2
     assert run.gpu.h2d_mib_per_step == pytest.approx((19267584 + 256) / 2**20)  # images and labels
     assert not any("skipped as malformed" in b for b in run.advice.basis)
-    _render_all(report)
+    render_all(report)
 
 
 def test_old_single_process_trace_waits_for_data():
@@ -247,5 +232,5 @@ def test_old_single_process_trace_waits_for_data():
     ids=["wrong-types", "not-objects", "counter-without-ts", "zero-step"],
 )
 def test_cli_broken_traces_are_one_line(tmp_path, document):
-    path = _write(tmp_path / "bad.json", document)
+    path = write_json(tmp_path / "bad.json", document)
     assert_one_line_error(invoke("analyze", path), "bad.json")

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import DATA_DIR, assert_one_line_error, invoke
+from conftest import DATA_DIR, assert_one_line_error, invoke, render_all, write_json
 
 import dlprof
 from dlprof.errors import DlprofError
@@ -24,22 +24,9 @@ def _doc(path: Path = TINY) -> dict:
     return json.loads(path.read_text())
 
 
-def _write(path: Path, document: dict) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document))
-    return path
-
-
-def _render_all(report) -> None:
-    for fmt in FORMATS:
-        text = renderer(Report, fmt)(report)
-        if fmt == "json":
-            json.loads(text, parse_constant=lambda c: pytest.fail(f"JSON constant {c}"))
-
-
 def test_a_report_in_a_run_directory_is_not_taken_for_a_trace(tmp_path):
     run = tmp_path / "run"
-    trace = _write(run / "host_1.1.pt.trace.json", _doc())
+    trace = write_json(run / "host_1.1.pt.trace.json", _doc())
     assert invoke("analyze", run, "-o", run / "report.json").exit_code == 0
     assert find_traces(run) == [[trace]]
     again = invoke("analyze", run, "-o", run / "report.json")
@@ -49,7 +36,7 @@ def test_a_report_in_a_run_directory_is_not_taken_for_a_trace(tmp_path):
 
 def test_a_stray_json_beside_a_plain_trace_is_skipped_with_a_note(tmp_path):
     run = tmp_path / "run"
-    _write(run / "trace.json", _doc())
+    write_json(run / "trace.json", _doc())
     (run / "notes.json").write_text('{"note": "baseline"}')
     report = dlprof.analyze(run)
     assert len(report.runs) == 1 and [s.path for s in report.skipped] == [str(run / "notes.json")]
@@ -60,30 +47,30 @@ def test_a_stray_json_beside_a_plain_trace_is_skipped_with_a_note(tmp_path):
 
 
 def test_a_directory_of_runs_reports_the_readable_ones_and_names_the_others(tmp_path):
-    _write(tmp_path / "good" / "a.pt.trace.json", _doc())
-    _write(tmp_path / "good2" / "a.pt.trace.json", _doc(CUDA))
+    write_json(tmp_path / "good" / "a.pt.trace.json", _doc())
+    write_json(tmp_path / "good2" / "a.pt.trace.json", _doc(CUDA))
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "a.pt.trace.json.gz").write_bytes(gzip.compress(b'{"traceEvents": [')[:-4])
-    _write(tmp_path / "nosteps" / "a.pt.trace.json", {"traceEvents": []})
+    write_json(tmp_path / "nosteps" / "a.pt.trace.json", {"traceEvents": []})
     report = dlprof.analyze(tmp_path)
     assert [r.info.name for r in report.runs] == ["good", "good2"]
     assert sorted(Path(s.path).name for s in report.skipped) == ["broken", "nosteps"]
     text = renderer(Report, "text")(report)
     assert sum(line.startswith("skipped ") for line in text.splitlines()) == 2
-    _render_all(report)
+    render_all(report)
 
 
 def test_a_directory_of_unreadable_runs_is_one_error(tmp_path):
     for name in ("a", "b"):
-        _write(tmp_path / name / "x.pt.trace.json", {"traceEvents": []})
+        write_json(tmp_path / name / "x.pt.trace.json", {"traceEvents": []})
     with pytest.raises(DlprofError, match="none of its 2 runs could be read"):
         dlprof.analyze(tmp_path)
     assert_one_line_error(invoke("analyze", tmp_path), "none of its 2 runs could be read")
 
 
 def test_an_unreadable_run_is_skipped(tmp_path, monkeypatch):
-    _write(tmp_path / "good" / "a.pt.trace.json", _doc())
-    locked = _write(tmp_path / "locked" / "a.pt.trace.json", _doc())
+    write_json(tmp_path / "good" / "a.pt.trace.json", _doc())
+    locked = write_json(tmp_path / "locked" / "a.pt.trace.json", _doc())
     real = Path.open
 
     def open_(self, *args, **kwargs):
@@ -101,12 +88,12 @@ def test_an_unreadable_run_is_skipped(tmp_path, monkeypatch):
 def test_a_run_directory_name_that_is_not_utf8(tmp_path):
     root = os.fsencode(tmp_path)
     run = os.fsdecode(root + b"/run-\xff\xfe")
-    _write(Path(run) / "a.pt.trace.json", _doc())
+    write_json(Path(run) / "a.pt.trace.json", _doc())
     report = dlprof.analyze(tmp_path)
     assert report.runs[0].info.name == "run-\ufffd\ufffd"
-    _render_all(report)
+    render_all(report)
     result = invoke("analyze", tmp_path)
     assert result.exit_code == 0 and "run-\ufffd\ufffd" in result.output
     broken = Path(run) / "b"
-    _write(broken / "a.pt.trace.json", {"traceEvents": []})
+    write_json(broken / "a.pt.trace.json", {"traceEvents": []})
     assert_one_line_error(invoke("analyze", broken), "\ufffd")
