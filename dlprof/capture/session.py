@@ -67,6 +67,8 @@ class Session:
         self.error: str | None = None
         self.finished = False
         self.exit_hooks = False  # finish at exit (processes dlprof did not start itself)
+        #: The signal (SIGTERM) that is stopping this process, once its handler ran.
+        self.terminated_by: int | None = None
         self._instrumented = False
         self._lock = threading.Lock()
 
@@ -92,12 +94,14 @@ class Session:
         probe.add_loader_callback(self._loader_event)
 
     def _optimizer_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._stop_if_terminated()
         if self.recorder is not None:
             self.recorder.on_optimizer_step(optimizer)
         elif not self.helper and not self.finished:
             self.start_recording()
 
     def _loader_event(self, event: str, ns: int) -> None:
+        self._stop_if_terminated()
         if self.recorder is not None:
             self.recorder.on_loader_event(event, ns)
         elif not self.helper and not self.finished and not _in_dataloader_worker():
@@ -162,9 +166,21 @@ class Session:
 
     def _terminated(self, signum: int, frame: Any) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the export short
+        self.terminated_by = signum
         self._mark_signalled()
         self.fail(f"stopped by {signal.Signals(signum).name}")
         raise SystemExit(128 + signum)
+
+    def _stop_if_terminated(self) -> None:
+        """Raise the SystemExit of a SIGTERM again, at a step boundary, if the first one was swallowed.
+
+        A signal handler runs wherever the main thread is: inside a ``__del__``, a weakref callback or a
+        Python callback of torch's C++ code, an exception is printed ("Exception ignored in ...") and the
+        process trains on, with SIGTERM ignored from then on. The next optimizer step or DataLoader event
+        ends it, as the signal asked.
+        """
+        if self.terminated_by is not None and not self.finished:
+            raise SystemExit(128 + self.terminated_by)
 
     def _interrupted(self, signum: int, frame: Any) -> None:
         self._mark_signalled()
