@@ -104,7 +104,8 @@ def test_a_second_record_into_a_run_being_written_is_refused(tmp_path, script):
         options=("--wait", "1", "--warmup", "1", "--active", "20"),
     )
     try:
-        _wait_for(lambda: _recording(tmp_path / "same"))
+        # Past its window: a Ctrl-C before the first recorded step would leave no run (another test's case).
+        _wait_for(lambda: _exported(tmp_path / "same"))
         second = run_dlprof(
             "record", "--out", str(tmp_path), "--name", "same", *SHORT, "--", "python", str(script), "--steps", "40"
         )
