@@ -26,7 +26,7 @@ PACKAGE = ROOT / "dlprof"
 #: The intended floors, lowest first (docs/ARCHITECTURE.md). A room that is not listed is on no floor
 #: and is reported as such.
 FLOORS = (
-    ("_version", "errors", "schema", "manifest", "results", "redact"),
+    ("_version", "errors", "schema", "manifest", "results", "redact", "throughput"),
     ("capture", "trace", "workloads"),
     ("analysis",),
     ("advice",),

@@ -28,7 +28,7 @@ PACKAGE = REPO / "dlprof"
 #: The floors, lowest first: a room (a subpackage, a top-level module, ``dlprof`` for the package root) imports
 #: rooms on its own floor or below. (scripts/structure.py measures the same floors.)
 FLOORS = (
-    ("_version", "errors", "schema", "manifest", "results", "redact"),
+    ("_version", "errors", "schema", "manifest", "results", "redact", "throughput"),
     ("capture", "trace", "workloads"),
     ("analysis",),
     ("advice",),

@@ -160,6 +160,23 @@ class GpuStats:
 
 
 @dataclass(frozen=True)
+class Throughput:
+    """A measured speed: steady-state steps over the time they took (:mod:`dlprof.throughput`)."""
+
+    steps_per_s: float
+    #: Steps timed (the steady ones), and the time they took.
+    steps: int
+    seconds: float
+    #: The range of the rates of the parts it was measured in (sub-windows, or segments of trials), % of the
+    #: overall rate: how far one part strays from another.
+    spread_pct: float
+    #: Steps left out as the refill transient after pauses (the export, a switch, an epoch start).
+    transient_steps: int = 0
+    #: The spread is narrow enough, and enough steps and seconds were timed, to trust the number.
+    trusted: bool = True
+
+
+@dataclass(frozen=True)
 class EpochStats:
     """Epoch boundaries of the training loader."""
 

@@ -1,0 +1,123 @@
+"""Speeds that tell the truth: steady-state steps over the time they took, with their spread.
+
+Every place dlprof times training steps (the reference steps after the profiler's window, whole epochs,
+``dlprof sweep`` and the in-process trials) measures through this module, with the same three rules:
+
+* **Steady state only.** After a pause of the main process (the profiler's export, a switch of the
+  DataLoader's worker count, an epoch start), the DataLoader's prefetch queue is out of balance: the
+  workers went on producing while training stood still and the queue filled (``num_workers ×
+  prefetch_factor`` batches), or a new iterator starts from nothing. The first steps after such a pause
+  find batches waiting, or wait for all of them at once. :func:`transient_steps` says how many to leave
+  out: at least a queue's worth, and until the first step that waited (the surplus is used up), within a
+  bound.
+* **Steps over time.** A rate is the number of steps over the time they took, never 1000 / median step:
+  with a few workers steps alternate (one waits, the next finds its batch ready), and the median of such
+  steps is no throughput.
+* **Enough of it, and its spread.** At least :data:`MIN_STEPS` steps and :data:`MIN_SECONDS` seconds; the
+  steps are cut into :data:`SUB_WINDOWS` parts whose rates give the spread, and a spread over
+  :data:`MAX_SPREAD_PCT` is flagged as too wide to trust.
+
+Standard library and :mod:`dlprof.results` only: the recorder (in the training process) and the analysis
+(torch-free) both use it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+from dlprof.results.analysis import Throughput
+
+#: Fewest steps a speed is measured over: four sub-windows of 10 steps each, so that a pattern of steps
+#: that alternate (two or three workers delivering in turn) averages out inside every sub-window.
+MIN_STEPS = 40
+#: Shortest time a speed is measured over, seconds: long enough that one slow step (a garbage collection,
+#: another process taking a core) moves the rate by a few per cent at most.
+MIN_SECONDS = 2.0
+#: Parts the timed steps are cut into for the spread.
+SUB_WINDOWS = 4
+#: A spread wider than this (range of the parts' rates, % of the rate) makes the number untrustworthy.
+MAX_SPREAD_PCT = 10.0
+#: A step waited for its batch when its wait exceeds the segment's smallest wait (the hand-off of a ready
+#: batch) by this share of its median step: below it, what a surplus of batches saves is that small too.
+WAITED_SHARE = 0.04
+#: After the queue's worth of steps, look this many queues' worth further for the first step that waited;
+#: a pipeline that never waits by then is bound by its consumer (the queue stays full: steady already).
+WAIT_SEARCH_QUEUES = 25
+#: PyTorch's prefetch_factor when the DataLoader got none.
+DEFAULT_PREFETCH_FACTOR = 2
+
+
+def queue_steps(num_workers: int | None, prefetch_factor: int | None, batches_per_step: float = 1.0) -> int:
+    """Steps that consume a full prefetch queue: ``num_workers × prefetch_factor`` batches (0 without workers)."""
+    if not num_workers:
+        return 0
+    batches = num_workers * (prefetch_factor or DEFAULT_PREFETCH_FACTOR)
+    return math.ceil(batches / max(1.0, batches_per_step))
+
+
+def transient_steps(wall_ms: Sequence[float], wait_ms: Sequence[float], queue: int) -> int:
+    """How many steps at the start of a segment (the steps after one pause, in order) are its refill transient.
+
+    At least ``queue`` steps (:func:`queue_steps`), then up to the first step that waited for its batch: from
+    there on the surplus the pause left in the queue is used up. When no step waits within
+    :data:`WAIT_SEARCH_QUEUES` queues' worth of steps, the queue never empties (the consumer is the slower
+    side) and the segment is steady after ``queue`` steps.
+    """
+    count = len(wall_ms)
+    start = min(queue, count)
+    if queue == 0 or start >= count:
+        return start
+    threshold = min(wait_ms) + WAITED_SHARE * statistics.median(wall_ms)
+    limit = min(count, start + WAIT_SEARCH_QUEUES * queue)
+    for i in range(start, limit):
+        if wait_ms[i] > threshold:
+            return i
+    return start
+
+
+def enough(steps: int, seconds: float) -> bool:
+    """Whether a speed measured over ``steps`` steps taking ``seconds`` is long enough (:data:`MIN_STEPS`,
+    :data:`MIN_SECONDS`)."""
+    return steps >= MIN_STEPS and seconds >= MIN_SECONDS
+
+
+def _spread_pct(rates: Sequence[float], overall: float) -> float:
+    return 100 * (max(rates) - min(rates)) / overall if len(rates) > 1 and overall > 0 else 0.0
+
+
+def measure(wall_ms: Sequence[float], transient: int = 0) -> Throughput | None:
+    """The rate of ``wall_ms`` (consecutive steps' wall times) after leaving out its first ``transient`` steps.
+
+    None when no step is left, or they took no time.
+    """
+    timed = list(wall_ms[transient:])
+    seconds = sum(timed) / 1000
+    if not timed or seconds <= 0:
+        return None
+    rate = len(timed) / seconds
+    parts = [timed[len(timed) * i // SUB_WINDOWS : len(timed) * (i + 1) // SUB_WINDOWS] for i in range(SUB_WINDOWS)]
+    rates = [len(part) * 1000 / sum(part) for part in parts if part and sum(part) > 0]
+    spread = _spread_pct(rates, rate)
+    return Throughput(rate, len(timed), seconds, spread, transient, _trusted(len(timed), seconds, spread))
+
+
+def combine(parts: Sequence[Throughput]) -> Throughput | None:
+    """One rate from several measured parts (the segments of one setting over rounds): all their steps over all
+    their time; the spread is the range of the parts' rates (of the one part's sub-windows, when alone)."""
+    parts = [p for p in parts if p.steps > 0 and p.seconds > 0]
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    steps = sum(p.steps for p in parts)
+    seconds = sum(p.seconds for p in parts)
+    rate = steps / seconds
+    spread = _spread_pct([p.steps_per_s for p in parts], rate)
+    transient = sum(p.transient_steps for p in parts)
+    return Throughput(rate, steps, seconds, spread, transient, _trusted(steps, seconds, spread))
+
+
+def _trusted(steps: int, seconds: float, spread_pct: float) -> bool:
+    return enough(steps, seconds) and spread_pct <= MAX_SPREAD_PCT
