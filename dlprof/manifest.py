@@ -27,9 +27,12 @@ from dlprof.errors import UsageError
 #: Version written by this dlprof. 1: dlprof 0.1 (no unprofiled step times, no epochs). 2: adds
 #: ``step_clock`` (every step's wall, CPU, run-queue and data-wait time, profiled or not),
 #: loader ``length`` and ``epochs``, the worker start-up calibration, ``overrides`` and ``stopped_early``.
-MANIFEST_VERSION = 2
+#: 3: adds ``trials`` (``dlprof record --try-workers``: candidate settings trained in turn in the same process).
+MANIFEST_VERSION = 3
 #: Versions this dlprof can read: older ones lack fields, which are then unknown.
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
+#: The first version with unprofiled step times (``step_clock``).
+STEP_CLOCK_VERSION = 2
 
 # Phases of a training step, by what the profiler was doing during it.
 PHASE_BEFORE = "before"  # before the profiler window: start-up and warm-up, unprofiled
@@ -125,9 +128,8 @@ class Epoch:
     start_ns: int
     first_batch_ms: float | None  # iterator creation (workers started) to the first batch returned
     batches: int
-    end_ms: float | None = (
-        None  # the __next__ that found the epoch exhausted (workers shut down); None if never reached
-    )
+    #: The __next__ that found the epoch exhausted (workers shut down); None if never reached.
+    end_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,46 @@ class WorkerStart:
     loader: int
     epoch: int
     start_ns: int
+
+
+@dataclass(frozen=True)
+class TrialSegment:
+    """One stretch of training at one DataLoader setting during the in-process trials (``--try-workers``)."""
+
+    num_workers: int
+    persistent_workers: bool
+    #: The round it belongs to (0, 1, ...): every setting once per round, the order reversed every other round.
+    round: int
+    #: Its steps in the step clock: ``step_clock[first_step : first_step + steps]``, its refill transient included.
+    first_step: int
+    steps: int
+    #: Switching to it in the main process, ms (None: not measured): waiting for the batches the previous setting
+    #: had in flight (they are kept, none is lost), shutting that setting's workers down, creating this setting's
+    #: iterator (its workers started), and from that creation to its first batch.
+    drain_ms: float | None = None
+    shutdown_ms: float | None = None
+    start_ms: float | None = None
+    first_batch_ms: float | None = None
+    #: The switch came where an epoch began (an IterableDataset switches only there), not inside an epoch.
+    at_epoch_start: bool = False
+
+
+@dataclass(frozen=True)
+class Trials:
+    """The in-process trials of one run: candidate DataLoader settings trained in turn, in the same process."""
+
+    #: The ``num_workers`` tried, as asked (``--try-workers``).
+    counts: tuple[int, ...]
+    #: Rounds asked for, and steps timed per segment (after its transient).
+    rounds: int
+    trial_steps: int
+    #: ``persistent_workers=True`` was tried too, at the counts with workers (``--try-persistent``).
+    persistent: bool = False
+    #: The DataLoader that was switched (``LoaderConfig.id``).
+    loader: int | None = None
+    segments: tuple[TrialSegment, ...] = ()
+    #: Why the trials ended before every planned segment ran (None: they did not).
+    incomplete: str | None = None
 
 
 @dataclass(frozen=True)
@@ -272,6 +314,8 @@ class Manifest:
     stopped_early: bool = False
     #: Recorded with ``--redact``: host names, the user, command-line arguments and paths are placeholders.
     redacted: bool = False
+    #: ``dlprof record --try-workers``: the settings tried after the reference steps (None: no trials).
+    trials: Trials | None = None
 
     def to_dict(self) -> dict:
         """The JSON-ready form written into the trace."""
@@ -444,7 +488,7 @@ def parse_manifest(document: Any) -> tuple[Manifest | None, tuple[str, ...]]:
         manifest = _build(Manifest, document, "manifest", problems)
     except _Invalid as invalid:
         return None, (f"{invalid}: analysed as a trace without dlprof's manifest",)
-    if version < MANIFEST_VERSION:
+    if version < STEP_CLOCK_VERSION:
         problems.append(
             f"manifest version {version} (dlprof {manifest.dlprof_version or 'unknown'}): it has no unprofiled step"
             " times, so predictions are of profiled steps; record again with this dlprof for predictions of your"

@@ -40,3 +40,7 @@ class Advice:
     #: Trainer (or ms-swift, LLaMA-Factory, which take the same arguments) created the DataLoader; else None.
     #: Built from the settings above only, so that it always says what they say.
     trainer_arguments: str | None = None
+    #: What the recommended ``num_workers`` rests on: ``"measured"`` (it was tried in the running training and
+    #: came within reach of the best measured) or ``"predicted"`` (the throughput model, between and beyond the
+    #: settings tried, or for a run without trials).
+    rests_on: str = "predicted"

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from dlprof.manifest import Manifest
 from dlprof.results.advice import Advice
 from dlprof.results.analysis import GpuStats, LoaderStats, RankComparison, StepBreakdown, UnprofiledStats
+from dlprof.results.trials import TrialsResult
 from dlprof.schema import STATUS_COMPLETE
 
 SCHEMA = "dlprof.report/1"
@@ -79,6 +80,8 @@ class RunReport:
     #: A run of several ranks: every rank side by side. The rest of this report is then the slowest
     #: rank's (it sets the job's pace, and num_workers is set per rank).
     ranks: RankComparison | None = None
+    #: ``dlprof record --try-workers``: every tried setting measured in the running training (None: no trials).
+    trials: TrialsResult | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,57 @@
+"""What the in-process trials measured (dlprof.analysis.trials builds it): every tried DataLoader setting's speed,
+measured inside the one running training, next to what the model predicted for it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dlprof.results.analysis import Throughput
+
+#: How the trials ran: every setting in turn inside the one training process (``dlprof record --try-workers``).
+MODE_IN_PROCESS = "in-process"
+#: What a speed comparison rests on: steady steps inside an epoch, or whole epochs with their restarts.
+BASIS_IN_EPOCH = "inside an epoch"
+BASIS_WHOLE_EPOCHS = "over whole epochs"
+
+
+@dataclass(frozen=True)
+class TrialRun:
+    """One tried setting: its speed measured in the training process over every round, and its prediction."""
+
+    num_workers: int
+    persistent_workers: bool
+    #: Steady steps inside an epoch, over all its segments (each segment's refill transient left out).
+    speed: Throughput | None
+    #: Steps/s over whole epochs (the steps of an epoch, then a restart), when the epoch length is known.
+    epoch_steps_per_s: float | None
+    #: What an epoch boundary costs at this setting, ms: creating its iterator to the first batch (workers forked
+    #: or spawned), and shutting its workers down; with persistent workers, the wait for the first batch only.
+    restart_ms: float | None
+    segments: int
+    #: The model's prediction (from the profiled window) on the basis the trials compare on, and its error against
+    #: the measured speed, % ((predicted - measured) / measured).
+    predicted_steps_per_s: float | None
+    error_pct: float | None
+
+    @property
+    def steps_per_s(self) -> float | None:
+        return self.speed.steps_per_s if self.speed is not None else None
+
+
+@dataclass(frozen=True)
+class TrialsResult:
+    """The trials of one run, and the basis they compare on."""
+
+    #: Rounds that ran to their end, and those asked for.
+    rounds: int
+    rounds_planned: int
+    #: :data:`BASIS_IN_EPOCH` or :data:`BASIS_WHOLE_EPOCHS`: which speed is compared and recommended on.
+    basis: str
+    runs: tuple[TrialRun, ...]
+    #: Notes for the report: trials cut short, spreads too wide to trust, settings that could not be tried.
+    notes: tuple[str, ...] = ()
+    mode: str = MODE_IN_PROCESS
+
+    def measured(self, run: TrialRun) -> float | None:
+        """``run``'s measured speed on this result's basis."""
+        return run.epoch_steps_per_s if self.basis == BASIS_WHOLE_EPOCHS else run.steps_per_s
