@@ -243,7 +243,7 @@ class Recorder:
         profiler = self._profiler
         if profiler.current_action != torch.profiler.ProfilerAction.NONE:
             phase = manifest.PHASE_PROFILED
-        elif self.trial_run is not None and len(self.all_steps) >= self.plan.trials_start:
+        elif self.trial_run is not None and self.trial_run.applied:  # from the step its first switch landed in
             phase = manifest.PHASE_TRIAL
         else:
             phase = manifest.PHASE_AFTER if self.exported else manifest.PHASE_BEFORE

@@ -266,7 +266,7 @@ def describe(request: TrialRequest, plan: Plan, step_s: float | None) -> str:
     also = f" (and {','.join(persistent)} with persistent workers)" if persistent else ""
     per_round = len(settings_order(request.counts, request.persistent))
     steps = plan.stop_step - plan.trials_start
-    each = round(steps / max(1, len(plan.segments)))
+    each = round(sum(s.steps for s in plan.segments) / max(1, len(plan.segments)))
     seconds = f": ~{_duration(steps * step_s)}" if step_s else ""
     rounds = f"{request.rounds} round{'s' if request.rounds != 1 else ''}"
     where = ", switching where epochs start" if any(s.at_epoch_start for s in plan.segments) else ""
