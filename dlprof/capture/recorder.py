@@ -275,12 +275,13 @@ class Recorder:
             if epoch_started:
                 self._after_epoch_starts += 1
         probed = self.exported and self._maybe_probe_fork()
-        # The next step starts once the profiler's own work (an export, say) is done: not training's time.
-        self._step_begin = self._clocks()
-        self._step_fork_probe = probed
         may_stop = self.top_level or self.step_mode == "optimizer"
         if not self.run_to_end and may_stop and (self.exported or self.export_error is not None):
             self._follow_plan()
+        # The next step starts once the profiler's and dlprof's own work (an export, deciding the plan) is done: not
+        # training's time.
+        self._step_begin = self._clocks()
+        self._step_fork_probe = probed
 
     def _follow_plan(self) -> None:
         """At a step boundary after the window: decide (or read) the plan, ask for the trials' switches that are due,
@@ -320,8 +321,9 @@ class Recorder:
                 trial_plan.write_plan(self.session_dir, plan)
             except OSError as error:  # the other ranks cannot follow: say why the job may not stop
                 print(f"dlprof: could not share when training stops with the other ranks ({error})", file=sys.stderr)
-        if self.rank == 0 and self.trial_request is not None and plan.segments:
-            print(trial_plan.describe(self.trial_request, plan, step_s), file=sys.stderr, flush=True)
+        if self.rank == 0 and self.trial_request is not None:
+            said = trial_plan.describe(self.trial_request, plan, step_s) if plan.segments else None
+            print(said or f"dlprof: no count is tried: {plan.skipped}", file=sys.stderr, flush=True)
         return plan
 
     def _read_plan(self) -> Plan | None:

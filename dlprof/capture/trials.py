@@ -33,7 +33,10 @@ def own_setting(record: probe.LoaderRecord) -> switch.Setting:
     config = record.config
     workers = config.get("num_workers") or 0
     return switch.Setting(
-        workers, config.get("prefetch_factor") if workers else None, bool(workers and config.get("persistent_workers"))
+        workers,
+        config.get("prefetch_factor") if workers else None,
+        bool(workers and config.get("persistent_workers")),
+        config.get("timeout_s") or 0.0,
     )
 
 
@@ -147,7 +150,9 @@ class TrialRun:
     def _request(self, index: int) -> None:
         self.requested.add(index)
         segment = self.plan.segments[index]
-        setting = switch.Setting(segment.num_workers, segment.prefetch_factor, segment.persistent_workers)
+        setting = switch.Setting(
+            segment.num_workers, segment.prefetch_factor, segment.persistent_workers, self.own.timeout_s
+        )
         switch.request(self.record.loader_id, setting, lambda report: self._switched(index, report))
 
     def _switched(self, index: int, report: switch.SwitchReport) -> None:

@@ -49,11 +49,13 @@ class Setting:
     #: None without workers (the DataLoader refuses one then).
     prefetch_factor: int | None = None
     persistent_workers: bool = False
+    #: The loader's ``timeout`` with workers (0 without: a loader without workers refuses any other).
+    timeout_s: float = 0.0
 
     @classmethod
     def of(cls, loader: Any) -> Setting:
         """The loader's settings now."""
-        return cls(loader.num_workers, loader.prefetch_factor, bool(loader.persistent_workers))
+        return cls(loader.num_workers, loader.prefetch_factor, bool(loader.persistent_workers), loader.timeout)
 
 
 @dataclass
@@ -112,6 +114,7 @@ def _apply(loader: Any, setting: Setting) -> None:
     """Give the loader these settings (DataLoader.__setattr__ refuses ``persistent_workers`` once built)."""
     loader.num_workers = setting.num_workers
     loader.prefetch_factor = setting.prefetch_factor if setting.num_workers > 0 else None
+    loader.timeout = setting.timeout_s if setting.num_workers > 0 else 0
     object.__setattr__(loader, "persistent_workers", bool(setting.persistent_workers and setting.num_workers > 0))
 
 

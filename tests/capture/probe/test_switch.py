@@ -255,3 +255,19 @@ def test_a_setting_that_cannot_start_goes_back_to_the_old_one(installed, monkeyp
     assert _train(loader, {5: _setting(3)}, epochs=1, reports=reports) == unswitched
     (report,) = reports
     assert "no more processes" in report.error and loader.num_workers == 2
+
+
+def test_a_loader_with_a_timeout_switches_to_no_workers_and_back(installed):
+    """A loader without workers refuses a timeout: it gets none while it has no workers, its own again after."""
+    options = {"batch_size": 4, "shuffle": True, "timeout": 30}
+    loader = DataLoader(Numbers(), num_workers=2, generator=torch.Generator().manual_seed(3), **options)
+    unswitched = _train(DataLoader(Numbers(), num_workers=2, generator=torch.Generator().manual_seed(3), **options), {})
+    own = Setting.of(loader)
+    reports = []
+    assert _train(loader, {3: Setting(0), 20: Setting(1, 2, False, 30)}, reports=reports) == unswitched
+    assert [r.error for r in reports] == [None, None] and loader.timeout == 30
+    switch.request(loader._dlprof_loader_id, Setting(0), reports.append)
+    list(loader)
+    assert loader.timeout == 0
+    switch.restore(loader._dlprof_loader_id, own)
+    assert (loader.num_workers, loader.timeout) == (2, 30)
