@@ -392,17 +392,23 @@ class Recorder:
         return max(1.0, training.batches / max(1, self.steps))
 
     def _reference_speed(self, training: probe.LoaderRecord | None) -> Throughput | None:
-        """The steady speed of the reference steps so far (the refill transient after the export left out)."""
+        """The steady speed of the reference steps so far: the refill transient after the export left out, and the
+        steps settling after an epoch start or the fork probe (their excess is a restart's cost, not the speed)."""
         rows = [row for row in self.all_steps if row[0] == manifest.PHASE_AFTER]
         wall_ms = [row[1] / 1e6 for row in rows]
         wait_ms = [row[4] / 1e6 for row in rows]
-        if training is None or not rows:
-            return throughput.measure(wall_ms)
-        config = training.config
-        queue = throughput.queue_steps(
-            config.get("num_workers"), config.get("prefetch_factor"), self._batches_per_step(training)
-        )
-        return throughput.measure(wall_ms, throughput.transient_steps(wall_ms, wait_ms, queue))
+        transient = 0
+        if training is not None and rows:
+            config = training.config
+            queue = throughput.queue_steps(
+                config.get("num_workers"), config.get("prefetch_factor"), self._batches_per_step(training)
+            )
+            transient = throughput.transient_steps(wall_ms, wait_ms, queue)
+        settling = set()
+        for i, row in enumerate(rows):
+            if row[6] or row[7]:  # an epoch start, the fork probe
+                settling.update(range(i, i + manifest.EPOCH_SETTLE_STEPS))
+        return throughput.measure([ms for i, ms in enumerate(wall_ms) if i >= transient and i not in settling])
 
     def _loader_facts(self, training: probe.LoaderRecord | None) -> LoaderFacts | None:
         """What planning the trials needs to know of the training DataLoader."""
