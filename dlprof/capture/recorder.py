@@ -358,9 +358,9 @@ class Recorder:
 
         At least ``reference_steps`` after the window; when epochs are short, whole epochs (every batch length once
         per epoch, and the epoch boundaries, workers restarting, included); and enough steady steps by the
-        throughput rule (the refill transient after the export pause left out, then throughput.MIN_STEPS steps and
-        throughput.MIN_SECONDS seconds), up to manifest.MAX_REFERENCE_FACTOR times ``reference_steps`` (then the
-        speed is flagged untrusted). Deciding by step counts alone (:attr:`deterministic`), the last rule is left
+        throughput rule (:meth:`_reference_speed`: then throughput.MIN_STEPS steps and throughput.MIN_SECONDS
+        seconds), up to manifest.MAX_REFERENCE_FACTOR times ``reference_steps`` (a speed timed over fewer is
+        flagged untrusted by the analysis). Deciding by step counts alone (:attr:`deterministic`), the last rule is left
         out: clocks differ from machine to machine.
         """
         after = self._steps_after_window
@@ -569,7 +569,9 @@ class Recorder:
         if plan is None:
             if self.export_error is not None:
                 return not_run(request, None, "the recorded steps could not be saved, so no trial ran")
-            return not_run(request, None, f"the training ended after {steps} steps, before the reference steps were")
+            return not_run(
+                request, None, f"the training ended after {steps} steps, before the reference steps were done"
+            )
         if plan.skipped is not None:
             return not_run(request, plan, plan.skipped)
         if self.trial_run is None:
