@@ -59,7 +59,10 @@ def _check_segments(manifest: dict, expected: list[tuple[int, bool, int]]) -> No
 
 
 def test_the_built_in_workload_tries_each_count_in_rounds(tmp_path):
-    dataset = _unique_copy(DEFAULT_DATASET, tmp_path)
+    # The bundled data four times over: epochs of 428 batches are too long to be timed whole, so the reference steps
+    # end soon (the run takes a third of the time), and the file's path finds the run's processes.
+    dataset = tmp_path / f"{tmp_path.name}-data.json"
+    dataset.write_text(json.dumps(json.loads(DEFAULT_DATASET.read_text()) * 4))
     done = run_dlprof(
         "record",
         "--out",
@@ -75,7 +78,7 @@ def test_the_built_in_workload_tries_each_count_in_rounds(tmp_path):
         "0,2",
         "--trial-steps",
         "10",
-        timeout=300,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr
     assert "dlprof: trying num_workers 0,2 in 2 rounds of 2 segments, about" in done.stderr
@@ -117,7 +120,7 @@ def test_an_iterable_dataset_switches_where_epochs_start(tmp_path):
         str(script),
         "--log",
         str(log),
-        timeout=300,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr
     assert "switching where epochs start" in done.stderr
@@ -154,7 +157,7 @@ def test_the_trainer_through_accelerate(tmp_path):
         str(script),
         "--output-dir",
         str(tmp_path / "hf"),
-        timeout=300,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr
     (manifest,) = _manifests(tmp_path / "trainer")
@@ -194,7 +197,7 @@ def test_torchrun_ranks_switch_at_the_same_steps(tmp_path):
         "100000",
         "--num-workers",
         "1",
-        timeout=300,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("dlprof: trying num_workers") == 1  # rank 0 alone says it
