@@ -255,6 +255,72 @@ def _record_options(name_help: str, num_workers: bool = True):
     return apply
 
 
+def _parse_try_workers(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
+    """``--try-workers 0,1,2,4``: comma-separated, >= 0, distinct, at least one."""
+    from dlprof.capture.trial_plan import parse_counts
+
+    if value is None:
+        return None
+    try:
+        return parse_counts(value)
+    except DlprofError as error:
+        raise click.BadParameter(str(error).removeprefix("--try-workers ")) from None
+
+
+#: ``record``'s options for the in-process trials.
+_TRIAL_OPTIONS = (
+    click.option(
+        "--try-workers",
+        "try_workers",
+        callback=_parse_try_workers,
+        help=(
+            "After the reference steps, train on at each of these num_workers in turn (comma-separated, e.g. 0,1,2,4),"
+            " inside the same process, in rounds; dlprof analyze then shows each count's measured speed."
+        ),
+    ),
+    click.option(
+        "--try-persistent",
+        is_flag=True,
+        default=False,
+        help="With --try-workers: also try persistent_workers=True at the counts with workers.",
+    ),
+    click.option(
+        "--trial-steps",
+        type=click.IntRange(min=1),
+        default=None,
+        help=(
+            "With --try-workers: steps timed per segment, after its refill [default: 40, and at least 2 s at the"
+            " measured step time]."
+        ),
+    ),
+    click.option(
+        "--trial-rounds",
+        type=click.IntRange(min=1),
+        default=None,
+        help="With --try-workers: rounds, each trying every setting, every other one in reverse order [default: 2].",
+    ),
+)
+
+
+def _trial_request(options: dict):
+    """The TrialRequest of ``record``'s trial options (taken out of ``options``), None without ``--try-workers``."""
+    from dlprof.capture.trial_plan import check_request
+    from dlprof.results.record import DEFAULT_TRIAL_ROUNDS, TrialRequest
+
+    counts = options.pop("try_workers")
+    persistent, steps, rounds = options.pop("try_persistent"), options.pop("trial_steps"), options.pop("trial_rounds")
+    if counts is None:
+        given = [name for name, value in (("--trial-steps", steps), ("--trial-rounds", rounds)) if value is not None]
+        if persistent or given:
+            given = given or ["--try-persistent"]
+            raise click.UsageError(f"{given[0]}: only with --try-workers; add --try-workers 0,1,2,4 or drop it")
+        return None
+    request = TrialRequest(counts, rounds or DEFAULT_TRIAL_ROUNDS, persistent, steps)
+    workload_steps = None if options["command"] else options.get("steps")
+    check_request(request, options["run_to_end"], workload_steps)
+    return request
+
+
 def _record_request(
     ctx: click.Context,
     *,
@@ -269,6 +335,7 @@ def _record_request(
     command: tuple[str, ...],
     name_prefix: str = "",
     redact: bool = False,
+    trials=None,
     **workload,
 ):
     """The RecordRequest for ``record``'s and ``sweep``'s options: the user's command, else the built-in workload's."""
@@ -295,6 +362,12 @@ def _record_request(
         from dlprof.workloads.lora import plan
 
         options, active = plan(workload, wait, warmup, active, reference_steps)
+        if trials is not None:  # room for the trials too: dlprof stops the workload once they are done
+            from dataclasses import replace
+
+            from dlprof.capture.trial_plan import steps_bound
+
+            options = replace(options, steps=options.steps + steps_bound(trials, options.prefetch_factor))
         command = ("python", "-m", "dlprof.workloads.lora", *options.to_argv())
         # Without --steps the built-in workload trains until dlprof has what it needs.
         run_to_end = workload.get("steps") is not None
@@ -313,6 +386,7 @@ def _record_request(
         run_to_end=run_to_end,
         fresh_name_if_taken=made_up,
         redact=redact,
+        trials=trials,
     )
 
 
@@ -336,15 +410,42 @@ def _echo_recorded(result, out_dir: Path, user_command: bool) -> None:
     for trace_path in result.trace_paths:
         click.echo(f"  trace: {trace_path}")
     click.echo(f"  view:  tensorboard --logdir {out_dir}   or open the file in https://ui.perfetto.dev")
+    trials = _trials_ran(result)
     if result.stopped_early and user_command:
         click.echo(
             f"dlprof: stopped training after the window and {_timed_reference_steps(result)} unprofiled reference"
-            " steps; add --run-to-end to let it train to its end"
+            f" steps{trials}; add --run-to-end{' (without --try-workers)' if trials else ''} to let it train to its end"
         )
+    elif trials:
+        click.echo(f"dlprof: timed {_timed_reference_steps(result)} unprofiled reference steps{trials}")
+    incomplete = next((m.trials.incomplete for m in result.manifests if m.trials and m.trials.incomplete), None)
+    if incomplete:
+        click.echo(f"dlprof: the trials are incomplete: {incomplete}", err=True)
+
+
+def _trials_ran(result) -> str:
+    """``", then tried num_workers 0,2 in the training (4 segments in 2 rounds)"``, or "" without trials."""
+    trials = next((m.trials for m in result.manifests if m.trials is not None), None)
+    if trials is None:
+        return ""
+    rounds = len({segment.round for segment in trials.segments})
+    persistent = " (and persistent workers)" if trials.persistent else ""
+    return (
+        f", then tried num_workers {','.join(map(str, trials.counts))}{persistent} in the training"
+        f" ({len(trials.segments)} segment{'s' if len(trials.segments) != 1 else ''} in {rounds}"
+        f" round{'s' if rounds != 1 else ''})"
+    )
+
+
+def _trial_options(command):
+    for option in reversed(_TRIAL_OPTIONS):
+        command = option(command)
+    return command
 
 
 @cli.command(cls=RecordCommand)
 @_record_options("Run directory name under --out (default: <script>-<date>-<time>).")
+@_trial_options
 @click.pass_context
 def record(ctx: click.Context, **options) -> None:
     """Record training steps with torch.profiler, inside DataLoader workers too.
@@ -358,7 +459,8 @@ def record(ctx: click.Context, **options) -> None:
     from dlprof import schema
     from dlprof.capture.record import record as record_run
 
-    request = _record_request(ctx, **options)
+    trials = _trial_request(options)
+    request = _record_request(ctx, trials=trials, **options)
     result = record_run(request)
     _echo_recorded(result, request.out_dir, user_command=bool(options["command"]))
     if result.status != schema.STATUS_COMPLETE:

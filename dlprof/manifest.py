@@ -27,7 +27,8 @@ from dlprof.errors import UsageError
 #: Version written by this dlprof. 1: dlprof 0.1 (no unprofiled step times, no epochs). 2: adds
 #: ``step_clock`` (every step's wall, CPU, run-queue and data-wait time, profiled or not),
 #: loader ``length`` and ``epochs``, the worker start-up calibration, ``overrides`` and ``stopped_early``.
-#: 3: adds ``trials`` (``dlprof record --try-workers``: candidate settings trained in turn in the same process).
+#: 3: adds ``trials`` (``dlprof record --try-workers``: candidate settings trained in turn in the same process) and
+#: the step phase ``trial``.
 MANIFEST_VERSION = 3
 #: Versions this dlprof can read: older ones lack fields, which are then unknown.
 READABLE_VERSIONS = (1, 2, 3)
@@ -37,13 +38,19 @@ STEP_CLOCK_VERSION = 2
 # Phases of a training step, by what the profiler was doing during it.
 PHASE_BEFORE = "before"  # before the profiler window: start-up and warm-up, unprofiled
 PHASE_PROFILED = "profiled"  # inside the profiler window (warm-up or active): profiled
-PHASE_AFTER = "after"  # after the window: unprofiled, what the user's training really does
-PHASES = (PHASE_BEFORE, PHASE_PROFILED, PHASE_AFTER)
+PHASE_AFTER = "after"  # after the window: unprofiled, what the user's training really does (the reference steps)
+#: During the in-process trials (``--try-workers``, after the reference steps): unprofiled, but at the DataLoader
+#: settings being tried, not the script's own (``Manifest.trials`` says which step ran which).
+PHASE_TRIAL = "trial"
+PHASES = (PHASE_BEFORE, PHASE_PROFILED, PHASE_AFTER, PHASE_TRIAL)
 
 #: Steps from an epoch's start over which restarting workers shows: forking slows the training process
 #: for a few steps (copy-on-write page faults), besides the wait for the first batch. The recorder times
 #: this many steps after a boundary; the analysis counts their excess as the restart's cost.
 EPOCH_SETTLE_STEPS = 5
+#: The reference steps end at the latest after this many times ``--reference-steps`` (a run whose steps never
+#: settle, or too short to make throughput.MIN_SECONDS, still stops; its speed is then flagged untrusted).
+MAX_REFERENCE_FACTOR = 4
 #: Short epochs are timed whole after the window, as many as make at least this many batches in all:
 #: one epoch's time varies with the way its samples fall into batches (dynamic padding).
 MIN_WHOLE_EPOCH_BATCHES = 100
@@ -210,6 +217,9 @@ class Trials:
     segments: tuple[TrialSegment, ...] = ()
     #: Why the trials ended before every planned segment ran (None: they did not).
     incomplete: str | None = None
+    #: What else the analysis should know: a rank that followed rank 0's plan late, a switch that waited for an epoch
+    #: start.
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

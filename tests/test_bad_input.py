@@ -156,6 +156,47 @@ def test_bad_option_with_user_script(out, script, args, names, fix):
     assert fix in last
 
 
+# --- the in-process trials ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "names", "fix"),
+    [
+        (["--try-workers", "-1,x"], "--try-workers", "comma-separated whole numbers >= 0"),
+        (["--try-workers", "2,-1"], "--try-workers", "-1 is negative"),
+        (["--try-workers", "2,2"], "--try-workers", "give each num_workers once"),
+        (["--try-workers", "0,2", "--run-to-end"], "--try-workers with --run-to-end", "drop --run-to-end"),
+        (["--try-workers", "0,2", "--trial-steps", "0"], "--trial-steps", "x>=1"),
+        (["--try-workers", "0,2", "--trial-rounds", "0"], "--trial-rounds", "x>=1"),
+        (["--try-persistent"], "--try-persistent", "add --try-workers"),
+        (["--trial-steps", "10"], "--trial-steps", "add --try-workers"),
+    ],
+    ids=[
+        "not-numbers",
+        "negative",
+        "twice",
+        "run-to-end",
+        "trial-steps-0",
+        "rounds-0",
+        "persistent-alone",
+        "steps-alone",
+    ],
+)
+def test_bad_trial_option(out, script, args, names, fix):
+    last = assert_cli_error(
+        invoke("record", "--out", str(out), "--name", RUN, *args, "--", "python", script), out, names
+    )
+    assert fix in last
+
+
+def test_trials_with_the_built_in_workloads_steps(out):
+    """--steps makes the built-in workload train to its end: no steps would be left to try counts in."""
+    last = assert_cli_error(
+        invoke("record", "--out", str(out), "--name", RUN, "--try-workers", "0,2", "--steps", "100"), out, "--steps 100"
+    )
+    assert "drop --steps" in last
+
+
 # --- the command after '--' -----------------------------------------------------------------------
 
 

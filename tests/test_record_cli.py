@@ -3,13 +3,15 @@ ones)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from conftest import invoke
 
 from dlprof import schema
 from dlprof.analysis.unprofiled import reference_step_indices
 from dlprof.capture import record as record_module
-from dlprof.manifest import MANIFEST_VERSION, Manifest, StepClock
+from dlprof.manifest import MANIFEST_VERSION, Manifest, StepClock, Trials, TrialSegment
 from dlprof.results.record import RecordResult
 
 
@@ -56,3 +58,20 @@ def test_ranks_that_timed_different_counts_are_given_as_a_range(monkeypatch, tmp
     result = _recorded(monkeypatch, tmp_path, *(_manifest(rank, after) for rank, after in enumerate(afters)))
     assert result.exit_code == 0, result.output
     assert f"stopped training after the window and {said} unprofiled reference steps;" in result.stdout
+
+
+def test_the_stop_message_says_that_trials_ran(monkeypatch, tmp_path):
+    segments = tuple(
+        TrialSegment(n, False, r, 14 + 20 * i, 20) for i, (r, n) in enumerate([(0, 0), (0, 2), (1, 2), (1, 0)])
+    )
+    manifest = replace(_manifest(0, after=12), trials=Trials((0, 2), 2, 10, segments=segments))
+    result = _recorded(monkeypatch, tmp_path, manifest)
+    assert result.exit_code == 0, result.output
+    assert (
+        "stopped training after the window and 12 unprofiled reference steps, then tried num_workers 0,2 in the"
+        " training (4 segments in 2 rounds); add --run-to-end (without --try-workers) to let it train to its end"
+    ) in result.stdout
+    cut = replace(manifest, trials=Trials((0, 2), 2, 10, segments=segments[:1], incomplete="the training ended"))
+    result = _recorded(monkeypatch, tmp_path / "cut", cut)
+    assert "(1 segment in 1 round)" in result.stdout
+    assert "dlprof: the trials are incomplete: the training ended" in result.stderr

@@ -385,6 +385,7 @@ def merge_rank(kineto: dict, result: RankResult, inputs: MergeInputs) -> tuple[d
         overrides=inputs.overrides or {},
         stopped_early=result.stopped_early,
         redacted=inputs.redact,
+        trials=result.trials,
     )
     return kineto, manifest
 

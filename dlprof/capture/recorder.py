@@ -22,13 +22,16 @@ from pathlib import Path
 
 import torch
 
-from dlprof import manifest, schema
+from dlprof import manifest, schema, throughput
 from dlprof._version import __version__
-from dlprof.capture import probe, spanfile
+from dlprof.capture import probe, spanfile, trial_plan
 from dlprof.capture.calibrate import measure_handoff, measure_worker_startup
 from dlprof.capture.rank_env import RankEnv
-from dlprof.manifest import Epoch, Gpu, Handoff, Host, LoaderConfig, Schedule, StepClock, WorkerStartup
-from dlprof.results.record import ClockReading, RankResult
+from dlprof.capture.trial_plan import LoaderFacts, Plan
+from dlprof.capture.trials import Progress, TrialRun, not_run
+from dlprof.manifest import Epoch, Gpu, Handoff, Host, LoaderConfig, Schedule, StepClock, Trials, WorkerStartup
+from dlprof.results.analysis import Throughput
+from dlprof.results.record import ClockReading, RankResult, TrialRequest
 
 #: Batches returned with no optimizer step in between before the profiler steps per batch instead:
 #: a few, so that gradient accumulation over a handful of micro-batches is not mistaken for
@@ -47,7 +50,7 @@ FORK_PROBE_CHILD_S = 2.0
 
 
 class TrainingStopped(SystemExit):
-    """Raised at a step boundary once the window and the reference steps are recorded (not --run-to-end).
+    """Raised at a step boundary once the window, the reference steps and the trials are done (not --run-to-end).
 
     A SystemExit with code 0: the script's ``finally`` blocks and atexit handlers run, a user's
     ``except Exception`` does not swallow it, and the run ends as complete.
@@ -129,15 +132,18 @@ class Recorder:
         reference_steps: int = 0,
         run_to_end: bool = True,
         top_level: bool = True,
+        trials: TrialRequest | None = None,
     ):
         """
         Args:
             rank_env: this process's rank, and the ranks of the run and of its machine.
-            reference_steps: unprofiled steps to time after the window before training is stopped.
+            reference_steps: unprofiled steps to time after the window before training is stopped (at least; see
+                :meth:`reference_done`).
             run_to_end: let training run to its own end instead of stopping it after the reference steps.
             top_level: this is the process ``dlprof record`` started. Another process (a launcher's
                 rank, a helper) is stopped early only if it steps an optimizer: a helper that merely
                 iterates a DataLoader must run its course.
+            trials: the in-process trials to run after the reference steps (only when training is stopped early).
         """
         self.schedule = schedule
         self.session_dir = session_dir
@@ -146,6 +152,14 @@ class Recorder:
         self.reference_steps = reference_steps
         self.run_to_end = run_to_end
         self.top_level = top_level
+        self.trial_request = trials
+        # One rank decides when the reference phase ends, what the trials do and when training stops; the others
+        # follow its plan (capture/trial_plan.py). Over several machines (one session directory each), each
+        # machine's first rank decides, by step counts alone, so that all decide alike.
+        self.deterministic = rank_env.world_size > rank_env.local_world_size
+        self.decider = rank_env.local_rank == 0 if self.deterministic else rank_env.rank == 0
+        self.plan: Plan | None = None
+        self.trial_run: TrialRun | None = None
         self.stopped_early = False
         self.trace_path = session_dir / f"kineto-rank{self.rank}-{os.getpid()}.json"
         self.steps = 0
@@ -229,6 +243,8 @@ class Recorder:
         profiler = self._profiler
         if profiler.current_action != torch.profiler.ProfilerAction.NONE:
             phase = manifest.PHASE_PROFILED
+        elif self.trial_run is not None and self.trial_run.applied:  # from the step its first switch landed in
+            phase = manifest.PHASE_TRIAL
         else:
             phase = manifest.PHASE_AFTER if self.exported else manifest.PHASE_BEFORE
         begin = self._step_begin
@@ -259,13 +275,76 @@ class Recorder:
             if epoch_started:
                 self._after_epoch_starts += 1
         probed = self.exported and self._maybe_probe_fork()
-        # The next step starts once the profiler's own work (an export, say) is done: not training's time.
+        may_stop = self.top_level or self.step_mode == "optimizer"
+        if not self.run_to_end and may_stop and (self.exported or self.export_error is not None):
+            self._follow_plan()
+        # The next step starts once the profiler's and dlprof's own work (an export, deciding the plan) is done: not
+        # training's time.
         self._step_begin = self._clocks()
         self._step_fork_probe = probed
-        may_stop = self.top_level or self.step_mode == "optimizer"
-        if self.exported and not self.run_to_end and may_stop and self.reference_done():
+
+    def _follow_plan(self) -> None:
+        """At a step boundary after the window: decide (or read) the plan, ask for the trials' switches that are due,
+        and stop training at the plan's step, as every rank does."""
+        completed = len(self.all_steps)
+        if self.plan is None:
+            plan = self._decide(completed) if self.decider else self._read_plan()
+            if plan is None:
+                return
+            self._start(plan, completed)
+        if self.trial_run is not None:
+            self.trial_run.at_boundary(completed)
+        if completed >= self.plan.stop_step:
+            if self.trial_run is not None:
+                self.trial_run.finish()
             self.stopped_early = True
             raise TrainingStopped()
+
+    def _decide(self, completed: int) -> Plan | None:
+        """The plan, once the reference phase is done (None before): published for the other ranks."""
+        if not self.exported or not self.reference_done():
+            return None
+        training = self._training_loader()
+        speed = self._reference_speed(training)
+        step_s = 1 / speed.steps_per_s if speed is not None and speed.steps_per_s > 0 else None
+        margin = trial_plan.RANK_MARGIN_STEPS if self.rank_env.world_size > 1 else 0
+        plan = trial_plan.plan_trials(
+            self.trial_request,
+            self._loader_facts(training),
+            completed + margin,
+            step_s,
+            (completed, self.rank),
+            self.deterministic,
+        )
+        if self.rank_env.world_size > 1:
+            try:
+                trial_plan.write_plan(self.session_dir, plan)
+            except OSError as error:  # the other ranks cannot follow: say why the job may not stop
+                print(f"dlprof: could not share when training stops with the other ranks ({error})", file=sys.stderr)
+        if self.rank == 0 and self.trial_request is not None:
+            said = trial_plan.describe(self.trial_request, plan, step_s) if plan.segments else None
+            print(said or f"dlprof: no count is tried: {plan.skipped}", file=sys.stderr, flush=True)
+        return plan
+
+    def _read_plan(self) -> Plan | None:
+        """The deciding rank's plan, once it is published (one stat a step until then)."""
+        if not trial_plan.plan_published(self.session_dir):
+            return None
+        return trial_plan.read_plan(self.session_dir)
+
+    def _start(self, plan: Plan, completed: int) -> None:
+        """Follow ``plan`` from the ``completed``-th step boundary on."""
+        self.plan = plan
+        training = self._training_loader()
+        if self.trial_request is None or not plan.segments or training is None:
+            return
+        progress = Progress(plan) if self.rank == 0 else None
+        self.trial_run = TrialRun(plan, self.trial_request, training, lambda: len(self.all_steps), progress)
+        if completed > plan.trials_start:
+            self.trial_run.notes.append(
+                f"rank {self.rank} read rank {plan.decided_by}'s plan at step {completed},"
+                f" {completed - plan.trials_start} steps after the trials began: its switches came that much later"
+            )
 
     def _training_loader(self) -> probe.LoaderRecord | None:
         loaders = probe.loader_records()
@@ -275,25 +354,80 @@ class Recorder:
         return training is not None and training.length is not None and training.length <= MAX_EPOCH_BATCHES_TO_CROSS
 
     def reference_done(self) -> bool:
-        """Enough unprofiled steps: the reference steps and, when epochs are short, whole epochs.
+        """Enough unprofiled steps: the reference steps, whole epochs when epochs are short, and a steady speed.
 
-        Whole epochs timed unprofiled are what the user's training does over epochs: every batch
-        length once per epoch, and the epoch boundaries (workers restarting) included.
+        At least ``reference_steps`` after the window; when epochs are short, whole epochs (every batch length once
+        per epoch, and the epoch boundaries, workers restarting, included); and enough steady steps by the
+        throughput rule (:meth:`_reference_speed`: then throughput.MIN_STEPS steps and throughput.MIN_SECONDS
+        seconds), up to manifest.MAX_REFERENCE_FACTOR times ``reference_steps`` (a speed timed over fewer is
+        flagged untrusted by the analysis). Deciding by step counts alone (:attr:`deterministic`), the last rule is left
+        out: clocks differ from machine to machine.
         """
         after = self._steps_after_window
         if after < self.reference_steps:
             return False
         training = self._training_loader()
+        if not self._whole_epochs_timed(training, after):
+            return False
+        if self.deterministic or after >= manifest.MAX_REFERENCE_FACTOR * self.reference_steps:
+            return True
+        speed = self._reference_speed(training)
+        return speed is not None and throughput.enough(speed.steps, speed.seconds)
+
+    def _whole_epochs_timed(self, training: probe.LoaderRecord | None, after: int) -> bool:
+        """Whether whole epochs were timed after the window (always, when epochs are long or unknown)."""
         if not self._short_epochs(training):
             return True
         epochs = manifest.whole_epochs_to_time(training.length)
         if self._after_epoch_starts >= epochs + 1:  # a boundary, the whole epochs, and the next boundary
             return True
-        batches_per_step = max(1.0, training.batches / max(1, self.steps))
+        batches_per_step = self._batches_per_step(training)
         # The boundaries must have come by then (else the loader stopped early, or steps are not batches).
         return (
             after
             >= self.reference_steps + (epochs + 1) * training.length / batches_per_step + manifest.EPOCH_SETTLE_STEPS
+        )
+
+    def _batches_per_step(self, training: probe.LoaderRecord) -> float:
+        return max(1.0, training.batches / max(1, self.steps))
+
+    def _reference_speed(self, training: probe.LoaderRecord | None) -> Throughput | None:
+        """The steady speed of the reference steps so far: the refill transient after the export left out, and the
+        steps settling after an epoch start or the fork probe (their excess is a restart's cost, not the speed)."""
+        rows = [row for row in self.all_steps if row[0] == manifest.PHASE_AFTER]
+        wall_ms = [row[1] / 1e6 for row in rows]
+        wait_ms = [row[4] / 1e6 for row in rows]
+        transient = 0
+        if training is not None and rows:
+            config = training.config
+            queue = throughput.queue_steps(
+                config.get("num_workers"), config.get("prefetch_factor"), self._batches_per_step(training)
+            )
+            transient = throughput.transient_steps(wall_ms, wait_ms, queue)
+        settling = set()
+        for i, row in enumerate(rows):
+            if row[6] or row[7]:  # an epoch start, the fork probe
+                settling.update(range(i, i + manifest.EPOCH_SETTLE_STEPS))
+        return throughput.measure([ms for i, ms in enumerate(wall_ms) if i >= transient and i not in settling])
+
+    def _loader_facts(self, training: probe.LoaderRecord | None) -> LoaderFacts | None:
+        """What planning the trials needs to know of the training DataLoader."""
+        if training is None or training.loader() is None:
+            return None
+        config = training.config
+        per_step = self._batches_per_step(training)
+        starts = [i for i, row in enumerate(self.all_steps) if row[6]]
+        if training.length:
+            epoch_steps = max(1, round(training.length / per_step))
+        else:  # an IterableDataset without a length: from the epochs seen
+            epoch_steps = starts[-1] - starts[-2] if len(starts) >= 2 else None
+        return LoaderFacts(
+            num_workers=config.get("num_workers") or 0,
+            prefetch_factor=config.get("prefetch_factor"),
+            batches_per_step=per_step,
+            iterable=bool(config.get("iterable_dataset")),
+            epoch_steps=epoch_steps,
+            last_epoch_start=starts[-1] if starts else None,
         )
 
     def _maybe_probe_fork(self) -> bool:
@@ -384,6 +518,8 @@ class Recorder:
     def finish(self, status: str, error: str | None) -> RankResult:
         """Stop profiling (exporting what was recorded) and write this process's recording for the merge."""
         self._reap_fork_probe()
+        if self.trial_run is not None:
+            self.trial_run.finish()  # the training ended during the trials: the loader gets its own settings back
         if self._profiler is not None:
             self._profiler.stop()  # mid-window (a failure, a short script): exports the steps so far
         probe.flush()
@@ -420,7 +556,31 @@ class Recorder:
             loaders=tuple(loader_config(r) for r in probe.loader_records()),
             host=host_facts(),
             versions=versions(),
+            trials=self._trials(status, error),
         )
+
+    def _trials(self, status: str, error: str | None) -> Trials | None:
+        """The trials for the manifest: what ran, or why none did (None: none were asked for)."""
+        request = self.trial_request
+        if request is None or self.run_to_end:
+            return None
+        steps = len(self.all_steps)
+        plan = self.plan
+        if plan is None:
+            if self.export_error is not None:
+                return not_run(request, None, "the recorded steps could not be saved, so no trial ran")
+            return not_run(
+                request, None, f"the training ended after {steps} steps, before the reference steps were done"
+            )
+        if plan.skipped is not None:
+            return not_run(request, plan, plan.skipped)
+        if self.trial_run is None:
+            return not_run(request, plan, "no DataLoader was iterated in this process, so none could be switched")
+        ended = None
+        if not self.stopped_early:
+            how = f"failed ({error})" if status != schema.STATUS_COMPLETE else "ended by itself"
+            ended = f"the training {how} after {steps} steps, before the trials' end at step {plan.stop_step}"
+        return self.trial_run.manifest(steps, ended)
 
     def _write_result(self, result: RankResult) -> None:
         path = self.session_dir / f"result-rank{self.rank}-{os.getpid()}.json"

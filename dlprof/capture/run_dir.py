@@ -14,6 +14,7 @@ import re
 import shutil
 import time
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 from dlprof import schema
@@ -122,6 +123,7 @@ def write_session_config(scratch: Path, request: RecordRequest) -> dict:
         "reference_steps": request.reference_steps,
         "run_to_end": request.run_to_end,
         "overrides": request.overrides or {},
+        "trials": asdict(request.trials) if request.trials is not None else None,
     }
     (scratch / CONFIG_FILE).write_text(json.dumps(config))
     return config

@@ -122,6 +122,7 @@ class Session:
                 return False
             from dlprof.capture.rank_env import RankEnv
             from dlprof.capture.recorder import Recorder
+            from dlprof.capture.trial_plan import request_from_config
             from dlprof.manifest import Schedule
 
             recorder = Recorder(
@@ -131,6 +132,7 @@ class Session:
                 reference_steps=self.config.get("reference_steps", 0),
                 run_to_end=self.config.get("run_to_end", True),
                 top_level=not self.exit_hooks,
+                trials=request_from_config(self.config.get("trials")),
             )
             recorder.start()
             self.recorder = recorder
@@ -320,7 +322,8 @@ def start_in_process(session_dir: Path, config: dict) -> Session:
 
     Args:
         session_dir: the scratch directory, holding :data:`CONFIG_FILE` (the same settings as ``config``).
-        config: schedule, loader_spans, reference_steps, run_to_end and overrides, as ``dlprof record`` writes them.
+        config: schedule, loader_spans, reference_steps, run_to_end, overrides and trials, as ``dlprof record`` writes
+            them.
 
     Raises:
         UsageError: another recording is under way in this process (``dlprof record``'s, or one not finished).

@@ -13,11 +13,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlprof.manifest import Host, LoaderConfig, Manifest, Schedule, StepClock
+from dlprof.manifest import Host, LoaderConfig, Manifest, Schedule, StepClock, Trials
 
 #: Shortest period of the memory sampler (:mod:`dlprof.capture.memory`), ms: resolves a worker's start-up and
 #: growth over a run of seconds.
 DEFAULT_MEMORY_INTERVAL_MS = 100
+#: Rounds of in-process trials: every setting once per round, the order reversed every other round (drift cancels).
+DEFAULT_TRIAL_ROUNDS = 2
+
+
+@dataclass(frozen=True)
+class TrialRequest:
+    """The in-process trials asked for (``--try-workers``, ``--try-persistent``, ``--trial-steps``,
+    ``--trial-rounds``): after the reference steps, the training DataLoader trains at each setting in turn."""
+
+    #: The num_workers to try, in the order asked.
+    counts: tuple[int, ...]
+    rounds: int = DEFAULT_TRIAL_ROUNDS
+    #: Also try persistent_workers=True at the counts with workers.
+    persistent: bool = False
+    #: Steps timed per segment, after its refill transient (None: from the measured step time).
+    trial_steps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -43,6 +59,8 @@ class RecordRequest:
     fresh_name_if_taken: bool = False
     #: ``--redact``: traces with placeholders for host names, the user, arguments and paths (dlprof.redact).
     redact: bool = False
+    #: ``--try-workers``: candidate DataLoader settings tried in the training process after the reference steps.
+    trials: TrialRequest | None = None
 
     @property
     def schedule(self) -> Schedule:
@@ -94,6 +112,8 @@ class RankResult:
     #: Written when the window was exported, before the process finished: stands in for a process that
     #: never finished its recording (killed), and is replaced by the final one.
     provisional: bool = False
+    #: The in-process trials, when they were asked for (what ran, or why none did).
+    trials: Trials | None = None
 
 
 @dataclass(frozen=True)

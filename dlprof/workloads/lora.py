@@ -25,7 +25,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from dlprof.errors import InputError, UsageError
-from dlprof.manifest import EPOCH_SETTLE_STEPS, Schedule, whole_epochs_to_time
+from dlprof.manifest import EPOCH_SETTLE_STEPS, MAX_REFERENCE_FACTOR, Schedule, whole_epochs_to_time
 from dlprof.workloads.records import load_examples
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -177,7 +177,8 @@ def plan(
 
     ``--steps`` alone records the steps left after ``wait + warmup`` (and the reference steps);
     ``--active`` alone runs just enough steps to record it; neither gives :data:`DEFAULT_ACTIVE_STEPS`
-    recorded steps. ``reference_steps`` unprofiled steps follow the window.
+    recorded steps. ``reference_steps`` unprofiled steps follow the window (without ``--steps``, room is left for as
+    many as the recorder may time: it stops the workload once it has enough).
 
     Returns:
         The checked options and the number of steps to record.
@@ -207,7 +208,7 @@ def plan(
             wait
             + warmup
             + active
-            + reference_steps
+            + MAX_REFERENCE_FACTOR * reference_steps
             + (whole_epochs_to_time(per_epoch) + 1) * per_epoch
             + EPOCH_SETTLE_STEPS
         )

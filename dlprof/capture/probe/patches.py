@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from dlprof.capture import spanfile
-from dlprof.capture.probe import settings, timing, worker
+from dlprof.capture.probe import settings, switch, timing, worker
 from dlprof.capture.probe.settings import EpochRecord
 from dlprof.capture.probe.timing import LoaderContext, SpanLog, TimedCollate
 
@@ -56,7 +56,9 @@ def _wrap_get_iterator(original: Callable) -> Callable:
         if "transformers" in sys.modules:
             timing.install_tokenizer_patches()  # before any fork: workers inherit it
         user_collate = self.collate_fn
-        self.collate_fn = TimedCollate(user_collate, LoaderContext(spans_dir, record.loader_id, record.iterations))
+        # A switch of worker settings builds an iterator that continues the epoch (its context says where).
+        ctx = self.__dict__.get("_dlprof_next_ctx") or LoaderContext(spans_dir, record.loader_id, record.iterations)
+        self.collate_fn = TimedCollate(user_collate, ctx)
         try:
             return original(self)
         finally:
@@ -73,7 +75,11 @@ def _wrap_iter(original: Callable) -> Callable:
         if record is None:
             return original(self)
         start = _time_ns()
-        iterator = original(self)
+        switched = switch.before_iter(self, record.loader_id) if switch.PENDING else None
+        with switch.making_iterator(self, record.config):
+            iterator = original(self)
+        if switched is not None:
+            switch.after_iter(iterator, switched, start)
         epoch = EpochRecord(start, iter_ns=_time_ns() - start)
         try:
             record.length = len(self)
@@ -102,8 +108,17 @@ def _wrap_next(original: Callable) -> Callable:
         epoch = self.__dict__.get("_dlprof_epoch")
         t0 = _time_ns()
         try:
-            data = original(self)
+            if switch.PENDING:  # the trials asked to switch worker settings: here, inside the step's wait
+                switch.at_next(self, ctx)
+            delegate = self.__dict__.get("_dlprof_delegate")
+            if delegate is None:
+                data = original(self)
+            else:  # switched inside this epoch: the rest of it comes from the new iterator
+                data = delegate.next()
+                self._num_yielded += 1
         except StopIteration:
+            if "_dlprof_switched" in self.__dict__:
+                switch.first_batch(self, None)
             if epoch is not None and epoch.end_ns is None:
                 epoch.end_ns = _time_ns() - t0
                 for callback in _LOADER_CALLBACKS:
@@ -117,6 +132,8 @@ def _wrap_next(original: Callable) -> Callable:
             epoch.batches += 1
             if epoch.first_batch_ns is None:
                 epoch.first_batch_ns = t1
+        if "_dlprof_switched" in self.__dict__:
+            switch.first_batch(self, t1)
         for callback in _LOADER_CALLBACKS:
             callback(EVENT_BATCH, t1 - t0)
         return data
@@ -188,6 +205,7 @@ def uninstall() -> None:
             if original is not None:
                 setattr(owner, name, original)
     worker.uninstall()
+    switch.PENDING.clear()
     timing.set_state(timing.ProcessState())
     _LOADER_CALLBACKS.clear()
     settings.clear()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import multiprocessing
 import sys
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,12 @@ class LoaderRecord:
     batches: int = 0
     length: int | None = None
     epochs: list[EpochRecord] = field(default_factory=list)
+    #: The DataLoader itself, while it lives (a switch of its worker settings needs it; its iterators do not know it).
+    loader_ref: Callable[[], Any] | None = field(default=None, repr=False, compare=False)
+
+    def loader(self) -> Any:
+        """The DataLoader, or None once it is gone."""
+        return self.loader_ref() if self.loader_ref is not None else None
 
 
 #: The DataLoaders created since install, in creation order; a loader's ``loader_id`` is its index.
@@ -149,6 +156,7 @@ def apply_overrides(init: Callable, args: tuple, kwargs: dict) -> tuple[tuple, d
 def register(loader: Any, requested: int | None) -> LoaderRecord:
     """Add a DataLoader just built to the registry, with the ``num_workers`` the script asked for."""
     record = LoaderRecord(len(LOADERS), {**loader_config(loader), "num_workers_requested": requested})
+    record.loader_ref = weakref.ref(loader)
     LOADERS.append(record)
     loader._dlprof_loader_id = record.loader_id
     return record

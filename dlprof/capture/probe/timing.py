@@ -32,6 +32,9 @@ class LoaderContext:
     spans_dir: str
     loader_id: int
     epoch: int
+    #: Batches of the epoch taken before this iterator began (an iterator built by a switch of worker settings
+    #: continues the epoch): its task ``i`` is the epoch's batch ``batch_offset + i``.
+    batch_offset: int = 0
 
 
 class SpanLog:

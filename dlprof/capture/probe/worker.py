@@ -35,10 +35,10 @@ class _IndexQueueTap:
         task = self._queue.get(*args, **kwargs)
         st = timing.STATE
         if type(task) is tuple and len(task) == 2:
-            st.batch = task[0]
+            st.batch = task[0] + (st.ctx.batch_offset if st.ctx is not None else 0)
         elif task is not None and type(task).__name__ == "_ResumeIteration" and st.ctx is not None:
-            # persistent_workers: the same worker serves the next epoch
-            st.ctx = replace(st.ctx, epoch=st.ctx.epoch + 1)
+            # persistent_workers: the same worker serves the next epoch, from its first batch
+            st.ctx = replace(st.ctx, epoch=st.ctx.epoch + 1, batch_offset=0)
         return task
 
     def __getattr__(self, name: str) -> Any:

@@ -1,0 +1,166 @@
+"""Planning the in-process trials, the plan every rank follows, and their options."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from dlprof import throughput
+from dlprof.capture import trial_plan
+from dlprof.capture.run_dir import write_session_config
+from dlprof.capture.trial_plan import LoaderFacts, Plan, plan_trials
+from dlprof.capture.trials import Progress
+from dlprof.errors import UsageError
+from dlprof.manifest import EPOCH_SETTLE_STEPS
+from dlprof.results.record import RecordRequest, TrialRequest
+
+
+@pytest.mark.parametrize(("text", "counts"), [("0,1,2,4", (0, 1, 2, 4)), ("3", (3,)), (" 2, 0", (2, 0))])
+def test_counts_are_parsed_in_the_order_given(text, counts):
+    assert trial_plan.parse_counts(text) == counts
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [("-1,x", "comma-separated whole numbers"), ("1,-2", "-2 is negative"), ("1,1", "given twice"), ("", "whole")],
+)
+def test_bad_counts_say_what_is_wrong(text, problem):
+    with pytest.raises(UsageError, match=problem) as raised:
+        trial_plan.parse_counts(text)
+    assert str(raised.value).startswith(f"--try-workers {text!r}: ") and "\n" not in str(raised.value)
+
+
+def test_options_that_cannot_go_with_the_trials():
+    request = TrialRequest((0, 2))
+    trial_plan.check_request(request, run_to_end=False)
+    with pytest.raises(UsageError, match="--try-workers with --run-to-end"):
+        trial_plan.check_request(request, run_to_end=True)
+    with pytest.raises(UsageError, match="--try-workers with --steps 100: .*drop --steps"):
+        trial_plan.check_request(request, run_to_end=False, workload_steps=100)
+    with pytest.raises(UsageError, match="--trial-steps 0"):
+        trial_plan.check_request(TrialRequest((0,), trial_steps=0), run_to_end=False)
+
+
+def test_rounds_alternate_their_order():
+    assert trial_plan.rounds_order((0, 1, 2, 4), False, 3) == [
+        *[(0, n, False) for n in (0, 1, 2, 4)],
+        *[(1, n, False) for n in (4, 2, 1, 0)],
+        *[(2, n, False) for n in (0, 1, 2, 4)],
+    ]
+    # Persistent workers are tried beside each count with workers.
+    assert trial_plan.settings_order((0, 2), True) == [(0, False), (2, False), (2, True)]
+    assert trial_plan.rounds_order((0, 2), True, 2)[3:] == [(1, 2, True), (1, 2, False), (1, 0, False)]
+
+
+def test_a_segment_is_its_refill_allowance_and_the_trial_steps():
+    facts = LoaderFacts(num_workers=2, prefetch_factor=4, batches_per_step=2.0)
+    plan = plan_trials(TrialRequest((0, 3), rounds=2, trial_steps=10), facts, 100, 0.05, (97, 0))
+    # 3 workers keep 3 x 4 batches queued, 6 steps at 2 batches a step: two queues and the settling steps.
+    refill = {0: EPOCH_SETTLE_STEPS, 3: 2 * 6 + EPOCH_SETTLE_STEPS}
+    assert [(s.round, s.num_workers, s.prefetch_factor) for s in plan.segments] == [
+        (0, 0, None),
+        (0, 3, 4),
+        (1, 3, 4),
+        (1, 0, None),
+    ]
+    assert [s.steps for s in plan.segments] == [refill[s.num_workers] + 10 for s in plan.segments]
+    starts = [s.first_step for s in plan.segments]
+    assert starts[0] == plan.trials_start == 100 and all(s.request_step == s.first_step for s in plan.segments)
+    assert all(b == a.first_step + a.steps for a, b in zip(plan.segments, starts[1:]))
+    assert plan.stop_step == plan.segments[-1].first_step + plan.segments[-1].steps
+    assert (plan.decided_at, plan.decided_by, plan.trial_steps, plan.skipped) == (97, 0, 10, None)
+
+
+def test_trial_steps_default_to_enough_steps_and_seconds():
+    assert trial_plan.default_trial_steps(0.5) == throughput.MIN_STEPS  # 40 steps take 20 s
+    assert trial_plan.default_trial_steps(0.01) == round(throughput.MIN_SECONDS / 0.01)  # 40 steps would take 0.4 s
+    assert trial_plan.default_trial_steps(None) == trial_plan.FALLBACK_TRIAL_STEPS
+    facts = LoaderFacts(num_workers=0, prefetch_factor=None, batches_per_step=1.0)
+    assert plan_trials(TrialRequest((0,)), facts, 10, 0.01, (10, 0)).trial_steps == 200
+    # Deciding by step counts alone (several machines): the clocks are not used.
+    assert plan_trials(TrialRequest((0,)), facts, 10, 0.01, (10, 0), deterministic=True).trial_steps == 40
+
+
+def test_no_trials_asked_or_none_possible():
+    assert plan_trials(None, None, 50, 0.1, (47, 0)) == Plan(50, 50, 47, 0)
+    plan = plan_trials(TrialRequest((0, 2)), None, 50, 0.1, (50, 0))
+    assert plan.stop_step == 50 and not plan.segments and "no DataLoader" in plan.skipped
+
+
+def test_an_iterable_dataset_is_tried_a_whole_epoch_at_a_time():
+    # Epochs of 20 steps; the last began at step 87. Segments of 5 + 10 steps take one epoch each.
+    facts = LoaderFacts(0, None, 1.0, iterable=True, epoch_steps=20, last_epoch_start=87)
+    plan = plan_trials(TrialRequest((0, 1), trial_steps=10), facts, 100, 0.05, (100, 0))
+    assert [s.first_step for s in plan.segments] == [107, 127, 147, 167] and plan.stop_step == 187
+    assert all(s.at_epoch_start and s.steps == 20 for s in plan.segments)
+    # The first switch is asked for at once, the others in the middle of the epoch before theirs.
+    assert [s.request_step for s in plan.segments] == [100, 117, 137, 157]
+    unknown = LoaderFacts(0, None, 1.0, iterable=True)
+    assert "no epoch ended" in plan_trials(TrialRequest((0, 1)), unknown, 100, 0.05, (100, 0)).skipped
+    endless = LoaderFacts(0, None, 1.0, iterable=True, epoch_steps=10**6, last_epoch_start=3)
+    assert "epochs of 1000000 steps" in plan_trials(TrialRequest((0, 1)), endless, 100, 0.05, (100, 0)).skipped
+
+
+def test_the_plan_is_published_whole_and_read_back(tmp_path):
+    assert not trial_plan.plan_published(tmp_path) and trial_plan.read_plan(tmp_path) is None
+    facts = LoaderFacts(num_workers=2, prefetch_factor=None, batches_per_step=1.0)
+    plan = plan_trials(TrialRequest((0, 2), persistent=True, trial_steps=7), facts, 30, 0.02, (27, 0))
+    trial_plan.write_plan(tmp_path, plan)
+    assert trial_plan.plan_published(tmp_path) and trial_plan.read_plan(tmp_path) == plan
+    assert [p.name for p in tmp_path.iterdir()] == [trial_plan.PLAN_FILE]  # no temporary file left
+
+
+def test_the_request_travels_in_the_session_config(tmp_path):
+    request = TrialRequest((4, 0), rounds=3, persistent=True, trial_steps=12)
+    config = write_session_config(tmp_path, RecordRequest(("python", "t.py"), tmp_path, "r", 1, 1, 1, trials=request))
+    assert trial_plan.request_from_config(json.loads(json.dumps(config))["trials"]) == request
+    assert trial_plan.request_from_config(None) is None
+
+
+def test_what_the_trials_will_cost_is_said_before_they_start():
+    facts = LoaderFacts(num_workers=2, prefetch_factor=None, batches_per_step=1.0)
+    request = TrialRequest((0, 1, 2, 4), trial_steps=40)
+    plan = plan_trials(request, facts, 10, 0.1, (10, 0))
+    steps = plan.stop_step - plan.trials_start  # 2 x (45 + 49 + 53 + 61) = 416 steps of 0.1 s
+    assert trial_plan.describe(request, plan, 0.1) == (
+        "dlprof: trying num_workers 0,1,2,4 in 2 rounds of 4 segments, about 52 steps each: ~42 s"
+    )
+    assert steps == 416 and trial_plan.describe(request, plan, 0.5).endswith("~3 min")
+    both = trial_plan.describe(TrialRequest((0, 2), rounds=1, persistent=True), plan, None)
+    assert both.startswith("dlprof: trying num_workers 0,2 (and 2 with persistent workers) in 1 round of 3 segments")
+
+
+def test_the_built_in_workload_gets_room_for_the_trials():
+    request = TrialRequest((0, 2), trial_steps=10)
+    # Two rounds of (5 + 10) and (2 x 4 + 5 + 10) steps, and the ranks' margin.
+    assert trial_plan.steps_bound(request) == trial_plan.RANK_MARGIN_STEPS + 2 * (15 + 23)
+    assert trial_plan.steps_bound(TrialRequest((0,))) >= throughput.MIN_SECONDS / trial_plan.SHORTEST_STEP_S
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_is_a_line_per_segment_or_a_bar_on_a_terminal():
+    facts = LoaderFacts(num_workers=0, prefetch_factor=None, batches_per_step=1.0)
+    plan = plan_trials(TrialRequest((0, 2), rounds=1, trial_steps=5), facts, 10, 0.1, (10, 0))
+    log = io.StringIO()
+    progress = Progress(plan, log)
+    for step in range(10, plan.stop_step + 1):
+        progress.update(step)
+    progress.close()
+    assert log.getvalue().splitlines() == [
+        "dlprof: trial segment 1/2: num_workers 0 (round 1)",
+        "dlprof: trial segment 2/2: num_workers 2 (round 1)",
+    ]
+    terminal = _Terminal()
+    progress = Progress(plan, terminal)
+    for step in range(10, plan.stop_step + 1):
+        progress.update(step)
+    progress.close()
+    drawn = terminal.getvalue()
+    assert drawn.startswith("\rdlprof: trials [") and drawn.endswith("\n") and drawn.count("\n") == 1
+    assert "segment 2/2, num_workers 2 (round 1)" in drawn
