@@ -20,9 +20,12 @@ The trials trained on after the reference steps, switching the training DataLoad
      steady steps (the restart's whole cost: shutting the workers down, starting new ones, the first batch, and the
      slowdown forking causes);
   2. without workers, none;
-  3. workers that restart (``persistent_workers=False``): from the switches, the median time from creating the
-     iterator to its first batch (the creation included) plus the median time to shut its workers down when the
-     trials left it; the slowdown forking causes in the next steps is not in it, so it is a lower bound;
+  3. workers that restart (``persistent_workers=False``): measured the same way at the switches to it, which shut
+     the previous workers down and start new ones as an epoch boundary does (the switch falls in the segment's
+     first step); without steady steps to measure against, from the switches' timings: the median time from creating
+     the iterator to its first batch plus the median time to shut its workers down when the trials left it, a rough
+     estimate (part of that first batch is made while training would have waited for it anyway: in an I/O-bound
+     check it came out twice the restart measured at epoch boundaries at one worker);
   4. persistent workers: the wait for an epoch's first batch, which the workers, alive, make from scratch: a step's
      batches made by ``num_workers`` workers in parallel, ``ceil(batches per step / num_workers)`` batch times, at the
      batch time measured in the loader processes; without worker spans, the switches' wait for the first batch less
@@ -116,8 +119,9 @@ def _speed(clock: StepClock, pieces: list[_Piece]) -> Throughput | None:
     return None if measured is None else replace(measured, transient_steps=sum(p.left_out for p in pieces))
 
 
-def _boundary_excess_ms(clock: StepClock, piece: _Piece, steady_ms: float) -> float:
-    """What an epoch boundary inside a segment cost: its left-out steps (at least the first) beyond steady ones."""
+def _excess_ms(clock: StepClock, piece: _Piece, steady_ms: float) -> float:
+    """What the pause that starts ``piece`` cost (an epoch boundary, or a switch): its left-out steps (at least the
+    first) beyond as many steady ones."""
     window = max(1, piece.left_out)
     return max(0.0, sum(clock.wall_ms[piece.start : piece.start + window]) - window * steady_ms)
 
@@ -139,22 +143,26 @@ class _Restart:
 
 def _restart(
     setting: Setting,
-    boundaries: list[float],
+    pauses: tuple[list[float], list[float]],
     switched_to: list[TrialSegment],
     shutdowns: list[float | None],
     loader: LoaderStats | None,
     batches_per_step: float,
 ) -> _Restart:
+    """``pauses``: what the epoch boundaries inside the setting's segments cost, and what the switches to it cost."""
     num_workers, persistent = setting
+    boundaries, switches = pauses
     if boundaries:
         return _Restart(statistics.median(boundaries), "boundaries")
     if num_workers == 0:
         return _Restart(0.0, "none")
     if not persistent:
+        if switches:
+            return _Restart(statistics.median(switches), "switches")
         first, shutdown = _median([s.first_batch_ms for s in switched_to]), _median(shutdowns)
         if first is None or shutdown is None:
             return _Restart(None, None)
-        return _Restart(first + shutdown, "switches")
+        return _Restart(first + shutdown, "switch timings")
     if loader is not None and loader.batches:
         return _Restart(math.ceil(batches_per_step / num_workers) * loader.batch.mean_ms, "estimated")
     waits = [
@@ -221,8 +229,10 @@ def _first_queues(trials: Trials, recorded: Setting, prefetch: int | None, batch
 _RESTART_NOTES = {
     "boundaries": "restart measured at epoch boundaries inside the trials (the steps after the epoch start beyond"
     " steady ones)",
-    "switches": "restart from the switches: creating the iterator to its first batch, plus shutting the workers down;"
-    " the slowdown forking causes in the next steps is not in it (a lower bound)",
+    "switches": "restart measured at the switches to it (the steps after the switch beyond steady ones: a switch shuts"
+    " the workers down and starts new ones, as an epoch boundary does)",
+    "switch timings": "restart from the switches' timings: creating the iterator to its first batch, plus shutting the"
+    " workers down (a rough estimate: training would have waited for part of that first batch anyway)",
     "estimated": "restart of persistent workers estimated as the wait for an epoch's first batch: a step's batches made"
     " afresh by the workers in parallel, at the batch time measured in the loader processes",
     "first batch": "restart of persistent workers estimated from the switches' wait for the first batch, less creating"
@@ -294,13 +304,15 @@ def trials_result(
         queue = throughput.queue_steps(setting[0], prefetch, batches_per_step)
         pieces = [_pieces(clock, trials.segments[i], first_queues[i], queue) for i in mine]
         speed = throughput.combine([s for s in (_speed(clock, p) for p in pieces) if s is not None])
-        boundaries = (
-            [_boundary_excess_ms(clock, p, 1000 / speed.steps_per_s) for ps in pieces for p in ps if p.boundary]
-            if speed is not None
-            else []
-        )
+        pauses: tuple[list[float], list[float]] = ([], [])
+        if speed is not None:
+            steady_ms = 1000 / speed.steps_per_s
+            pauses = (
+                [_excess_ms(clock, p, steady_ms) for ps in pieces for p in ps if p.boundary],
+                [_excess_ms(clock, ps[0], steady_ms) for ps in pieces if ps],
+            )
         switched_to = [trials.segments[i] for i in mine]
-        restart = _restart(setting, boundaries, switched_to, shutdowns.get(setting, []), loader, batches_per_step)
+        restart = _restart(setting, pauses, switched_to, shutdowns.get(setting, []), loader, batches_per_step)
         sources[setting] = restart.source
         runs.append(
             TrialRun(

@@ -112,14 +112,26 @@ def test_restart_from_the_switches_without_an_epoch_boundary():
     plan.add(2, False, 0, START_2 + BURSTY * 24, first_batch_ms=300.0)
     plan.add(0, False, 0, KEPT + [(40.0, 20.0)] * 48, shutdown_ms=30.0)
     plan.add(0, False, 1, KEPT + [(40.0, 20.0)] * 48, shutdown_ms=0.0)
-    plan.add(2, False, 1, START_2 + BURSTY * 24, first_batch_ms=340.0)
-    plan.steps += [(30.0, 1.0)]  # the switch back after the trials
-    plan.segments.append(TrialSegment(9, False, 9, len(plan.steps) - 1, 1, shutdown_ms=50.0))  # leaves 2 workers
+    plan.add(2, False, 1, START_2 + [(24.0, 0.1)] + BURSTY * 24, first_batch_ms=340.0)
     result = trials_result(plan.manifest(counts=(0, 2), persistent=False), 1.0)
     two = next(r for r in result.runs if r.num_workers == 2)
-    # The median first batch (300, 340 ms) and the median shut-down of its workers when the trials left it (30, 50).
-    assert two.restart_ms == pytest.approx(320.0 + 40.0)
-    assert any("restart from the switches" in note and "num_workers=2" in note for note in result.notes)
+    # A switch shuts workers down and starts new ones, as an epoch boundary does: its left-out steps beyond steady
+    # ones. Round 0: 330 + 5 x 22 ms for 6 steady steps of 94 / 3 ms; round 1: one more 24 ms step before the first
+    # that waited. The median of the two.
+    first, second = 330 + 5 * 22 - 6 * 94 / 3, 330 + 5 * 22 + 24 - 7 * 94 / 3
+    assert two.restart_ms == pytest.approx((first + second) / 2)
+    assert any(note.startswith("restart measured at the switches to it") for note in result.notes)
+
+
+def test_without_steady_steps_the_restart_comes_from_the_switch_timings():
+    plan = Plan()
+    plan.add(2, False, 0, START_2[:4], first_batch_ms=300.0)
+    plan.add(0, False, 0, KEPT + [(40.0, 20.0)] * 48, shutdown_ms=40.0)
+    result = trials_result(plan.manifest(counts=(0, 2), persistent=False), 1.0)
+    two = result.runs[1]
+    # The median first batch after a switch to it, and the median shut-down of its workers when the trials left it.
+    assert two.speed is None and two.restart_ms == pytest.approx(340.0) and two.epoch_steps_per_s is None
+    assert any(note.startswith("restart from the switches' timings") for note in result.notes)
 
 
 def test_without_the_epoch_length_the_settings_are_compared_inside_an_epoch():
@@ -132,10 +144,10 @@ def test_without_the_epoch_length_the_settings_are_compared_inside_an_epoch():
 def test_an_unknown_restart_makes_the_comparison_inside_an_epoch_and_says_why():
     plan = Plan()
     plan.add(0, False, 0, KEPT + [(40.0, 20.0)] * 48)
-    plan.add(2, False, 0, START_2 + BURSTY * 24)  # no switch timings
-    result = trials_result(plan.manifest(persistent=False), 1.0)
+    plan.add(2, True, 0, START_2 + BURSTY * 24)  # persistent; no switch timings, no worker spans
+    result = trials_result(plan.manifest(counts=(0,), persistent=True), 1.0)
     assert result.basis == BASIS_IN_EPOCH and result.runs[1].restart_ms is None
-    assert "compared inside an epoch: the restart of num_workers=2 is unknown" in result.notes
+    assert "compared inside an epoch: the restart of num_workers=2 (persistent) is unknown" in result.notes
     assert result.rounds == 1 and "1 of 2 round(s) ran to their end" in result.notes
 
 
@@ -192,11 +204,13 @@ def test_the_hand_written_trace_with_trials():
     zero = runs[(0, False)]
     assert zero.steps_per_s == pytest.approx(100 / (50 * 0.044 + 50 * 0.04488))
     assert zero.speed.spread_pct == pytest.approx(100 * (1000 / 44 - 1000 / 44.88) / zero.steps_per_s)
-    # One worker: the first batch (150 ms) then steps of 27 and 24 ms; restart from the switches: 150 ms to the first
-    # batch, 20 ms to shut the worker down.
+    # One worker: the first batch (150 ms) then steps of 24, 24, 27 and 24 ms (2 % slower in round 1) left out after
+    # each switch, beyond five steady steps: the restart.
     one = runs[(1, False)]
-    assert one.restart_ms == pytest.approx(170.0)
-    assert one.epoch_steps_per_s == pytest.approx(40 / (40 / one.steps_per_s + 0.17))
+    steady_ms = 1000 / one.steps_per_s
+    switches = [150 + 24 + 24 + 27 + 24 - 5 * steady_ms, 150 + 24 + 24 + 1.02 * (27 + 24) - 5 * steady_ms]
+    assert one.restart_ms == pytest.approx(sum(switches) / 2)
+    assert one.epoch_steps_per_s == pytest.approx(40 / (40 / one.steps_per_s + one.restart_ms / 1000))
     # Persistent workers: an epoch's first batch is one batch made afresh, 28 ms in the worker's spans.
     assert runs[(2, True)].restart_ms == pytest.approx(28.0)
     # Two workers restarting: measured at the epoch boundary inside the second round's segment.
