@@ -128,7 +128,7 @@ def measure(doc: dict) -> dict[int, dict]:
 
     clock, count = doc["clock"], len(doc["clock"]["wall"])
     steps = StepClock(
-        ("after",) * count,
+        ("trial",) * count,
         tuple(clock["wall"]),
         (0.0,) * count,
         (0.0,) * count,

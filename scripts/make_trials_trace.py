@@ -103,7 +103,7 @@ def _append_trials(manifest: dict) -> None:
             first = len(clock["phase"])
             steps = _segment_steps(setting, round_)
             for wall, wait, epoch_start in steps:
-                clock["phase"].append("after")
+                clock["phase"].append("trial")  # manifest.PHASE_TRIAL: unprofiled, at the settings tried
                 clock["wall_ms"].append(wall)
                 clock["cpu_ms"].append(round(wall * 0.9, 3))
                 clock["runq_ms"].append(0.0)

@@ -72,19 +72,6 @@ def switched_loader(manifest: Manifest) -> LoaderConfig | None:
     return manifest.loader
 
 
-def before_trials(manifest: Manifest | None) -> Manifest | None:
-    """``manifest`` with its step clock cut where the trials began: the reference steps are the training's own setting,
-    the trials' steps are other settings'."""
-    if manifest is None or manifest.trials is None or not manifest.trials.segments:
-        return manifest
-    first = min(s.first_step for s in manifest.trials.segments)
-    clock = manifest.step_clock
-    if first >= len(clock):
-        return manifest
-    cut = StepClock(**{name: getattr(clock, name)[:first] for name in clock.__dataclass_fields__})
-    return replace(manifest, step_clock=cut)
-
-
 # ------------------------------------------------------------------------------------ one segment
 
 

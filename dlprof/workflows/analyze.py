@@ -13,7 +13,7 @@ from dlprof.analysis.intervals import Timeline
 from dlprof.analysis.loader import loader_stats
 from dlprof.analysis.ranks import compare_ranks, rank_stats
 from dlprof.analysis.steps import segments_between, step_breakdown, step_segments
-from dlprof.analysis.trials import before_trials, trials_result, with_predictions
+from dlprof.analysis.trials import trials_result, with_predictions
 from dlprof.analysis.unprofiled import unprofiled_stats
 from dlprof.errors import DlprofError, TraceFormatError, display
 from dlprof.results.report import Lane, Report, RunInfo, RunReport, Skipped, TimelinePicture
@@ -102,8 +102,7 @@ def analyze_run(run: TraceRun) -> RunReport:
     gpu = gpu_stats(run)
     batches_per_step = _batches_per_step(run)
     manifest = run.manifest
-    # The reference steps are the training's own setting; the trials' steps, after them, are other settings'.
-    unprofiled = unprofiled_stats(before_trials(manifest), batches_per_step)
+    unprofiled = unprofiled_stats(manifest, batches_per_step)
     measured = trials_result(manifest, batches_per_step, loader)
     problems = run.trace_problems + run.manifest_problems
     advice = advise(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import DATA_DIR
 
-from dlprof.analysis.trials import before_trials, trials_result, with_predictions
+from dlprof.analysis.trials import trials_result, with_predictions
 from dlprof.manifest import LoaderConfig, Manifest, StepClock, Trials, TrialSegment
 from dlprof.results.advice import Prediction
 from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS
@@ -25,7 +25,7 @@ START_2 = [(330.0, 300.0)] + [(22.0, 0.1)] * 5
 def clock(steps: list[tuple[float, float]], epoch_starts: tuple[int, ...] = ()) -> StepClock:
     count = len(steps)
     return StepClock(
-        phase=("after",) * count,
+        phase=("trial",) * count,
         wall_ms=tuple(w for w, _ in steps),
         cpu_ms=(1.0,) * count,
         runq_ms=(0.0,) * count,
@@ -184,21 +184,17 @@ def test_predictions_on_the_basis_and_their_error():
     assert inside.runs[1].error_pct == pytest.approx(100 * (1000 / 30 - BURSTY_RATE) / BURSTY_RATE)
 
 
-def test_a_run_without_trials_has_none_and_the_reference_steps_end_where_the_trials_begin():
-    plan = two_rounds()
-    manifest = plan.manifest()
+def test_a_run_without_trials_has_none():
+    manifest = two_rounds().manifest()
     assert trials_result(Manifest(3, step_clock=manifest.step_clock), 1.0) is None
     assert trials_result(None, 1.0) is None
-    cut = before_trials(manifest)
-    assert len(cut.step_clock) == 10 and cut.step_clock.columns_agree() and cut.trials is manifest.trials
-    assert before_trials(Manifest(3)) == Manifest(3)
 
 
 def test_the_hand_written_trace_with_trials():
     """tests/data/tiny_trials_trace.json (scripts/make_trials_trace.py): 40-step epochs, one batch a step."""
     report = analyze_run(load_run(DATA_DIR / "tiny_trials_trace.json"))
     trials = report.trials
-    assert report.unprofiled.reference_steps == 6  # the reference steps, not the trials' steps
+    assert report.unprofiled.reference_steps == 6  # the reference steps, not the trials' (phase "trial")
     runs = {(r.num_workers, r.persistent_workers): r for r in trials.runs}
     # No workers: 44 ms steps in round 0, 44.88 in round 1 (2 % slower), 50 each after the 2 kept batches.
     zero = runs[(0, False)]
