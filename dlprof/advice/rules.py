@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+from dlprof.advice.measured import Candidate, candidates, persistent_comparison
+from dlprof.advice.measured import evidence as measured_evidence
 from dlprof.advice.model import EpochModel, ModelInputs, candidate_counts, memory_limit, predict
+from dlprof.analysis.trials import label, with_predictions
 from dlprof.manifest import EPOCH_SETTLE_STEPS, Host, LoaderConfig, Manifest
-from dlprof.results.advice import Advice, Prediction
+from dlprof.results.advice import RESTS_ON_MEASURED, RESTS_ON_PREDICTED, Advice, Prediction
 from dlprof.results.analysis import GpuStats, LoaderStats, StepBreakdown, UnprofiledStats
+from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS, TrialsResult
 
 # Input-bound verdicts, from TensorFlow's input-pipeline analyser: share of step time waiting for input.
 HIGHLY_INPUT_BOUND_PCT = 20.0
@@ -266,6 +270,83 @@ def _choose(inputs: ModelInputs, predicted: list[Prediction], cpu_bound_loading:
     return chosen.num_workers, chosen.bound
 
 
+@dataclass(frozen=True)
+class _Choice:
+    """The recommended count, the bound that sets it, and what it rests on."""
+
+    num_workers: int
+    bound: str | None
+    rests_on: str
+    compared_on: str
+    #: With trials: the candidate chosen and the best one allowed (for the evidence).
+    chosen: Candidate | None = None
+    best: Candidate | None = None
+
+
+def _choose_with_trials(
+    inputs: ModelInputs | None,
+    predicted: list[Prediction],
+    cpu_bound_loading: bool,
+    trials: TrialsResult,
+    recorded_persistent: bool,
+) -> _Choice | None:
+    """The fewest workers within WITHIN_BEST of the best speed on the trials' basis: measured where tried, the scaled
+    prediction elsewhere (:mod:`dlprof.advice.measured`). None when nothing was measured or predicted on that basis.
+
+    The memory bound holds for every count (a trial is too short to show what more workers' memory does over a
+    training); the bound of CPU-bound loading at the usable cores only for predicted counts (a measured count's speed
+    has the contention for cores in it).
+    """
+    found = candidates(trials, predicted, recorded_persistent)
+    if not any(c.measured for c in found):
+        return None
+    memory_cap = memory_limit(inputs, MEMORY_BUDGET_FRACTION) if inputs is not None else None
+    cpu_cap = inputs.usable_cores if inputs is not None and cpu_bound_loading else None
+    allowed = [
+        c
+        for c in found
+        if (memory_cap is None or c.num_workers <= memory_cap)
+        and (c.measured or cpu_cap is None or c.num_workers <= cpu_cap)
+    ]
+    if not allowed:
+        return None
+    best = max(allowed, key=lambda c: c.steps_per_s)
+    chosen = next(c for c in allowed if c.steps_per_s >= best.steps_per_s / (1 + WITHIN_BEST))
+    by_count = {p.num_workers: p for p in predicted}
+    bound = by_count[chosen.num_workers].bound if chosen.num_workers in by_count else None
+    if max(c.steps_per_s for c in found) > best.steps_per_s * (1 + WITHIN_BEST):  # a limit, not the speeds, stopped us
+        for name, cap in (("memory", memory_cap), ("cpu", cpu_cap)):
+            if cap is not None and chosen.num_workers >= cap:
+                bound = name
+                break
+    if chosen.run is not None and not chosen.run.persistent_workers and trials.basis == BASIS_WHOLE_EPOCHS:
+        steady = max((r.steps_per_s for r in trials.runs if r.steps_per_s is not None), default=None)
+        in_epoch = chosen.run.steps_per_s
+        if steady is not None and in_epoch is not None and steady > in_epoch * (1 + WITHIN_BEST):
+            bound = "worker restarts"  # another setting measured faster inside an epoch, not over whole ones
+    rests_on = RESTS_ON_MEASURED if chosen.measured else RESTS_ON_PREDICTED
+    return _Choice(chosen.num_workers, bound, rests_on, trials.basis, chosen, best)
+
+
+def _choice(
+    inputs: ModelInputs | None,
+    predicted: list[Prediction],
+    cpu_bound_loading: bool,
+    trials: TrialsResult | None,
+    recorded_persistent: bool,
+) -> _Choice | None:
+    """The recommended count: on the trials' measurements when the run has some, else on the predictions alone."""
+    if trials is not None:
+        choice = _choose_with_trials(inputs, predicted, cpu_bound_loading, trials, recorded_persistent)
+        if choice is not None:
+            return choice
+    if inputs is None:
+        return None
+    num_workers, bound = _choose(inputs, predicted, cpu_bound_loading)
+    basis = BASIS_WHOLE_EPOCHS if predicted[0].epoch_steps_per_s is not None else BASIS_IN_EPOCH
+    return _Choice(num_workers, bound, RESTS_ON_PREDICTED, basis)
+
+
 def advise(
     steps: StepBreakdown,
     loader: LoaderStats | None,
@@ -275,6 +356,7 @@ def advise(
     loads_in_main: bool | None,
     unprofiled: UnprofiledStats | None = None,
     manifest_problems: tuple[str, ...] = (),
+    trials: TrialsResult | None = None,
 ) -> Advice:
     """Recommend DataLoader settings for the run behind these statistics.
 
@@ -282,6 +364,8 @@ def advise(
         loads_in_main: whether the run loaded batches in the main process (num_workers=0); None if unknown.
         unprofiled: the run's unprofiled reference steps (its real speed), when it has them.
         manifest_problems: what was wrong with the manifest; repeated in the basis.
+        trials: what the run's in-process trials measured (:func:`dlprof.analysis.trials.trials_result`): the
+            recommendation then rests on measurement for the counts tried.
     """
     basis: list[str] = [] if manifest else ["no dlprof manifest: loader settings, cores and memory are unknown"]
     basis += manifest_problems
@@ -293,12 +377,17 @@ def advise(
     verdict = verdict_of(steps.data_wait_pct)
     evidence = _speed_evidence(steps, verdict, unprofiled)
     inputs = _model_inputs(steps, loader, gpu, manifest, batches_per_step, loads_in_main, unprofiled, basis)
-    predicted: list[Prediction] = []
-    num_workers = bound = None
-    if inputs is not None:
-        predicted = [predict(inputs, n) for n in candidate_counts(inputs)]
-        num_workers, bound = _choose(inputs, predicted, loader.bound == "cpu" if loader else True)
-        evidence += _num_workers_evidence(inputs, predicted, num_workers, bound, loader_config)
+    predicted = [predict(inputs, n) for n in candidate_counts(inputs)] if inputs is not None else []
+    recorded_persistent = bool(loader_config is not None and loader_config.persistent_workers)
+    if trials is not None:
+        trials = with_predictions(trials, predicted, recorded_persistent)
+    choice = _choice(inputs, predicted, loader.bound == "cpu" if loader else True, trials, recorded_persistent)
+    num_workers = choice.num_workers if choice else None
+    bound = choice.bound if choice else None
+    if choice is not None and inputs is not None and num_workers < len(predicted):
+        evidence += _num_workers_evidence(inputs, predicted, num_workers, bound, loader_config, choice.chosen is None)
+    if choice is not None and choice.chosen is not None:
+        evidence += measured_evidence(trials, choice.chosen, choice.best, WITHIN_BEST, trials_tried(manifest))
     if loader is not None:
         evidence.append(
             f"per batch: fetch {loader.fetch.mean_ms:.2f} ms, tokenizer {loader.tokenize.mean_ms:.2f} ms, collate"
@@ -306,16 +395,60 @@ def advise(
         )
     pin_memory = _pin_memory(gpu, loader_config, evidence)
     prefetch = _prefetch_factor(steps, inputs, num_workers, evidence)
-    persistent = _persistent_workers(manifest, loader_config, inputs, predicted, num_workers, evidence)
+    persistent = _persistent_from_trials(trials, num_workers, loader_config, evidence)
+    if persistent is _UNDECIDED:
+        persistent = _persistent_workers(manifest, loader_config, inputs, predicted, num_workers, evidence)
     if bound == "worker restarts":
-        steady_best = min(predicted, key=lambda p: p.step_ms)
-        evidence.append(
-            "restarting workers at every epoch costs more than they save: with persistent_workers=True, "
-            f"num_workers={steady_best.num_workers} is predicted at {steady_best.steps_per_s:.2f} steps/s"
-        )
+        evidence.append(_restarts_line(predicted, choice, trials))
     evidence += _tokenizer_evidence(loader)
     advice = Advice(verdict, num_workers, pin_memory, prefetch, persistent, bound, predicted, evidence, basis)
+    advice = replace(
+        advice,
+        rests_on=choice.rests_on if choice else RESTS_ON_PREDICTED,
+        compared_on=choice.compared_on if choice else None,
+    )
     return replace(advice, trainer_arguments=trainer_arguments(advice, loader_config))
+
+
+def trials_tried(manifest: Manifest | None) -> tuple[int, ...]:
+    """The counts the run's trials asked for (``--try-workers``)."""
+    return manifest.trials.counts if manifest is not None and manifest.trials is not None else ()
+
+
+def _restarts_line(predicted: list[Prediction], choice: _Choice, trials: TrialsResult | None) -> str:
+    """Why fewer workers win over whole epochs: more would be faster inside an epoch, if they did not restart."""
+    if choice.chosen is not None and choice.chosen.run is not None and trials is not None:
+        fastest = max((r for r in trials.runs if r.steps_per_s is not None), key=lambda r: r.steps_per_s)
+        return (
+            "restarting workers at every epoch costs more than they save: inside an epoch,"
+            f" {label(fastest.num_workers, fastest.persistent_workers)} measured {fastest.steps_per_s:.2f} steps/s;"
+            " with persistent_workers=True it keeps its workers"
+        )
+    steady_best = min(predicted, key=lambda p: p.step_ms)
+    return (
+        "restarting workers at every epoch costs more than they save: with persistent_workers=True, "
+        f"num_workers={steady_best.num_workers} is predicted at {steady_best.steps_per_s:.2f} steps/s"
+    )
+
+
+#: :func:`_persistent_from_trials` found nothing to go on: the model's rule decides.
+_UNDECIDED = object()
+
+
+def _persistent_from_trials(
+    trials: TrialsResult | None, num_workers: int | None, config: LoaderConfig | None, evidence: list[str]
+):
+    """persistent_workers as the trials measured it at the recommended count (``--try-persistent``), or
+    :data:`_UNDECIDED`."""
+    if trials is None or not num_workers:
+        return _UNDECIDED
+    compared = persistent_comparison(trials, num_workers, PERSISTENT_WORKERS_MIN_LOSS_PCT)
+    if compared is None:
+        return _UNDECIDED
+    keep, line = compared
+    evidence.append(line)
+    was = bool(config is not None and config.persistent_workers)
+    return None if keep is None or keep == was else keep
 
 
 def _speed_evidence(steps: StepBreakdown, verdict: str, unprofiled: UnprofiledStats | None) -> list[str]:
@@ -336,9 +469,15 @@ def _speed_evidence(steps: StepBreakdown, verdict: str, unprofiled: UnprofiledSt
 
 
 def _num_workers_evidence(
-    inputs: ModelInputs, predicted: list[Prediction], num_workers: int, bound: str, config: LoaderConfig | None
+    inputs: ModelInputs,
+    predicted: list[Prediction],
+    num_workers: int,
+    bound: str | None,
+    config: LoaderConfig | None,
+    chosen_on_predictions: bool = True,
 ) -> list[str]:
-    """The numbers behind the recommended num_workers."""
+    """The numbers behind the recommended num_workers (``chosen_on_predictions``: it is the fewest within WITHIN_BEST
+    of the best prediction; else the trials chose it, and their evidence says why)."""
     chosen = predicted[num_workers]
     over = f", {chosen.epoch_steps_per_s:.2f} steps/s over whole epochs" if chosen.epoch_steps_per_s is not None else ""
     evidence = [
@@ -346,7 +485,9 @@ def _num_workers_evidence(
         f" {inputs.batches_per_step:g} per step; the step itself (without data wait or waiting for a core) is"
         f" {inputs.consumer_ms:.2f} ms",
         f"num_workers={num_workers}: predicted {chosen.step_ms:.2f} ms/step ({chosen.steps_per_s:.2f}"
-        f" steps/s{over}), within {WITHIN_BEST:.0%} of the best prediction; bound by {bound}",
+        f" steps/s{over})"
+        + (f", within {WITHIN_BEST:.0%} of the best prediction" if chosen_on_predictions else "")
+        + (f"; bound by {bound}" if bound else ""),
     ]
     if inputs.handoff_ms > 0:
         evidence.append(

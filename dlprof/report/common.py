@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dlprof.report.format import UNKNOWN, ms, pct
+from dlprof.report.format import NOT_APPLICABLE, UNKNOWN, fixed, ms, pct
+from dlprof.results.advice import RESTS_ON_MEASURED
 from dlprof.results.analysis import CATEGORIES
 
 CATEGORY_LABELS = {
@@ -138,6 +139,64 @@ def predicted_rows(advice, mark: str = "") -> list[list[str]]:
         ]
         for p in advice.predicted
     ]
+
+
+TRIALS_HEADER = [
+    "num_workers",
+    "persistent",
+    "steps/s",
+    "spread %",
+    "steps/s over epochs",
+    "restart ms",
+    "steps timed",
+    "predicted",
+    "error %",
+]
+
+
+def trials_heading(trials) -> str:
+    """What the trials table shows: how many rounds ran, and the basis the settings were compared on."""
+    return (
+        f"Measured in this training: in-process trials, {trials.rounds} of {trials.rounds_planned} round(s); settings"
+        f" compared {trials.basis} (the predictions too)"
+    )
+
+
+def is_recommended_trial(run, trial) -> bool:
+    """Whether ``trial`` is the recommended setting: its num_workers, and its persistent_workers (as advised, else as
+    the run had it)."""
+    advice = run.advice
+    persistent = advice.persistent_workers if advice.persistent_workers is not None else run.info.persistent_workers
+    return trial.num_workers == advice.num_workers and trial.persistent_workers == bool(persistent)
+
+
+def trials_rows(run, mark: str = "") -> list[list[str]]:
+    """One row per tried setting; ``mark`` is appended to the recommended one."""
+    return [
+        [
+            str(r.num_workers) + (mark if is_recommended_trial(run, r) else ""),
+            "yes" if r.persistent_workers else "no",
+            fixed(r.steps_per_s),
+            fixed(r.speed.spread_pct if r.speed else None, ".1f"),
+            fixed(r.epoch_steps_per_s),
+            fixed(r.restart_ms, ".0f"),
+            str(r.speed.steps if r.speed else 0),
+            fixed(r.predicted_steps_per_s, ".2f", NOT_APPLICABLE),
+            fixed(r.error_pct, "+.1f", NOT_APPLICABLE),
+        ]
+        for r in run.trials.runs
+    ]
+
+
+def rests_on_line(run) -> str | None:
+    """What the recommended num_workers rests on, for a run with trials; None without trials or a recommendation."""
+    advice = run.advice
+    if run.trials is None or advice.num_workers is None:
+        return None
+    basis = f" (compared {advice.compared_on})" if advice.compared_on else ""
+    if advice.rests_on == RESTS_ON_MEASURED:
+        return f"rests on measurement: num_workers={advice.num_workers} was tried in this training{basis}"
+    return f"rests on the model: num_workers={advice.num_workers} was not tried in this training{basis}"
 
 
 RANKS_HEADER = [

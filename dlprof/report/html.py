@@ -16,24 +16,31 @@ from dlprof.report.common import (
     CATEGORY_LABELS,
     PREDICTED_HEADER,
     RANKS_HEADER,
+    TRIALS_HEADER,
     breakdown_rows,
     epoch_line,
+    is_recommended_trial,
     known,
     loader_rows,
     predicted_rows,
     rank_rows,
     ranks_line,
     recommendation_line,
+    rests_on_line,
     setting,
     skipped_line,
+    trials_heading,
+    trials_rows,
     unprofiled_line,
     verdict_line,
 )
-from dlprof.report.format import ms, per_s
+from dlprof.report.format import finite, ms, per_s
 from dlprof.report.page import esc
 from dlprof.report.svg import CHAR_W, CHART_LEFT, CHART_LINE, CHART_PLOT_H, CHART_RIGHT, CHART_TOP, WIDTH, coord
+from dlprof.results.advice import RESTS_ON_MEASURED, Prediction
 from dlprof.results.analysis import CATEGORIES
 from dlprof.results.report import Report, RunReport, TimelinePicture
+from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS, TrialRun
 
 #: Colours per segment kind: step categories, loader spans, the GPU. Data wait is the loud one.
 COLOURS = {
@@ -237,28 +244,81 @@ def _breakdown_svg(run: RunReport, title_id: str) -> str:
 # --- (c) predicted throughput ----------------------------------------------------------------------
 
 PR_CHOSEN = "#d62728"
+#: The line of predictions the recommendation does not rest on: lighter, dashed.
+PR_OTHER = "#9cbcdc"
+#: The settings measured by the trials: points with bars of their spread.
+PR_MEASURED = "#ff7f0e"
+#: Measured points are drawn this far beside their count (SVG units): persistent settings right, the others left, so
+#: that they and the prediction at that count all show.
+PR_TRIAL_SHIFT = 6
+
+
+def _lines(run: RunReport) -> tuple[str, list[tuple[int, float, Prediction]], list[tuple[int, float, Prediction]]]:
+    """The basis the recommendation compared on, the predictions on it (the main line), and on the other basis."""
+    predicted = run.advice.predicted
+    steady = [(p.num_workers, p.steps_per_s, p) for p in predicted if finite(p.steps_per_s) is not None]
+    epochs = [(p.num_workers, p.epoch_steps_per_s, p) for p in predicted if finite(p.epoch_steps_per_s) is not None]
+    compared = run.advice.compared_on or (run.trials.basis if run.trials else BASIS_IN_EPOCH)
+    if compared == BASIS_WHOLE_EPOCHS and (epochs or not steady):
+        return BASIS_WHOLE_EPOCHS, epochs, steady
+    return BASIS_IN_EPOCH, steady, epochs
+
+
+def _measured(run: RunReport) -> list[tuple[TrialRun, float, float, str]]:
+    """Each tried setting's measured speeds to draw: (run, steps/s, spread %, basis), over whole epochs and inside an
+    epoch."""
+    found = []
+    for trial in run.trials.runs if run.trials else ():
+        spread = trial.speed.spread_pct if trial.speed else 0.0
+        for value, basis in ((trial.epoch_steps_per_s, BASIS_WHOLE_EPOCHS), (trial.steps_per_s, BASIS_IN_EPOCH)):
+            if finite(value) is not None:
+                found.append((trial, value, spread, basis))
+    return found
+
+
+def _trial_marks(measured: list[tuple[TrialRun, float, float, str]], basis: str, x_of, y_of) -> list[str]:
+    """The measured settings: a point per speed (filled on ``basis``, hollow on the other; a square for persistent
+    workers) with a bar as long as its spread over rounds, centred on it."""
+    body = []
+    for trial, value, spread, on in measured:
+        x = x_of(trial.num_workers) + (PR_TRIAL_SHIFT if trial.persistent_workers else -PR_TRIAL_SHIFT)
+        y = y_of(value)
+        half = value * spread / 200
+        fill = PR_MEASURED if on == basis else "#fff"
+        title = (
+            f"num_workers={trial.num_workers}{' (persistent)' if trial.persistent_workers else ''}: measured"
+            f" {value:.2f} steps/s {on}, spread {spread:.1f} % over rounds"
+        )
+        if trial.persistent_workers:
+            mark = f'<rect class="trial-point" x="{coord(x - 4)}" y="{coord(y - 4)}" width="8" height="8"'
+        else:
+            mark = f'<circle class="trial-point" cx="{coord(x)}" cy="{coord(y)}" r="4.5"'
+        body.append(
+            f'<g class="trial" data-num-workers="{trial.num_workers}"'
+            f' data-persistent="{str(trial.persistent_workers).lower()}" data-basis="{esc(on)}">'
+            f"<title>{esc(title)}</title>"
+            + svg.error_bar(x, y_of(max(0.0, value - half)), y_of(value + half), PR_MEASURED)
+            + f'{mark} fill="{fill}" stroke="{PR_MEASURED}" stroke-width="2"/></g>'
+        )
+    return body
 
 
 def _predicted_svg(run: RunReport, title_id: str) -> str:
+    """Predicted steps/s against num_workers on both bases (the one the recommendation rests on solid, the other
+    dashed), and the settings the trials measured, with their spread."""
     advice = run.advice
-    points = [p for p in advice.predicted if math.isfinite(p.steps_per_s)]  # a zero-ms step cannot be drawn
+    basis, main, other = _lines(run)
+    measured = _measured(run)
     plot_w = WIDTH - CHART_LEFT - CHART_RIGHT
-    lo_n = min(p.num_workers for p in points)
-    hi_n = max(max(p.num_workers for p in points), lo_n + 1)
+    counts = [n for n, _, _ in main + other] + [t.num_workers for t, _, _, _ in measured]
+    lo_n, hi_n = min(counts), max(max(counts), min(counts) + 1)
     x_of = lambda n: CHART_LEFT + (n - lo_n) / (hi_n - lo_n) * plot_w
-    ticks = svg.ticks(max(p.steps_per_s for p in points))
-    y_max = ticks[-1]
-    y_of = lambda v: CHART_TOP + CHART_PLOT_H - v / y_max * CHART_PLOT_H
+    tops = [v for _, v, _ in main + other] + [v * (1 + s / 200) for _, v, s, _ in measured]
+    ticks = svg.ticks(max(tops))
+    y_of = lambda v: CHART_TOP + CHART_PLOT_H - v / ticks[-1] * CHART_PLOT_H
     base = CHART_TOP + CHART_PLOT_H
-    body = svg.y_axis(CHART_LEFT, plot_w, CHART_TOP, CHART_PLOT_H, ticks, y_of, "predicted steps/s")
-    label_every = max(1, math.ceil((hi_n - lo_n + 1) * 24 / plot_w))
-    for n in range(lo_n, hi_n + 1):
-        if (n - lo_n) % label_every == 0:
-            body.append(
-                f'<line x1="{coord(x_of(n))}" y1="{base}" x2="{coord(x_of(n))}" y2="{base + 5}" stroke="#444"/>'
-            )
-            body.append(f'<text x="{coord(x_of(n))}" y="{base + 18}" text-anchor="middle">{n}</text>')
-    body.append(f'<text x="{CHART_LEFT + plot_w / 2}" y="{base + 36}" text-anchor="middle">num_workers</text></g>')
+    body = svg.y_axis(CHART_LEFT, plot_w, CHART_TOP, CHART_PLOT_H, ticks, y_of, "steps/s")
+    body += svg.count_axis(lo_n, hi_n, x_of, base, CHART_LEFT, plot_w)
     recorded = run.info.num_workers
     if recorded is not None and lo_n <= recorded <= hi_n:
         x = x_of(recorded)
@@ -267,33 +327,64 @@ def _predicted_svg(run: RunReport, title_id: str) -> str:
             f' stroke-dasharray="4 3"/><text x="{coord(x + 4)}" y="{CHART_TOP - 12}" fill="#555">as recorded'
             f" ({recorded})</text></g>"
         )
-    coords = " ".join(f"{coord(x_of(p.num_workers))},{coord(y_of(p.steps_per_s))}" for p in points)
-    body.append(f'<polyline points="{coords}" fill="none" stroke="{CHART_LINE}" stroke-width="2"/>')
+    if other:
+        body.append(
+            svg.polyline([(x_of(n), y_of(v)) for n, v, _ in other], PR_OTHER, "predicted other-basis", 1.5, True)
+        )
+    if main:
+        body.append(svg.polyline([(x_of(n), y_of(v)) for n, v, _ in main], CHART_LINE, "predicted basis", 2.5))
     chosen = None
-    for p in points:
-        is_chosen = p.num_workers == advice.num_workers
-        chosen = p if is_chosen else chosen
+    for n, v, p in main:
+        is_chosen = n == advice.num_workers
+        chosen = (n, v) if is_chosen else chosen
         radius, fill, cls = (7, PR_CHOSEN, "point recommended") if is_chosen else (4, CHART_LINE, "point")
         body.append(
-            f'<circle class="{cls}" data-num-workers="{p.num_workers}" cx="{coord(x_of(p.num_workers))}"'
-            f' cy="{coord(y_of(p.steps_per_s))}" r="{radius}" fill="{fill}" stroke="#fff"'
-            f' stroke-width="1.5"><title>num_workers={p.num_workers}: {p.steps_per_s:.2f} steps/s ({p.step_ms:.2f}'
-            f" ms/step, bound by {esc(p.bound)})</title></circle>"
+            f'<circle class="{cls}" data-num-workers="{n}" cx="{coord(x_of(n))}" cy="{coord(y_of(v))}" r="{radius}"'
+            f' fill="{fill}" stroke="#fff" stroke-width="1.5"><title>num_workers={n}: predicted {v:.2f} steps/s'
+            f" {basis} ({p.step_ms:.2f} ms/step inside an epoch, bound by {esc(p.bound)})</title></circle>"
         )
-    if chosen is not None:
-        x, y = x_of(chosen.num_workers), y_of(chosen.steps_per_s)
-        text = f"recommended: num_workers={chosen.num_workers}, {chosen.steps_per_s:.2f} steps/s"
-        right = x + 12 + len(text) * CHAR_W > WIDTH - CHART_RIGHT
-        anchor, tx = ("end", x - 12) if right else ("start", x + 12)
-        ty = y + 20 if y < CHART_TOP + 16 else y - 10  # keep the label inside the plot
+    body += _trial_marks(measured, basis, x_of, y_of)
+    tried = next((t for t in run.trials.runs if is_recommended_trial(run, t)), None) if run.trials else None
+    value = run.trials.measured(tried) if tried is not None else None
+    if advice.rests_on == RESTS_ON_MEASURED and value is not None:
+        # The recommendation rests on this measured point: ring it, and say so.
+        shift = PR_TRIAL_SHIFT if tried.persistent_workers else -PR_TRIAL_SHIFT
+        x, y = x_of(tried.num_workers) + shift, y_of(value)
         body.append(
-            f'<text class="recommended-label" x="{coord(tx)}" y="{coord(ty)}" text-anchor="{anchor}" fill="{PR_CHOSEN}"'
-            f' font-weight="600">{esc(text)}</text>'
+            f'<circle class="recommended-ring" cx="{coord(x)}" cy="{coord(y)}" r="9" fill="none" stroke="{PR_CHOSEN}"'
+            ' stroke-width="2"/>'
         )
-    label = f"Predicted steps per second for num_workers {lo_n} to {max(p.num_workers for p in points)}" + (
-        f"; recommended num_workers={advice.num_workers}" if advice.num_workers is not None else ""
+        persistent = " (persistent)" if tried.persistent_workers else ""
+        text = f"recommended: num_workers={tried.num_workers}{persistent}, measured {value:.2f} steps/s {basis}"
+        body.append(_recommended_label(text, x, y))
+    elif chosen is not None:
+        text = f"recommended: num_workers={chosen[0]}, predicted {chosen[1]:.2f} steps/s {basis}"
+        body.append(_recommended_label(text, x_of(chosen[0]), y_of(chosen[1])))
+    other_basis = BASIS_IN_EPOCH if basis == BASIS_WHOLE_EPOCHS else BASIS_WHOLE_EPOCHS
+    items = [(f"predicted {basis}: the basis the recommendation compares on", CHART_LINE)]
+    if other:
+        items.append((f"predicted {other_basis}", PR_OTHER))
+    if measured:
+        items.append((f"measured in this training (filled: {basis}), bar: spread; square: persistent", PR_MEASURED))
+    legend, legend_h = svg.legend(items, CHART_LEFT, base + 58, plot_w)
+    body += legend
+    label = (
+        f"Predicted steps per second {basis} for num_workers {lo_n} to {max(counts)}"
+        + (f", and {len(run.trials.runs)} settings measured in this training" if measured else "")
+        + (f"; recommended num_workers={advice.num_workers}" if advice.num_workers is not None else "")
     )
-    return svg.picture("predicted", base + 46, label, title_id, body)
+    return svg.picture("predicted", base + 58 + legend_h, label, title_id, body)
+
+
+def _recommended_label(text: str, x: float, y: float) -> str:
+    """``text`` beside the recommended point at (``x``, ``y``), inside the plot."""
+    right = x + 12 + len(text) * CHAR_W > WIDTH - CHART_RIGHT
+    anchor, tx = ("end", x - 12) if right else ("start", x + 12)
+    ty = y + 20 if y < CHART_TOP + 16 else y - 10  # keep the label inside the plot
+    return (
+        f'<text class="recommended-label" x="{coord(tx)}" y="{coord(ty)}" text-anchor="{anchor}" fill="{PR_CHOSEN}"'
+        f' font-weight="600">{esc(text)}</text>'
+    )
 
 
 # --- tables ----------------------------------------------------------------------------------------
@@ -437,6 +528,9 @@ def _run(run: RunReport, index: int) -> str:
     parts.append(f'<p class="settings"><code>{esc(recommendation_line(advice))}</code></p>')
     if advice.trainer_arguments:  # a Trainer (or ms-swift, LLaMA-Factory) created the DataLoader
         parts.append(f'<p class="settings">Trainer arguments: <code>{esc(advice.trainer_arguments)}</code></p>')
+    rests_on = rests_on_line(run)
+    if rests_on:
+        parts.append(f'<p class="rests-on">The recommended num_workers {esc(rests_on)}.</p>')
     parts.append("<p>Evidence:</p><ul>" + "".join(f"<li>{esc(e)}</li>" for e in advice.evidence) + "</ul>")
     if advice.basis:
         parts.append("<p>What this rests on:</p><ul>" + "".join(f"<li>{esc(b)}</li>" for b in advice.basis) + "</ul>")
@@ -461,31 +555,50 @@ def _run(run: RunReport, index: int) -> str:
             " backward, optimizer and other.",
         )
     )
-    parts.append("<h3>Predicted throughput</h3>")
-    if any(math.isfinite(p.steps_per_s) for p in advice.predicted):
-        rec = (
-            "" if advice.num_workers is None else f" The recommended num_workers={advice.num_workers} is marked in red."
-        )
-        parts.append(
-            page.figure(
-                _predicted_svg(run, f"{rid}-predicted-title"),
-                "Predicted steps per second against num_workers, from this run's measurements (bound per point in the"
-                f" table below).{esc(rec)}",
-            )
-        )
-        parts.append("<details><summary>Predictions table</summary>" + _predicted_table(run) + "</details>")
-    else:
-        parts.append(
-            '<p class="note no-predictions">No predictions: this run does not say what a batch costs to produce '
-            "(see what this rests on, above).</p>"
-        )
-
+    parts += _throughput(run, rid)
     parts.append("<details><summary>Step breakdown, loader and GPU details</summary>")
     parts.append("<h3>Step breakdown</h3>" + _breakdown_table(run))
     parts.append(_loader_tables(run))
     parts.append(_gpu_table(run))
     parts.append("</details></section>")
     return "\n".join(parts)
+
+
+def _throughput(run: RunReport, rid: str) -> list[str]:
+    """The trials measured against the predictions (their table), and the throughput picture."""
+    advice, trials = run.advice, run.trials
+    parts = []
+    if trials is not None:
+        classes = ["chosen" if is_recommended_trial(run, r) else "" for r in trials.runs]
+        parts.append(f"<h3>Measured in this training</h3><p>{esc(trials_heading(trials))}.</p>")
+        parts.append(page.table(TRIALS_HEADER, trials_rows(run), classes, cls="trials"))
+        if trials.notes:
+            parts.append("<ul>" + "".join(f"<li>{esc(n)}</li>" for n in trials.notes) + "</ul>")
+    measured = trials is not None and any(r.speed is not None for r in trials.runs)
+    parts.append(f"<h3>{'Predicted and measured' if measured else 'Predicted'} throughput</h3>")
+    if not measured and not any(math.isfinite(p.steps_per_s) for p in advice.predicted):
+        parts.append(
+            '<p class="note no-predictions">No predictions: this run does not say what a batch costs to produce '
+            "(see what this rests on, above).</p>"
+        )
+        return parts
+    basis, _, other = _lines(run)
+    caption = (
+        f"Steps per second against num_workers. Solid: predicted {basis}, which the recommendation rests on"
+        + (", the dashed line the other basis" if other else "")
+        + "; predicted from this run's measurements (bound per point in the table below)."
+    )
+    if measured:
+        caption += (
+            f" Points: the settings tried in this training, measured (filled: {basis}; hollow: the other basis;"
+            " squares: persistent workers), each with a bar as long as its spread over rounds."
+        )
+    if advice.num_workers is not None:
+        caption += f" The recommended num_workers={advice.num_workers} is marked in red."
+    parts.append(page.figure(_predicted_svg(run, f"{rid}-predicted-title"), esc(caption)))
+    if advice.predicted:
+        parts.append("<details><summary>Predictions table</summary>" + _predicted_table(run) + "</details>")
+    return parts
 
 
 def _comparison(report: Report) -> str:

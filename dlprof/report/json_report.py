@@ -16,6 +16,7 @@ from dlprof.results.analysis import (
     UnprofiledStats,
 )
 from dlprof.results.report import Report, RunReport
+from dlprof.results.trials import TrialsResult
 
 
 def _summary(summary: Summary) -> dict:
@@ -173,6 +174,32 @@ def _gpu(gpu: GpuStats) -> dict:
     }
 
 
+def _trials(trials: TrialsResult) -> dict:
+    return {
+        "mode": trials.mode,
+        "rounds": trials.rounds,
+        "rounds_planned": trials.rounds_planned,
+        "basis": trials.basis,
+        "runs": [
+            {
+                "num_workers": r.num_workers,
+                "persistent_workers": r.persistent_workers,
+                "steps_per_s": rounded(r.steps_per_s),
+                "spread_pct": rounded(r.speed.spread_pct if r.speed else None, 2),
+                "epoch_steps_per_s": rounded(r.epoch_steps_per_s),
+                "restart_ms": rounded(r.restart_ms),
+                "steps_timed": r.speed.steps if r.speed else 0,
+                "trusted": r.speed.trusted if r.speed else False,
+                "segments": r.segments,
+                "predicted_steps_per_s": rounded(r.predicted_steps_per_s),
+                "error_pct": rounded(r.error_pct, 2),
+            }
+            for r in trials.runs
+        ],
+        "notes": list(trials.notes),
+    }
+
+
 def _recommendation(advice: Advice) -> dict:
     return {
         "num_workers": advice.num_workers,
@@ -181,6 +208,7 @@ def _recommendation(advice: Advice) -> dict:
         "persistent_workers": advice.persistent_workers,
         "bound": advice.bound,
         "verdict": advice.verdict,
+        "rests_on": advice.rests_on,
         # Only when a Trainer (or ms-swift, LLaMA-Factory) created the DataLoader.
         **({"trainer_arguments": advice.trainer_arguments} if advice.trainer_arguments else {}),
         "predicted": [
@@ -211,6 +239,7 @@ def run_document(run: RunReport) -> dict:
         "breakdown_p90_ms": {c: rounded(steps.categories[c].p90_ms) for c in CATEGORIES},
         "loader": None if run.loader is None else _loader(run.loader),
         "gpu": None if run.gpu is None else _gpu(run.gpu),
+        "trials": None if run.trials is None else _trials(run.trials),
         "recommendation": _recommendation(run.advice),
     }
 

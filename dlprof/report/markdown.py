@@ -6,6 +6,7 @@ from __future__ import annotations
 from dlprof.report.common import (
     PREDICTED_HEADER,
     RANKS_HEADER,
+    TRIALS_HEADER,
     breakdown_rows,
     epoch_line,
     known,
@@ -14,8 +15,11 @@ from dlprof.report.common import (
     rank_rows,
     ranks_line,
     recommendation_line,
+    rests_on_line,
     setting,
     skipped_line,
+    trials_heading,
+    trials_rows,
     unprofiled_line,
     verdict_line,
 )
@@ -72,7 +76,11 @@ def _run(run: RunReport) -> list[str]:
     lines += ["", "**Recommendation:** `" + recommendation_line(advice) + "`", ""]
     if advice.trainer_arguments:  # a Trainer (or ms-swift, LLaMA-Factory) created the DataLoader
         lines += ["**Trainer arguments:** `" + advice.trainer_arguments + "`", ""]
+    rests_on = rests_on_line(run)
+    if rests_on:
+        lines += [f"The recommended num_workers {rests_on}.", ""]
     lines += [f"- {e}" for e in advice.evidence]
+    lines += _trials(run)
     if advice.predicted:
         lines += ["", "Predicted throughput:", ""]
         lines += _table(PREDICTED_HEADER, predicted_rows(advice, " ←"))
@@ -123,6 +131,17 @@ def _run(run: RunReport) -> list[str]:
     if advice.basis:
         lines += ["", "What this rests on:", ""] + [f"- {b}" for b in advice.basis]
     lines += ["", "</details>"]
+    return lines
+
+
+def _trials(run: RunReport) -> list[str]:
+    """The settings the in-process trials measured, against the predictions; nothing for a run without trials."""
+    if run.trials is None:
+        return []
+    lines = ["", f"**{trials_heading(run.trials)}:**", ""]
+    lines += _table(TRIALS_HEADER, trials_rows(run, " ←"))
+    if run.trials.notes:
+        lines += [""] + [f"- {note}" for note in run.trials.notes]
     return lines
 
 

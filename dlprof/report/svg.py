@@ -93,3 +93,35 @@ def y_axis(left: float, plot_w: float, top: float, plot_h: float, ticks: list[fl
     )
     body.append(f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#444"/>')
     return body
+
+
+def polyline(points: list[tuple[float, float]], colour: str, cls: str, width: float = 2, dashed: bool = False) -> str:
+    """A line through ``points`` (SVG coordinates), of class ``cls``; dashed for a line that is not the main one."""
+    coords = " ".join(f"{coord(x)},{coord(y)}" for x, y in points)
+    dash = ' stroke-dasharray="6 4"' if dashed else ""
+    return f'<polyline class="{cls}" points="{coords}" fill="none" stroke="{colour}" stroke-width="{width:g}"{dash}/>'
+
+
+def error_bar(x: float, y_low: float, y_high: float, colour: str, cap: float = 4) -> str:
+    """A vertical bar from ``y_low`` to ``y_high`` (SVG coordinates) with caps: a measurement's spread."""
+    return (
+        f'<path class="spread" d="M{coord(x)} {coord(y_low)}V{coord(y_high)}M{coord(x - cap)} {coord(y_low)}'
+        f'H{coord(x + cap)}M{coord(x - cap)} {coord(y_high)}H{coord(x + cap)}" stroke="{colour}" stroke-width="1.5"'
+        ' fill="none"/>'
+    )
+
+
+def count_axis(
+    lo: int, hi: int, x_of, base: float, left: float, plot_w: float, label: str = "num_workers"
+) -> list[str]:
+    """Ticks and labels of whole counts ``lo`` to ``hi`` under a chart (as many as fit), the axis label, and the end of
+    the ``<g class="axis">`` that :func:`y_axis` opened."""
+    body = []
+    every = max(1, math.ceil((hi - lo + 1) * 24 / plot_w))  # keep the labels from overlapping
+    for n in range(lo, hi + 1):
+        if (n - lo) % every == 0:
+            x = coord(x_of(n))
+            body.append(f'<line x1="{x}" y1="{base}" x2="{x}" y2="{base + 5}" stroke="#444"/>')
+            body.append(f'<text x="{x}" y="{base + 18}" text-anchor="middle">{n}</text>')
+    body.append(f'<text x="{left + plot_w / 2}" y="{base + 36}" text-anchor="middle">{esc(label)}</text></g>')
+    return body

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dlprof.report.common import (
     PREDICTED_HEADER,
     RANKS_HEADER,
+    TRIALS_HEADER,
     breakdown_rows,
     epoch_line,
     loader_rows,
@@ -12,9 +13,12 @@ from dlprof.report.common import (
     rank_rows,
     ranks_line,
     recommendation_line,
+    rests_on_line,
     run_line,
     setting,
     skipped_line,
+    trials_heading,
+    trials_rows,
     unprofiled_line,
     verdict_line,
 )
@@ -99,8 +103,15 @@ def _run(run: RunReport) -> list[str]:
     lines += ["", "Recommendation", "  " + recommendation_line(advice)]
     if advice.trainer_arguments:  # a Trainer (or ms-swift, LLaMA-Factory) created the DataLoader
         lines.append(f"  Trainer arguments: {advice.trainer_arguments}")
+    rests_on = rests_on_line(run)
+    if rests_on:
+        lines.append(f"  The recommended num_workers {rests_on}")
     lines.append("  Evidence:")
     lines += [f"   - {e}" for e in advice.evidence]
+    if run.trials is not None:
+        lines += ["", trials_heading(run.trials)]
+        lines += _table(trials_rows(run, " <"), TRIALS_HEADER)
+        lines += [f"  - {note}" for note in run.trials.notes]
     if advice.predicted:
         lines += ["", "Predicted"]
         lines += _table(predicted_rows(advice, " <"), PREDICTED_HEADER)

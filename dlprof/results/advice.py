@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+#: What a recommended ``num_workers`` rests on (:attr:`Advice.rests_on`): tried in the running training, or the model.
+RESTS_ON_MEASURED = "measured"
+RESTS_ON_PREDICTED = "predicted"
+
 
 @dataclass(frozen=True)
 class Prediction:
@@ -43,4 +47,7 @@ class Advice:
     #: What the recommended ``num_workers`` rests on: ``"measured"`` (it was tried in the running training and
     #: came within reach of the best measured) or ``"predicted"`` (the throughput model, between and beyond the
     #: settings tried, or for a run without trials).
-    rests_on: str = "predicted"
+    rests_on: str = RESTS_ON_PREDICTED
+    #: Which speeds the recommendation compared (:data:`dlprof.results.trials.BASIS_WHOLE_EPOCHS`, worker restarts
+    #: included, or :data:`~dlprof.results.trials.BASIS_IN_EPOCH`); None when nothing was compared.
+    compared_on: str | None = None

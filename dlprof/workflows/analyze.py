@@ -13,6 +13,7 @@ from dlprof.analysis.intervals import Timeline
 from dlprof.analysis.loader import loader_stats
 from dlprof.analysis.ranks import compare_ranks, rank_stats
 from dlprof.analysis.steps import segments_between, step_breakdown, step_segments
+from dlprof.analysis.trials import trials_result, with_predictions
 from dlprof.analysis.unprofiled import unprofiled_stats
 from dlprof.errors import DlprofError, TraceFormatError, display
 from dlprof.results.report import Lane, Report, RunInfo, RunReport, Skipped, TimelinePicture
@@ -100,10 +101,19 @@ def analyze_run(run: TraceRun) -> RunReport:
     loader = loader_stats(run)
     gpu = gpu_stats(run)
     batches_per_step = _batches_per_step(run)
-    unprofiled = unprofiled_stats(run.manifest, batches_per_step)
+    manifest = run.manifest
+    unprofiled = unprofiled_stats(manifest, batches_per_step)
+    measured = trials_result(manifest, batches_per_step, loader)
     problems = run.trace_problems + run.manifest_problems
-    advice = advise(steps, loader, gpu, run.manifest, batches_per_step, run.loads_in_main_process, unprofiled, problems)
-    return RunReport(_info(run, batches_per_step), steps, loader, gpu, advice, _timeline(run), unprofiled, run.manifest)
+    advice = advise(
+        steps, loader, gpu, manifest, batches_per_step, run.loads_in_main_process, unprofiled, problems, measured
+    )
+    trials = None
+    if measured is not None:  # the predictions are for the training loader's persistent_workers, as recorded
+        persistent = bool(manifest.loader is not None and manifest.loader.persistent_workers)
+        trials = with_predictions(measured, advice.predicted, persistent)
+    info = _info(run, batches_per_step)
+    return RunReport(info, steps, loader, gpu, advice, _timeline(run), unprofiled, manifest, trials=trials)
 
 
 def analyze_job(runs: Sequence[TraceRun]) -> RunReport:

@@ -1,4 +1,5 @@
-"""Every text renderer against a golden file, on the hand-written dlprof trace.
+"""Every renderer against a golden file, on the hand-written dlprof trace and on the one with in-process trials
+(tests/data/tiny_trials_trace.json, written by scripts/make_trials_trace.py).
 
 ``UPDATE_GOLDEN=1 python -m pytest tests/report/test_golden.py`` rewrites the files; review the diff.
 """
@@ -16,29 +17,36 @@ from dlprof.results.report import Report
 from dlprof.workflows.analyze import build_report
 
 GOLDEN_DIR = DATA_DIR / "golden"
-CASES = {
-    "text": "tiny_dlprof.txt",
-    "markdown": "tiny_dlprof.md",
-    "json": "tiny_dlprof.json",
-    "html": "tiny_dlprof.html",
-}
+EXTENSIONS = {"text": "txt", "markdown": "md", "json": "json", "html": "html"}
+#: Golden file stem per trace.
+TRACES = {"tiny_dlprof": "tiny_dlprof_trace.json", "tiny_trials": "tiny_trials_trace.json"}
 
 
-@pytest.fixture(scope="module")
-def report():
+def _report(trace: str) -> Report:
     # A relative path, so that the golden files do not depend on where the repository is.
     cwd = os.getcwd()
     os.chdir(TESTS_DIR.parent)
     try:
-        return build_report(DATA_DIR.relative_to(TESTS_DIR.parent) / "tiny_dlprof_trace.json")
+        return build_report(DATA_DIR.relative_to(TESTS_DIR.parent) / trace)
     finally:
         os.chdir(cwd)
 
 
-@pytest.mark.parametrize("fmt", sorted(CASES))
-def test_renderer_matches_golden_file(report, fmt):
-    rendered = renderer(Report, fmt)(report)
-    golden = GOLDEN_DIR / CASES[fmt]
+@pytest.fixture(scope="module")
+def report():
+    return _report(TRACES["tiny_dlprof"])
+
+
+@pytest.fixture(scope="module")
+def reports():
+    return {stem: _report(trace) for stem, trace in TRACES.items()}
+
+
+@pytest.mark.parametrize("stem", sorted(TRACES))
+@pytest.mark.parametrize("fmt", sorted(EXTENSIONS))
+def test_renderer_matches_golden_file(reports, stem, fmt):
+    rendered = renderer(Report, fmt)(reports[stem])
+    golden = GOLDEN_DIR / f"{stem}.{EXTENSIONS[fmt]}"
     if os.environ.get("UPDATE_GOLDEN"):
         golden.write_text(rendered, encoding="utf-8")
     assert rendered == golden.read_text(encoding="utf-8")
@@ -72,3 +80,40 @@ def test_json_follows_the_documented_schema(report):
     }
     assert set(recommendation["predicted"][0]) >= {"num_workers", "step_ms", "steps_per_s"}
     assert sum(document["breakdown_ms"].values()) == pytest.approx(document["steps"]["step_ms_mean"], abs=0.01)
+
+
+def test_json_trials_follow_the_documented_schema(reports):
+    document = json.loads(renderer(Report, "json")(reports["tiny_trials"]))
+    trials = document["trials"]
+    assert (trials["mode"], trials["rounds"], trials["rounds_planned"]) == ("in-process", 2, 2)
+    assert trials["basis"] == "over whole epochs" and isinstance(trials["notes"], list)
+    assert set(trials["runs"][0]) == {
+        "num_workers",
+        "persistent_workers",
+        "steps_per_s",
+        "spread_pct",
+        "epoch_steps_per_s",
+        "restart_ms",
+        "steps_timed",
+        "trusted",
+        "segments",
+        "predicted_steps_per_s",
+        "error_pct",
+    }
+    assert [(r["num_workers"], r["persistent_workers"]) for r in trials["runs"]] == [
+        (0, False),
+        (1, False),
+        (1, True),
+        (2, False),
+        (2, True),
+    ]
+    assert document["recommendation"]["rests_on"] == "measured"
+    without = json.loads(renderer(Report, "json")(reports["tiny_dlprof"]))
+    assert without["trials"] is None and without["recommendation"]["rests_on"] == "predicted"
+
+
+def test_what_the_recommendation_rests_on_is_said_only_for_runs_with_trials(reports):
+    line = "The recommended num_workers rests on measurement: num_workers=2 was tried in this training"
+    for fmt in ("text", "markdown"):
+        assert line in renderer(Report, fmt)(reports["tiny_trials"])
+        assert "The recommended num_workers rests on" not in renderer(Report, fmt)(reports["tiny_dlprof"])

@@ -331,3 +331,83 @@ def test_run_without_predictions_gets_a_note_instead_of_the_picture():
     assert sorted(pictures(page)) == ["breakdown", "timeline"]
     assert 'class="note no-predictions"' in page
     assert "num_workers=keep" in page
+
+
+# --- the throughput picture: both bases, and the trials measured ------------------------------------
+
+
+def _golden_report(name: str) -> Report:
+    from conftest import DATA_DIR
+
+    return build_report(DATA_DIR / name)
+
+
+def test_throughput_picture_draws_both_bases_and_names_the_one_the_advice_compares_on():
+    report = _golden_report("tiny_dlprof_trace.json")
+    advice = report.runs[0].advice
+    page = render(report)
+    svg = pictures(page)["predicted"]
+    basis = with_class(svg, "polyline", "basis")
+    other = with_class(svg, "polyline", "other-basis")
+    assert len(basis) == 1 and len(other) == 1 and other[0].get("stroke-dasharray")
+    # The recommendation compares over whole epochs: its line goes through the epoch predictions, one point each.
+    points = with_class(svg, "circle", "point")
+    assert [p.findtext("title").split(": predicted ")[1].split(" steps/s")[0] for p in points] == [
+        f"{p.epoch_steps_per_s:.2f}" for p in advice.predicted
+    ]
+    assert len(basis[0].get("points").split()) == len(advice.predicted) == len(other[0].get("points").split())
+    text = ET.tostring(svg, encoding="unicode")
+    assert "predicted over whole epochs: the basis the recommendation compares on" in text
+    assert "predicted inside an epoch" in text
+    assert "recommended: num_workers=0, predicted 869.57 steps/s over whole epochs" in text
+    assert "Solid: predicted over whole epochs, which the recommendation rests on" in page
+
+
+def _bar(group: ET.Element) -> tuple[float, float]:
+    """The y extent of a trial's spread bar: its path starts ``Mx y_low Vy_high``."""
+    d = next(group.iter("path")).get("d")
+    low = float(d.split()[1].split("V")[0])
+    high = float(d.split("V")[1].split("M")[0])
+    return low, high
+
+
+def test_throughput_picture_shows_the_trials_as_points_with_their_spread():
+    report = _golden_report("tiny_trials_trace.json")
+    run = report.runs[0]
+    svg = pictures(render(report))["predicted"]
+    groups = with_class(svg, "g", "trial")
+    # Every tried setting, over whole epochs (filled: the basis) and inside an epoch (hollow).
+    drawn = [(g.get("data-num-workers"), g.get("data-persistent"), g.get("data-basis")) for g in groups]
+    expected = [
+        (str(r.num_workers), str(r.persistent_workers).lower(), basis)
+        for r in run.trials.runs
+        for basis in ("over whole epochs", "inside an epoch")
+    ]
+    assert drawn == expected
+    for g in groups:
+        mark = next(e for e in g if (e.get("class") or "") == "trial-point")
+        assert mark.tag == ("rect" if g.get("data-persistent") == "true" else "circle")
+        assert (mark.get("fill") == "#fff") == (g.get("data-basis") == "inside an epoch")
+    # The bars are as long as the spread: on the y scale, spread % of the value.
+    ticks = [float(t.text) for t in with_class(svg, "g", "axis")[0].iter("text") if re.fullmatch(r"[\d.]+", t.text)]
+    zero = next(g for g in groups if g.get("data-num-workers") == "0" and g.get("data-basis") == "inside an epoch")
+    low, high = _bar(zero)
+    zero_run = run.trials.runs[0]
+    units_per_step = 220 / max(ticks)  # CHART_PLOT_H over the axis's top
+    assert low - high == pytest.approx(zero_run.steps_per_s * zero_run.speed.spread_pct / 100 * units_per_step, abs=0.2)
+    # The recommendation rests on the measured persistent two workers: ringed and labelled with the measured speed.
+    assert len(with_class(svg, "circle", "recommended-ring")) == 1
+    chosen = next(r for r in run.trials.runs if r.num_workers == 2 and r.persistent_workers)
+    label = with_class(svg, "text", "recommended-label")[0].text
+    assert (
+        label
+        == f"recommended: num_workers=2 (persistent), measured {chosen.epoch_steps_per_s:.2f} steps/s over whole epochs"
+    )
+
+
+def test_trials_table_and_what_the_recommendation_rests_on_in_the_page():
+    page = render(_golden_report("tiny_trials_trace.json"))
+    assert "<h3>Predicted and measured throughput</h3>" in page and "<h3>Measured in this training</h3>" in page
+    assert '<p class="rests-on">The recommended num_workers rests on measurement: num_workers=2 was tried' in page
+    table = re.search(r'<table class="trials">.*?</table>', page, re.S).group(0)
+    assert table.count("<tr") == 1 + 5 and table.count('class="chosen"') == 1

@@ -1,0 +1,363 @@
+"""The in-process trials (``dlprof record --try-workers``): every tried DataLoader setting's speed, measured inside the
+one running training, next to what the model predicted for it.
+
+The trials trained on after the reference steps, switching the training DataLoader between settings in rounds
+(``Manifest.trials``); each stretch at one setting is a :class:`~dlprof.manifest.TrialSegment` of the step clock.
+
+* **A segment's speed.** Its steps from the step clock, cut at its pauses: the switch that starts it, and every epoch
+  start inside it. After each pause the refill transient is left out (:func:`dlprof.throughput.transient_steps`),
+  with a queue of :func:`~dlprof.throughput.queue_steps` for the segment's ``num_workers``; right after the switch,
+  for the previous setting's too: the batches it had in flight are kept and served first, so the first steps of the
+  new setting take batches it did not make. Where workers were started (the switch to a setting with workers, an
+  epoch start without persistent workers) at least :data:`~dlprof.manifest.EPOCH_SETTLE_STEPS` are left out as well:
+  forking slows the next steps. The steady steps left are measured as steps over time
+  (:func:`dlprof.throughput.measure`).
+* **A setting's speed.** Its segments over the rounds combined (:func:`dlprof.throughput.combine`: all steps over all
+  their time; the spread is the range of the rounds' rates).
+* **A setting's restart** (what an epoch boundary costs it), in this order of preference:
+
+  1. measured at real epoch boundaries inside its segments: the steps left out after the epoch start, less as many
+     steady steps (the restart's whole cost: shutting the workers down, starting new ones, the first batch, and the
+     slowdown forking causes);
+  2. without workers, none;
+  3. workers that restart (``persistent_workers=False``): measured the same way at the switches to it, which shut
+     the previous workers down and start new ones as an epoch boundary does (the switch falls in the segment's
+     first step); without steady steps to measure against, from the switches' timings: the median time from creating
+     the iterator to its first batch plus the median time to shut its workers down when the trials left it, a rough
+     estimate (part of that first batch is made while training would have waited for it anyway: in an I/O-bound
+     check it came out twice the restart measured at epoch boundaries at one worker);
+  4. persistent workers: the wait for an epoch's first batch, which the workers, alive, make from scratch: a step's
+     batches made by ``num_workers`` workers in parallel, ``ceil(batches per step / num_workers)`` batch times, at the
+     batch time measured in the loader processes; without worker spans, the switches' wait for the first batch less
+     the creation of the iterator (an upper bound: a fresh worker also initialises).
+
+* **Over whole epochs**, when the epoch length is known: ``steps per epoch / (steps per epoch / rate + restart)``.
+  The trials compare over whole epochs when every setting measured has that speed, else inside an epoch
+  (:data:`~dlprof.results.trials.BASIS_WHOLE_EPOCHS`, :data:`~dlprof.results.trials.BASIS_IN_EPOCH`).
+
+:func:`trials_result` measures; :func:`with_predictions` sets the model's predictions beside the measurements once the
+advice has made them. Torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from dlprof import throughput
+from dlprof.manifest import EPOCH_SETTLE_STEPS, LoaderConfig, Manifest, StepClock, Trials, TrialSegment
+from dlprof.results.advice import Prediction
+from dlprof.results.analysis import LoaderStats, Throughput
+from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS, TrialRun, TrialsResult
+
+#: A DataLoader setting tried: (num_workers, persistent_workers).
+Setting = tuple[int, bool]
+
+
+def label(num_workers: int, persistent_workers: bool) -> str:
+    """How the notes name a setting: ``num_workers=2`` or ``num_workers=2 (persistent)``."""
+    return f"num_workers={num_workers}" + (" (persistent)" if persistent_workers else "")
+
+
+def switched_loader(manifest: Manifest) -> LoaderConfig | None:
+    """The DataLoader the trials switched (``Trials.loader``), else the run's training loader."""
+    trials = manifest.trials
+    loaders = [c for c in (manifest.loader, *manifest.loaders) if c is not None]
+    if trials is not None and trials.loader is not None:
+        found = next((c for c in loaders if c.id == trials.loader), None)
+        if found is not None:
+            return found
+    return manifest.loader
+
+
+# ------------------------------------------------------------------------------------ one segment
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """A stretch of a segment between two pauses: steps ``start`` to ``stop`` of the step clock, ``left_out`` of them
+    the transient after the pause at ``start`` (an epoch start when ``boundary``, else the switch)."""
+
+    start: int
+    stop: int
+    left_out: int
+    boundary: bool
+
+
+def _pieces(clock: StepClock, segment: TrialSegment, first_queue: int, queue: int) -> list[_Piece]:
+    stop = min(segment.first_step + segment.steps, len(clock))
+    if segment.first_step >= stop:
+        return []
+    starts = [segment.first_step] + [i for i in range(segment.first_step + 1, stop) if clock.epoch_start[i]]
+    pieces = []
+    for k, (a, b) in enumerate(zip(starts, [*starts[1:], stop])):
+        left = throughput.transient_steps(clock.wall_ms[a:b], clock.wait_ms[a:b], first_queue if k == 0 else queue)
+        if segment.num_workers and (k == 0 or not segment.persistent_workers):
+            left = max(left, min(EPOCH_SETTLE_STEPS, b - a))  # workers were started: forking slows the next steps
+        pieces.append(_Piece(a, b, left, k > 0))
+    return pieces
+
+
+def _speed(clock: StepClock, pieces: list[_Piece]) -> Throughput | None:
+    steady = [ms for p in pieces for ms in clock.wall_ms[p.start + p.left_out : p.stop]]
+    measured = throughput.measure(steady)
+    return None if measured is None else replace(measured, transient_steps=sum(p.left_out for p in pieces))
+
+
+def _excess_ms(clock: StepClock, piece: _Piece, steady_ms: float) -> float:
+    """What the pause that starts ``piece`` cost (an epoch boundary, or a switch): its left-out steps (at least the
+    first) beyond as many steady ones."""
+    window = max(1, piece.left_out)
+    return max(0.0, sum(clock.wall_ms[piece.start : piece.start + window]) - window * steady_ms)
+
+
+# ------------------------------------------------------------------------------------ one setting
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+@dataclass(frozen=True)
+class _Restart:
+    ms: float | None
+    #: How it was found, for the notes (a key of :data:`_RESTART_NOTES`, or "none"); None when unknown.
+    source: str | None
+
+
+def _restart(
+    setting: Setting,
+    pauses: tuple[list[float], list[float]],
+    switched_to: list[TrialSegment],
+    shutdowns: list[float | None],
+    loader: LoaderStats | None,
+    batches_per_step: float,
+) -> _Restart:
+    """``pauses``: what the epoch boundaries inside the setting's segments cost, and what the switches to it cost."""
+    num_workers, persistent = setting
+    boundaries, switches = pauses
+    if boundaries:
+        return _Restart(statistics.median(boundaries), "boundaries")
+    if num_workers == 0:
+        return _Restart(0.0, "none")
+    if not persistent:
+        if switches:
+            return _Restart(statistics.median(switches), "switches")
+        first, shutdown = _median([s.first_batch_ms for s in switched_to]), _median(shutdowns)
+        if first is None or shutdown is None:
+            return _Restart(None, None)
+        return _Restart(first + shutdown, "switch timings")
+    if loader is not None and loader.batches:
+        return _Restart(math.ceil(batches_per_step / num_workers) * loader.batch.mean_ms, "estimated")
+    waits = [
+        s.first_batch_ms - s.start_ms for s in switched_to if s.first_batch_ms is not None and s.start_ms is not None
+    ]
+    return _Restart(max(0.0, statistics.median(waits)), "first batch") if waits else _Restart(None, None)
+
+
+def _epoch_rate(speed: Throughput | None, restart_ms: float | None, steps_per_epoch: float | None) -> float | None:
+    if speed is None or restart_ms is None or not steps_per_epoch or speed.steps_per_s <= 0:
+        return None
+    return steps_per_epoch / (steps_per_epoch / speed.steps_per_s + restart_ms / 1000)
+
+
+# ------------------------------------------------------------------------------------ the trials
+
+
+def _settings(trials: Trials) -> list[Setting]:
+    """Every setting that ran a segment, by num_workers, the persistent one after the other."""
+    return sorted({(s.num_workers, s.persistent_workers) for s in trials.segments})
+
+
+def _complete_rounds(trials: Trials) -> int:
+    """Rounds in which every asked-for count ran (and, with ``--try-persistent``, every count with workers ran with
+    persistent workers too)."""
+    rounds = 0
+    for r in sorted({s.round for s in trials.segments}):
+        ran = {(s.num_workers, s.persistent_workers) for s in trials.segments if s.round == r}
+        counts = {n for n, _ in ran}
+        persistent = {n for n, p in ran if p}
+        if all(n in counts for n in trials.counts) and (
+            not trials.persistent or all(n in persistent for n in trials.counts if n > 0)
+        ):
+            rounds += 1
+    return rounds
+
+
+def _shutdowns(trials: Trials, recorded: Setting) -> dict[Setting, list[float | None]]:
+    """Per setting, the shut-downs of its workers the switches away from it measured."""
+    ordered = sorted(trials.segments, key=lambda s: s.first_step)
+    previous = [recorded] + [(s.num_workers, s.persistent_workers) for s in ordered[:-1]]
+    found: dict[Setting, list[float | None]] = {}
+    for before, segment in zip(previous, ordered):
+        found.setdefault(before, []).append(segment.shutdown_ms)
+    return found
+
+
+def _first_queues(trials: Trials, recorded: Setting, prefetch: int | None, batches_per_step: float) -> list[int]:
+    """Per segment (in the order of ``trials.segments``), the queue left after its switch: its own setting's, or the
+    previous setting's batches in flight, kept and served first, whichever is longer."""
+    ordered = sorted(range(len(trials.segments)), key=lambda i: trials.segments[i].first_step)
+    queues = [0] * len(trials.segments)
+    before = recorded[0]
+    for i in ordered:
+        segment = trials.segments[i]
+        queues[i] = max(
+            throughput.queue_steps(segment.num_workers, prefetch, batches_per_step),
+            throughput.queue_steps(before, prefetch, batches_per_step),
+        )
+        before = segment.num_workers
+    return queues
+
+
+_RESTART_NOTES = {
+    "boundaries": "restart measured at epoch boundaries inside the trials (the steps after the epoch start beyond"
+    " steady ones)",
+    "switches": "restart measured at the switches to it (the steps after the switch beyond steady ones: a switch shuts"
+    " the workers down and starts new ones, as an epoch boundary does)",
+    "switch timings": "restart from the switches' timings: creating the iterator to its first batch, plus shutting the"
+    " workers down (a rough estimate: training would have waited for part of that first batch anyway)",
+    "estimated": "restart of persistent workers estimated as the wait for an epoch's first batch: a step's batches made"
+    " afresh by the workers in parallel, at the batch time measured in the loader processes",
+    "first batch": "restart of persistent workers estimated from the switches' wait for the first batch, less creating"
+    " the iterator (an upper bound: a fresh worker also initialises)",
+}
+
+
+def _notes(
+    trials: Trials, runs: list[TrialRun], sources: dict[Setting, str | None], rounds: int, basis: str
+) -> list[str]:
+    notes = []
+    if trials.incomplete:
+        notes.append(
+            f"the trials ended early ({trials.incomplete}): {rounds} of {trials.rounds} round(s) ran to their end"
+        )
+    elif rounds < trials.rounds:
+        notes.append(f"{rounds} of {trials.rounds} round(s) ran to their end")
+    tried = {r.num_workers for r in runs}
+    notes += [f"num_workers={n}: not tried (no segment ran)" for n in trials.counts if n not in tried]
+    for run in runs:
+        name = label(run.num_workers, run.persistent_workers)
+        speed = run.speed
+        if speed is None:
+            notes.append(f"{name}: no steady steps (every step was refill transient); raise --trial-steps")
+        elif not throughput.enough(speed.steps, speed.seconds):
+            notes.append(
+                f"{name}: {speed.steps} steady steps in {speed.seconds:.2f} s, fewer than {throughput.MIN_STEPS} steps"
+                f" or {throughput.MIN_SECONDS:g} s: too short to trust; raise --trial-steps"
+            )
+        elif speed.spread_pct > throughput.MAX_SPREAD_PCT:
+            notes.append(
+                f"{name}: its rate varied {speed.spread_pct:.0f} % between rounds (more than"
+                f" {throughput.MAX_SPREAD_PCT:g} %): too wide to trust"
+            )
+    for source, note in _RESTART_NOTES.items():
+        names = [label(*setting) for setting, s in sources.items() if s == source]
+        if names:
+            notes.append(f"{note}: {', '.join(names)}")
+    unknown = [label(r.num_workers, r.persistent_workers) for r in runs if r.speed is not None and r.restart_ms is None]
+    if unknown and basis == BASIS_IN_EPOCH:
+        notes.append(f"compared inside an epoch: the restart of {', '.join(unknown)} is unknown")
+    return notes
+
+
+def trials_result(
+    manifest: Manifest | None, batches_per_step: float, loader: LoaderStats | None = None
+) -> TrialsResult | None:
+    """What the in-process trials of this run measured; None for a run without trials (or without a step clock).
+
+    The predictions are not set yet (:func:`with_predictions` sets them).
+
+    Args:
+        batches_per_step: the run's batches per training step (the queue's length in steps, the epoch's in steps).
+        loader: the loader's statistics (its batch time estimates a persistent worker's first batch of an epoch).
+    """
+    trials = manifest.trials if manifest is not None else None
+    if trials is None or not len(manifest.step_clock):
+        return None
+    clock = manifest.step_clock
+    config = switched_loader(manifest)
+    prefetch = config.prefetch_factor if config else None
+    recorded = ((config.num_workers or 0) if config else 0, bool(config and config.persistent_workers))
+    first_queues = _first_queues(trials, recorded, prefetch, batches_per_step)
+    shutdowns = _shutdowns(trials, recorded)
+    steps_per_epoch = config.length / batches_per_step if config and config.length else None
+    runs, sources = [], {}
+    for setting in _settings(trials):
+        mine = [i for i, s in enumerate(trials.segments) if (s.num_workers, s.persistent_workers) == setting]
+        queue = throughput.queue_steps(setting[0], prefetch, batches_per_step)
+        pieces = [_pieces(clock, trials.segments[i], first_queues[i], queue) for i in mine]
+        speed = throughput.combine([s for s in (_speed(clock, p) for p in pieces) if s is not None])
+        pauses: tuple[list[float], list[float]] = ([], [])
+        if speed is not None:
+            steady_ms = 1000 / speed.steps_per_s
+            pauses = (
+                [_excess_ms(clock, p, steady_ms) for ps in pieces for p in ps if p.boundary],
+                [_excess_ms(clock, ps[0], steady_ms) for ps in pieces if ps],
+            )
+        switched_to = [trials.segments[i] for i in mine]
+        restart = _restart(setting, pauses, switched_to, shutdowns.get(setting, []), loader, batches_per_step)
+        sources[setting] = restart.source
+        runs.append(
+            TrialRun(
+                num_workers=setting[0],
+                persistent_workers=setting[1],
+                speed=speed,
+                epoch_steps_per_s=_epoch_rate(speed, restart.ms, steps_per_epoch),
+                restart_ms=restart.ms,
+                segments=len(mine),
+                predicted_steps_per_s=None,
+                error_pct=None,
+            )
+        )
+    measured = [r for r in runs if r.speed is not None]
+    whole = bool(measured) and all(r.epoch_steps_per_s is not None for r in measured)
+    basis = BASIS_WHOLE_EPOCHS if whole else BASIS_IN_EPOCH
+    rounds = _complete_rounds(trials)
+    notes = _notes(trials, runs, sources, rounds, basis)
+    return TrialsResult(rounds, trials.rounds, basis, tuple(runs), tuple(notes))
+
+
+def predicted_on_basis(
+    prediction: Prediction | None, persistent_workers: bool, basis: str, recorded_persistent: bool
+) -> float | None:
+    """The model's prediction for a tried setting on ``basis``; None when the model does not predict it.
+
+    The model predicts for the recorded run's ``persistent_workers``, with no restart for persistent workers: over whole
+    epochs a persistent setting's prediction is its rate inside an epoch, and a setting whose workers restart has no
+    prediction over whole epochs when the run was recorded with persistent workers (the model saw no restart).
+    """
+    if prediction is None:
+        return None
+    if basis == BASIS_IN_EPOCH:
+        value = prediction.steps_per_s
+    elif prediction.epoch_steps_per_s is None:
+        value = None
+    elif prediction.num_workers == 0 or persistent_workers:
+        value = prediction.steps_per_s
+    else:
+        value = None if recorded_persistent else prediction.epoch_steps_per_s
+    return value if value is not None and math.isfinite(value) else None
+
+
+def with_predictions(result: TrialsResult, predicted: Sequence[Prediction], recorded_persistent: bool) -> TrialsResult:
+    """``result`` with the model's prediction for each tried setting on its basis, and the error against the measured
+    speed, % ((predicted - measured) / measured).
+
+    Args:
+        predicted: the advice's predictions (:attr:`dlprof.results.advice.Advice.predicted`).
+        recorded_persistent: the recorded run's ``persistent_workers`` (what the predictions assume).
+    """
+    by_count = {p.num_workers: p for p in predicted}
+    runs = []
+    for run in result.runs:
+        guess = predicted_on_basis(
+            by_count.get(run.num_workers), run.persistent_workers, result.basis, recorded_persistent
+        )
+        measured = result.measured(run)
+        error = 100 * (guess - measured) / measured if guess is not None and measured else None
+        runs.append(replace(run, predicted_steps_per_s=guess, error_pct=error))
+    return replace(result, runs=tuple(runs))

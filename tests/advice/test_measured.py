@@ -1,0 +1,135 @@
+"""The recommendation when in-process trials measured: measured speeds for the counts tried, the model's (corrected by
+its measured error) between and beyond them, and what the recommendation says it rests on."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from conftest import DATA_DIR
+
+from dlprof.advice.measured import candidates, error_scale, persistent_comparison
+from dlprof.advice.rules import _choose_with_trials
+from dlprof.results.advice import RESTS_ON_MEASURED, RESTS_ON_PREDICTED, Prediction
+from dlprof.results.analysis import Throughput
+from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS, TrialRun, TrialsResult
+from dlprof.trace.discover import load_run
+from dlprof.workflows.analyze import analyze_run
+
+
+def trial(n: int, rate: float, predicted: float | None, persistent: bool = False, epoch: float | None = None):
+    speed = Throughput(rate, 100, 100 / rate, 2.0)
+    error = None if predicted is None else 100 * (predicted - (epoch or rate)) / (epoch or rate)
+    return TrialRun(n, persistent, speed, epoch, 0.0 if epoch else None, 2, predicted, error)
+
+
+def predictions(*rates: float) -> list[Prediction]:
+    return [Prediction(n, 1000 / r, r, "consumer") for n, r in enumerate(rates)]
+
+
+def result(*runs: TrialRun, basis: str = BASIS_IN_EPOCH) -> TrialsResult:
+    return TrialsResult(2, 2, basis, runs)
+
+
+def test_the_models_error_is_interpolated_between_the_counts_tried_with_workers():
+    trials = result(trial(0, 20.0, 10.0), trial(2, 36.0, 40.0), trial(4, 32.0, 40.0))
+    scale = error_scale(trials, recorded_persistent=False)
+    assert scale(0) == 1.0  # never by a ratio measured with workers (and 0's own is not a neighbour's)
+    assert [scale(n) for n in (1, 2, 3, 4, 6)] == pytest.approx([0.9, 0.9, 0.85, 0.8, 0.8])
+    assert error_scale(result(trial(0, 20.0, 10.0)), False)(3) == 1.0  # nothing measured with workers
+
+
+def test_measured_where_tried_scaled_predictions_elsewhere():
+    trials = result(trial(0, 20.0, 21.0), trial(2, 40.0, 44.0), trial(4, 41.0, 45.1))
+    found = candidates(trials, predictions(21.0, 30.0, 44.0, 46.0, 45.1, 45.1), recorded_persistent=False)
+    assert [(c.num_workers, c.measured) for c in found] == [(0, True), (1, False), (2, True), (3, False), (4, True)] + [
+        (5, False)
+    ]
+    by_count = {c.num_workers: c for c in found}
+    assert by_count[2].steps_per_s == 40.0
+    assert by_count[3].steps_per_s == pytest.approx(46.0 * 40 / 44)  # 40/44 at 2 and 41/45.1 at 4: the same ratio
+    assert by_count[1].scale == pytest.approx(40 / 44)
+
+
+def test_the_recommendation_rests_on_measurement_when_the_chosen_count_was_tried():
+    trials = result(trial(0, 20.0, 21.0), trial(2, 40.0, 44.0), trial(4, 41.0, 45.1))
+    predicted = predictions(21.0, 30.0, 44.0, 46.0, 45.1, 45.1)
+    choice = _choose_with_trials(None, predicted, False, trials, False)
+    # Best: 3 at 46 x 40/44 = 41.8 (predicted, scaled); 2 measured 40.0 is within 5 % of it, with fewer workers.
+    assert (choice.num_workers, choice.rests_on, choice.compared_on) == (2, RESTS_ON_MEASURED, BASIS_IN_EPOCH)
+    assert choice.best.num_workers == 3 and choice.bound == "consumer"
+    # Unscaled, the model's 10 % optimism would have won: 46 > 40 x 1.05.
+    raw = dataclasses.replace(
+        trials, runs=tuple(dataclasses.replace(r, predicted_steps_per_s=None) for r in trials.runs)
+    )
+    assert _choose_with_trials(None, predicted, False, raw, False).num_workers == 3
+
+
+def test_the_recommendation_rests_on_the_model_between_and_beyond_the_counts_tried():
+    trials = result(trial(0, 20.0, 21.0), trial(1, 28.0, 30.0))
+    choice = _choose_with_trials(None, predictions(21.0, 30.0, 40.0, 44.0, 44.0), False, trials, False)
+    # 28/30 at 1 scales 2, 3, 4: 37.3, 41.1, 41.1; 3 is the fewest within 5 % of the best.
+    assert (choice.num_workers, choice.rests_on) == (3, RESTS_ON_PREDICTED)
+    assert choice.chosen.steps_per_s == pytest.approx(44.0 * 28 / 30)
+
+
+def test_nothing_measured_leaves_the_choice_to_the_predictions():
+    trials = result(dataclasses.replace(trial(0, 20.0, 21.0), speed=None))
+    assert _choose_with_trials(None, predictions(21.0, 30.0), False, trials, False) is None
+
+
+def test_cpu_bound_loading_caps_predicted_counts_not_measured_ones():
+    from dlprof.advice.model import ModelInputs
+
+    inputs = ModelInputs(10.0, 1.0, 30.0, 30.0, 0.0, 2, 10.0, None, None)
+    trials = result(trial(0, 20.0, 21.0), trial(4, 45.0, 45.0))
+    choice = _choose_with_trials(inputs, predictions(21.0, 30.0, 40.0, 50.0, 45.0), True, trials, False)
+    # 3 (predicted 50) is beyond the 2 usable cores; 4 was measured at 45 and may be recommended.
+    assert (choice.num_workers, choice.rests_on) == (4, RESTS_ON_MEASURED)
+
+
+def test_persistent_workers_follow_the_measured_comparison():
+    def both(kept: float, restarted: float) -> TrialsResult:
+        return result(
+            trial(2, 40.0, None, False, restarted), trial(2, 40.0, None, True, kept), basis=BASIS_WHOLE_EPOCHS
+        )
+
+    keep, line = persistent_comparison(both(36.0, 30.0), 2, 1.0)
+    assert keep is True and "36.00 steps/s with persistent workers, 30.00 with workers restarting" in line
+    assert persistent_comparison(both(30.1, 30.0), 2, 1.0)[0] is None  # +0.3 %: as it is
+    assert persistent_comparison(both(29.0, 30.0), 2, 1.0)[0] is False
+    assert persistent_comparison(both(36.0, 30.0), 0, 1.0) is None  # no workers, nothing to keep
+    inside = dataclasses.replace(both(36.0, 30.0), basis=BASIS_IN_EPOCH)
+    assert persistent_comparison(inside, 2, 1.0) is None  # inside an epoch persistence makes no difference
+
+
+def test_advice_on_the_hand_written_trace_with_trials():
+    run = load_run(DATA_DIR / "tiny_trials_trace.json")
+    advice = analyze_run(run).advice
+    # Measured over whole 40-step epochs: two persistent workers are the fastest setting, and were tried.
+    assert (advice.num_workers, advice.persistent_workers) == (2, True)
+    assert (advice.rests_on, advice.compared_on) == (RESTS_ON_MEASURED, BASIS_WHOLE_EPOCHS)
+    assert any(e.startswith("measured in this training (2 round(s)") for e in advice.evidence)
+    assert any(e.endswith("the recommendation rests on measurement") for e in advice.evidence)
+    assert any("persistent_workers=True keeps them" in e for e in advice.evidence)
+    # Only 0 and 1 tried, without persistent workers: the model over-predicts 1 over whole epochs; its prediction for
+    # 2, scaled by that error, is still more than 5 % above what 1 measured: 2 rests on the model.
+    trials = run.manifest.trials
+    kept = tuple(s for s in trials.segments if s.num_workers < 2 and not s.persistent_workers)
+    fewer = dataclasses.replace(trials, counts=(0, 1), segments=kept, persistent=False)
+    report = analyze_run(dataclasses.replace(run, manifest=dataclasses.replace(run.manifest, trials=fewer)))
+    advice = report.advice
+    one = next(r for r in report.trials.runs if r.num_workers == 1)
+    scale = one.epoch_steps_per_s / one.predicted_steps_per_s
+    two = advice.predicted[2].epoch_steps_per_s * scale
+    assert 0.85 < scale < 0.95 and one.epoch_steps_per_s < two / 1.05
+    assert (advice.num_workers, advice.rests_on) == (2, RESTS_ON_PREDICTED)
+    line = next(e for e in advice.evidence if "was not tried" in e)
+    assert f"the model predicts {two:.2f} steps/s over whole epochs (its prediction scaled by {scale:.2f}" in line
+    assert line.endswith("measure it with dlprof record --try-workers 0,1,2")
+
+
+def test_without_trials_nothing_changes():
+    advice = analyze_run(load_run(DATA_DIR / "tiny_dlprof_trace.json")).advice
+    assert (advice.num_workers, advice.rests_on, advice.compared_on) == (0, RESTS_ON_PREDICTED, BASIS_WHOLE_EPOCHS)
+    assert not any("measured in this training" in e for e in advice.evidence)

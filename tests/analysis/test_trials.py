@@ -1,0 +1,215 @@
+"""The in-process trials measured from hand-written step clocks, every expected number worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import DATA_DIR
+
+from dlprof.analysis.trials import trials_result, with_predictions
+from dlprof.manifest import LoaderConfig, Manifest, StepClock, Trials, TrialSegment
+from dlprof.results.advice import Prediction
+from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS
+from dlprof.trace.discover import load_run
+from dlprof.workflows.analyze import analyze_run
+
+#: Kept batches right after a switch (the previous setting's, in flight): no wait.
+KEPT = [(10.0, 0.1)] * 4
+#: Two workers, bursty: one step in three waits for a batch (28 ms), the others find theirs ready. 94 ms a period:
+#: 3 / 0.094 = 31.9149 steps/s, where 1000 / the median step (22 ms) would say 45.45.
+BURSTY = [(50.0, 28.0), (22.0, 0.1), (22.0, 0.1)]
+BURSTY_RATE = 3000 / 94
+#: After a switch to two workers: the first batch (workers forking), then five steps on batches that arrived together.
+START_2 = [(330.0, 300.0)] + [(22.0, 0.1)] * 5
+
+
+def clock(steps: list[tuple[float, float]], epoch_starts: tuple[int, ...] = ()) -> StepClock:
+    count = len(steps)
+    return StepClock(
+        phase=("trial",) * count,
+        wall_ms=tuple(w for w, _ in steps),
+        cpu_ms=(1.0,) * count,
+        runq_ms=(0.0,) * count,
+        wait_ms=tuple(w for _, w in steps),
+        batches=(1,) * count,
+        epoch_start=tuple(i in epoch_starts for i in range(count)),
+        fork_probe=(False,) * count,
+    )
+
+
+class Plan:
+    """Segments appended one after another to a step clock."""
+
+    def __init__(self, reference: int = 10):
+        self.steps: list[tuple[float, float]] = [(30.0, 1.0)] * reference  # the reference steps before the trials
+        self.segments: list[TrialSegment] = []
+        self.epoch_starts: list[int] = []
+
+    def add(self, num_workers: int, persistent: bool, round_: int, steps, boundary_at: int | None = None, **timings):
+        first = len(self.steps)
+        if boundary_at is not None:
+            self.epoch_starts.append(first + boundary_at)
+        self.steps += steps
+        self.segments.append(TrialSegment(num_workers, persistent, round_, first, len(steps), **timings))
+
+    def manifest(self, length: int | None = 60, counts=(0, 2), persistent=True, incomplete=None) -> Manifest:
+        loader = LoaderConfig(id=0, num_workers=2, prefetch_factor=2, persistent_workers=False, length=length)
+        trials = Trials(counts, 2, 40, persistent, 0, tuple(self.segments), incomplete)
+        return Manifest(3, loader=loader, step_clock=clock(self.steps, tuple(self.epoch_starts)), trials=trials)
+
+
+def two_rounds() -> Plan:
+    """--try-workers 0,2 --try-persistent, two rounds: 0, 2, 2 persistent; then 2 persistent, 2, 0."""
+    plan = Plan()
+    plan.add(0, False, 0, KEPT + [(40.0, 20.0)] * 48, shutdown_ms=25.0, first_batch_ms=1.0)
+    plan.add(2, False, 0, START_2 + BURSTY * 24, shutdown_ms=0.0, start_ms=50.0, first_batch_ms=300.0)
+    plan.add(2, True, 0, START_2 + BURSTY * 24, shutdown_ms=30.0, start_ms=50.0, first_batch_ms=310.0)
+    plan.add(2, True, 1, START_2 + BURSTY * 24, shutdown_ms=30.0, start_ms=50.0, first_batch_ms=310.0)
+    # An epoch ends 42 steps into this segment: the workers restart there (400 ms for the first batch).
+    boundary = [(422.0, 400.0)] + [(22.0, 0.1)] * 5
+    plan.add(2, False, 1, START_2 + BURSTY * 12 + boundary + BURSTY * 12, boundary_at=42, first_batch_ms=300.0)
+    plan.add(0, False, 1, KEPT + [(50.0, 20.0)] * 48, shutdown_ms=30.0, first_batch_ms=1.0)
+    return plan
+
+
+def test_each_setting_is_measured_in_steady_state_over_its_rounds():
+    result = trials_result(two_rounds().manifest(), 1.0)
+    assert (result.rounds, result.rounds_planned, result.basis) == (2, 2, BASIS_WHOLE_EPOCHS)
+    runs = {(r.num_workers, r.persistent_workers): r for r in result.runs}
+    assert list(runs) == [(0, False), (2, False), (2, True)]
+    zero, two, kept = runs[(0, False)], runs[(2, False)], runs[(2, True)]
+    # No workers: the 4 kept batches of the two workers before are left out (the queue: 2 workers x prefetch 2), then
+    # 48 steps of 40 ms (25 steps/s) in round 0 and of 50 ms (20 steps/s) in round 1: 96 steps over 4.32 s, and the
+    # rounds differ by 5 steps/s, 22.5 % of the rate.
+    assert zero.speed.steps_per_s == pytest.approx(96 / 4.32)
+    assert (zero.speed.steps, zero.speed.transient_steps) == (96, 8)
+    assert zero.speed.spread_pct == pytest.approx(100 * 5 / (96 / 4.32))
+    assert not zero.speed.trusted and zero.segments == 2
+    # Two workers: after the switch the first batch and the five steps on batches that arrived together are left out
+    # (up to the first step that waited, at least EPOCH_SETTLE_STEPS); so are they after the epoch start inside the
+    # second segment. 144 bursty steps: steps over time, not 1000 / the median step.
+    assert two.speed.steps_per_s == pytest.approx(BURSTY_RATE)
+    assert (two.speed.steps, two.speed.transient_steps, two.speed.spread_pct) == (144, 18, pytest.approx(0.0))
+    assert two.speed.trusted
+    assert kept.speed.steps_per_s == pytest.approx(BURSTY_RATE) and kept.speed.transient_steps == 12
+
+
+def test_restarts_and_speeds_over_whole_epochs():
+    result = trials_result(two_rounds().manifest(), 1.0)
+    zero, two, kept = result.runs
+    # Without workers, no restart: over whole epochs as inside one.
+    assert zero.restart_ms == 0.0 and zero.epoch_steps_per_s == pytest.approx(zero.steps_per_s)
+    # The epoch boundary inside the second segment at 2 workers: its six left-out steps took 422 + 5 x 22 ms, six
+    # steady steps 6 x 94 / 3 ms: the restart cost 344 ms. Over 60-step epochs: 60 / (60 / rate + 0.344 s).
+    assert two.restart_ms == pytest.approx(532 - 6 * 94 / 3)
+    assert two.epoch_steps_per_s == pytest.approx(60 / (60 / BURSTY_RATE + 0.344))
+    # Persistent workers, no worker spans: the switches' wait for the first batch less the creation (310 - 50 ms).
+    assert kept.restart_ms == pytest.approx(260.0)
+    assert kept.epoch_steps_per_s == pytest.approx(60 / (60 / BURSTY_RATE + 0.26))
+
+
+def test_restart_from_the_switches_without_an_epoch_boundary():
+    plan = Plan()
+    plan.add(2, False, 0, START_2 + BURSTY * 24, first_batch_ms=300.0)
+    plan.add(0, False, 0, KEPT + [(40.0, 20.0)] * 48, shutdown_ms=30.0)
+    plan.add(0, False, 1, KEPT + [(40.0, 20.0)] * 48, shutdown_ms=0.0)
+    plan.add(2, False, 1, START_2 + [(24.0, 0.1)] + BURSTY * 24, first_batch_ms=340.0)
+    result = trials_result(plan.manifest(counts=(0, 2), persistent=False), 1.0)
+    two = next(r for r in result.runs if r.num_workers == 2)
+    # A switch shuts workers down and starts new ones, as an epoch boundary does: its left-out steps beyond steady
+    # ones. Round 0: 330 + 5 x 22 ms for 6 steady steps of 94 / 3 ms; round 1: one more 24 ms step before the first
+    # that waited. The median of the two.
+    first, second = 330 + 5 * 22 - 6 * 94 / 3, 330 + 5 * 22 + 24 - 7 * 94 / 3
+    assert two.restart_ms == pytest.approx((first + second) / 2)
+    assert any(note.startswith("restart measured at the switches to it") for note in result.notes)
+
+
+def test_without_steady_steps_the_restart_comes_from_the_switch_timings():
+    plan = Plan()
+    plan.add(2, False, 0, START_2[:4], first_batch_ms=300.0)
+    plan.add(0, False, 0, KEPT + [(40.0, 20.0)] * 48, shutdown_ms=40.0)
+    result = trials_result(plan.manifest(counts=(0, 2), persistent=False), 1.0)
+    two = result.runs[1]
+    # The median first batch after a switch to it, and the median shut-down of its workers when the trials left it.
+    assert two.speed is None and two.restart_ms == pytest.approx(340.0) and two.epoch_steps_per_s is None
+    assert any(note.startswith("restart from the switches' timings") for note in result.notes)
+
+
+def test_without_the_epoch_length_the_settings_are_compared_inside_an_epoch():
+    result = trials_result(two_rounds().manifest(length=None), 1.0)
+    assert result.basis == BASIS_IN_EPOCH
+    assert all(r.epoch_steps_per_s is None for r in result.runs)
+    assert result.measured(result.runs[1]) == pytest.approx(BURSTY_RATE)
+
+
+def test_an_unknown_restart_makes_the_comparison_inside_an_epoch_and_says_why():
+    plan = Plan()
+    plan.add(0, False, 0, KEPT + [(40.0, 20.0)] * 48)
+    plan.add(2, True, 0, START_2 + BURSTY * 24)  # persistent; no switch timings, no worker spans
+    result = trials_result(plan.manifest(counts=(0,), persistent=True), 1.0)
+    assert result.basis == BASIS_IN_EPOCH and result.runs[1].restart_ms is None
+    assert "compared inside an epoch: the restart of num_workers=2 (persistent) is unknown" in result.notes
+    assert result.rounds == 1 and "1 of 2 round(s) ran to their end" in result.notes
+
+
+def test_incomplete_trials_and_settings_without_steady_steps_are_noted():
+    plan = Plan()
+    plan.add(0, False, 0, KEPT + [(40.0, 20.0)] * 48)
+    plan.add(2, False, 0, START_2[:4], first_batch_ms=300.0)  # cut short: all refill transient
+    result = trials_result(plan.manifest(counts=(0, 2, 4), persistent=False, incomplete="the training ended"), 1.0)
+    assert result.runs[1].speed is None and result.runs[1].steps_per_s is None
+    assert result.notes[:3] == (
+        "the trials ended early (the training ended): 0 of 2 round(s) ran to their end",
+        "num_workers=4: not tried (no segment ran)",
+        "num_workers=0: 48 steady steps in 1.92 s, fewer than 40 steps or 2 s: too short to trust; raise --trial-steps",
+    )
+    assert "num_workers=2: no steady steps (every step was refill transient); raise --trial-steps" in result.notes
+    assert result.basis == BASIS_WHOLE_EPOCHS  # among the settings measured
+
+
+def test_predictions_on_the_basis_and_their_error():
+    result = trials_result(two_rounds().manifest(), 1.0)
+    predicted = [Prediction(0, 41.0, 1000 / 41, "main process", 1000 / 41), Prediction(1, 30.0, 33.3, "loader", 30.0)]
+    predicted.append(Prediction(2, 30.0, 1000 / 30, "consumer", 27.0, 300.0))
+    zero, two, kept = with_predictions(result, predicted, recorded_persistent=False).runs
+    assert zero.predicted_steps_per_s == pytest.approx(1000 / 41)
+    assert zero.error_pct == pytest.approx(100 * (1000 / 41 - zero.epoch_steps_per_s) / zero.epoch_steps_per_s)
+    assert two.predicted_steps_per_s == pytest.approx(27.0)
+    assert two.error_pct == pytest.approx(100 * (27.0 - two.epoch_steps_per_s) / two.epoch_steps_per_s)
+    # The model gives persistent workers no restart: over whole epochs, its prediction is the rate inside an epoch.
+    assert kept.predicted_steps_per_s == pytest.approx(1000 / 30)
+    # Recorded with persistent workers, the model saw no restart: no prediction for workers that restart.
+    assert with_predictions(result, predicted, recorded_persistent=True).runs[1].predicted_steps_per_s is None
+    inside = with_predictions(trials_result(two_rounds().manifest(length=None), 1.0), predicted, False)
+    assert inside.runs[1].predicted_steps_per_s == pytest.approx(1000 / 30)
+    assert inside.runs[1].error_pct == pytest.approx(100 * (1000 / 30 - BURSTY_RATE) / BURSTY_RATE)
+
+
+def test_a_run_without_trials_has_none():
+    manifest = two_rounds().manifest()
+    assert trials_result(Manifest(3, step_clock=manifest.step_clock), 1.0) is None
+    assert trials_result(None, 1.0) is None
+
+
+def test_the_hand_written_trace_with_trials():
+    """tests/data/tiny_trials_trace.json (scripts/make_trials_trace.py): 40-step epochs, one batch a step."""
+    report = analyze_run(load_run(DATA_DIR / "tiny_trials_trace.json"))
+    trials = report.trials
+    assert report.unprofiled.reference_steps == 6  # the reference steps, not the trials' (phase "trial")
+    runs = {(r.num_workers, r.persistent_workers): r for r in trials.runs}
+    # No workers: 44 ms steps in round 0, 44.88 in round 1 (2 % slower), 50 each after the 2 kept batches.
+    zero = runs[(0, False)]
+    assert zero.steps_per_s == pytest.approx(100 / (50 * 0.044 + 50 * 0.04488))
+    assert zero.speed.spread_pct == pytest.approx(100 * (1000 / 44 - 1000 / 44.88) / zero.steps_per_s)
+    # One worker: the first batch (150 ms) then steps of 24, 24, 27 and 24 ms (2 % slower in round 1) left out after
+    # each switch, beyond five steady steps: the restart.
+    one = runs[(1, False)]
+    steady_ms = 1000 / one.steps_per_s
+    switches = [150 + 24 + 24 + 27 + 24 - 5 * steady_ms, 150 + 24 + 24 + 1.02 * (27 + 24) - 5 * steady_ms]
+    assert one.restart_ms == pytest.approx(sum(switches) / 2)
+    assert one.epoch_steps_per_s == pytest.approx(40 / (40 / one.steps_per_s + one.restart_ms / 1000))
+    # Persistent workers: an epoch's first batch is one batch made afresh, 28 ms in the worker's spans.
+    assert runs[(2, True)].restart_ms == pytest.approx(28.0)
+    # Two workers restarting: measured at the epoch boundary inside the second round's segment.
+    assert runs[(2, False)].restart_ms > 170.0
+    assert trials.basis == BASIS_WHOLE_EPOCHS and trials.rounds == 2
+    assert all(r.predicted_steps_per_s is not None and r.error_pct is not None for r in trials.runs)
