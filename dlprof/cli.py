@@ -423,6 +423,22 @@ def _echo_recorded(result, out_dir: Path, user_command: bool) -> None:
         click.echo(f"dlprof: the trials are incomplete: {incomplete}", err=True)
 
 
+def _write_trial_scalars(run_dir: Path) -> None:
+    """The trials' TensorBoard scalars into ``<run>/scalars/`` (as ``dlprof sweep`` writes its own)."""
+    from dlprof.workflows.trials import write_run_trial_scalars
+
+    try:
+        written = write_run_trial_scalars(run_dir)
+    except ImportError:  # torch.utils.tensorboard needs the tensorboard package; the trials themselves do not
+        click.echo("dlprof: the trials' TensorBoard scalars were not written (pip install tensorboard)", err=True)
+        return
+    except DlprofError as error:  # the recording is kept; analysing it is the user's next step anyway
+        click.echo(f"dlprof: the trials' TensorBoard scalars were not written ({error})", err=True)
+        return
+    if written is not None:
+        click.echo(f"  trials: TensorBoard scalars in {written}; the report: dlprof analyze {run_dir}")
+
+
 def _trials_ran(result) -> str:
     """``", then tried num_workers 0,2 in the training (4 segments in 2 rounds)"``, or "" without trials."""
     trials = next((m.trials for m in result.manifests if m.trials is not None), None)
@@ -463,6 +479,8 @@ def record(ctx: click.Context, **options) -> None:
     request = _record_request(ctx, trials=trials, **options)
     result = record_run(request)
     _echo_recorded(result, request.out_dir, user_command=bool(options["command"]))
+    if trials is not None:
+        _write_trial_scalars(result.run_dir)
     if result.status != schema.STATUS_COMPLETE:
         click.echo(f"dlprof: the run ended with an error ({result.error}); the trace is marked partial", err=True)
         ctx.exit(result.exit_code or 2)

@@ -139,10 +139,10 @@ def _restart(
     """``pauses``: what the epoch boundaries inside the setting's segments cost, and what the switches to it cost."""
     num_workers, persistent = setting
     boundaries, switches = pauses
+    if num_workers == 0:  # nothing to start at an epoch boundary: any excess measured there is noise
+        return _Restart(0.0, "none")
     if boundaries:
         return _Restart(statistics.median(boundaries), "boundaries")
-    if num_workers == 0:
-        return _Restart(0.0, "none")
     if not persistent:
         if switches:
             return _Restart(statistics.median(switches), "switches")
@@ -230,7 +230,7 @@ _RESTART_NOTES = {
 def _notes(
     trials: Trials, runs: list[TrialRun], sources: dict[Setting, str | None], rounds: int, basis: str
 ) -> list[str]:
-    notes = []
+    notes = list(trials.notes)
     if trials.incomplete:
         notes.append(
             f"the trials ended early ({trials.incomplete}): {rounds} of {trials.rounds} round(s) ran to their end"
