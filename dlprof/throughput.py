@@ -8,8 +8,9 @@ Every place dlprof times training steps (the reference steps after the profiler'
   workers went on producing while training stood still and the queue filled (``num_workers ×
   prefetch_factor`` batches), or a new iterator starts from nothing. The first steps after such a pause
   find batches waiting, or wait for all of them at once. :func:`transient_steps` says how many to leave
-  out: at least a queue's worth, and until the first step that waited (the surplus is used up), within a
-  bound.
+  out: at least a queue's worth, and until every worker's surplus is used up (as many steps have waited
+  as there are workers: batches come from the workers in turn, and a wait tells of one worker's queue
+  only), within a bound.
 * **Steps over time.** A rate is the number of steps over the time they took, never 1000 / median step:
   with a few workers steps alternate (one waits, the next finds its batch ready), and the median of such
   steps is no throughput.
@@ -40,10 +41,14 @@ SUB_WINDOWS = 4
 #: A spread wider than this (range of the parts' rates, % of the rate) makes the number untrustworthy.
 MAX_SPREAD_PCT = 10.0
 #: A step waited for its batch when its wait exceeds the segment's smallest wait (the hand-off of a ready
-#: batch) by this share of its median step: below it, what a surplus of batches saves is that small too.
+#: batch) by this share of its median step: below it, what a surplus of batches saves is that small too (a
+#: pipeline whose steady waits stay under it runs within about this share of its consumer's own speed, so a
+#: surplus left unseen biases the rate by less).
 WAITED_SHARE = 0.04
-#: After the queue's worth of steps, look this many queues' worth further for the first step that waited;
-#: a pipeline that never waits by then is bound by its consumer (the queue stays full: steady already).
+#: After the queue's worth of steps, look this many queues' worth further for the steps that waited; a
+#: pipeline that has not waited once per worker by then is bound by its consumer (the queue stays full: steady
+#: already). Measured (scripts/measure_variation.py): producer-bound pipelines wait within 2 queues' worth
+#: after an export pause; consumer-bound ones show the hand-off's jitter as rare "waits" up to ~10 queues on.
 WAIT_SEARCH_QUEUES = 25
 #: PyTorch's prefetch_factor when the DataLoader got none.
 DEFAULT_PREFETCH_FACTOR = 2
@@ -57,11 +62,14 @@ def queue_steps(num_workers: int | None, prefetch_factor: int | None, batches_pe
     return math.ceil(batches / max(1.0, batches_per_step))
 
 
-def transient_steps(wall_ms: Sequence[float], wait_ms: Sequence[float], queue: int) -> int:
+def transient_steps(wall_ms: Sequence[float], wait_ms: Sequence[float], queue: int, workers: int = 1) -> int:
     """How many steps at the start of a segment (the steps after one pause, in order) are its refill transient.
 
-    At least ``queue`` steps (:func:`queue_steps`), then up to the first step that waited for its batch: from
-    there on the surplus the pause left in the queue is used up. When no step waits within
+    At least ``queue`` steps (:func:`queue_steps`), then up to the step after which ``workers`` steps have
+    waited for their batch: the DataLoader takes batches from its workers in turn, so one wait tells that one
+    worker's surplus is used up, and after one per worker the surplus the pause left in the queue is gone (on
+    an I/O-bound loader at 2 workers, stopping at the first wait kept a surplus worth +1.8 % over the next 40
+    steps; at the second, +0.8 %: scripts/measure_variation.py). When fewer steps wait within
     :data:`WAIT_SEARCH_QUEUES` queues' worth of steps, the queue never empties (the consumer is the slower
     side) and the segment is steady after ``queue`` steps.
     """
@@ -71,9 +79,12 @@ def transient_steps(wall_ms: Sequence[float], wait_ms: Sequence[float], queue: i
         return start
     threshold = min(wait_ms) + WAITED_SHARE * statistics.median(wall_ms)
     limit = min(count, start + WAIT_SEARCH_QUEUES * queue)
+    waited = 0
     for i in range(start, limit):
         if wait_ms[i] > threshold:
-            return i
+            waited += 1
+            if waited >= max(1, workers):
+                return i
     return start
 
 
