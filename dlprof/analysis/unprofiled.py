@@ -207,7 +207,7 @@ def distrust(speed: Throughput) -> str | None:
     if speed.seconds < throughput.MIN_SECONDS:
         why.append(f"only {speed.seconds:.3g} s of them (less than {throughput.MIN_SECONDS:g} s)")
     if speed.spread_pct > throughput.MAX_SPREAD_PCT:
-        why.append(f"a spread of {speed.spread_pct:.0f} % (more than {throughput.MAX_SPREAD_PCT:g} %)")
+        why.append(f"a spread of {speed.spread_pct:.1f} % (more than {throughput.MAX_SPREAD_PCT:g} %)")
     return " and ".join(why) or None
 
 

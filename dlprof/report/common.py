@@ -94,7 +94,7 @@ def unprofiled_line(run) -> str | None:
         left_out = f", {speed.transient_steps} left out after pauses" if speed.transient_steps else ""
         line += (
             f" over {speed.steps} steady reference steps ({duration(speed.seconds)}{left_out}), spread"
-            f" {speed.spread_pct:.0f} %"
+            f" {speed.spread_pct:.1f} %"
         )
     if u.distrust:
         line += f"; not to be trusted: {u.distrust}"
@@ -138,7 +138,7 @@ def epoch_line(run) -> str | None:
         ""
         if whole is None
         else f"; over {whole.steps} steps of whole epochs ({duration(whole.seconds)}): {whole.steps_per_s:.2f} steps/s,"
-        f" spread {whole.spread_pct:.0f} %"
+        f" spread {whole.spread_pct:.1f} %"
     )
     return f"epochs: {epoch.steps_per_epoch:g} steps each, {workers}; {restart}{first}{timed}"
 
