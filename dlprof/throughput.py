@@ -98,20 +98,37 @@ def _spread_pct(rates: Sequence[float], overall: float) -> float:
     return 100 * (max(rates) - min(rates)) / overall if len(rates) > 1 and overall > 0 else 0.0
 
 
-def measure(wall_ms: Sequence[float], transient: int = 0) -> Throughput | None:
+def whole_periods(steps: int, period: int) -> int:
+    """The most of ``steps`` that makes whole periods of ``period`` steps (all of them when fewer than one period)."""
+    period = max(1, period)
+    return steps - steps % period if steps >= period else steps
+
+
+def measure(wall_ms: Sequence[float], transient: int = 0, period: int = 1) -> Throughput | None:
     """The rate of ``wall_ms`` (consecutive steps' wall times) after leaving out its first ``transient`` steps.
 
-    None when no step is left, or they took no time.
+    ``period``: the steps of one round of the workers' delivery (``num_workers`` batches; 1 without workers). With a
+    few workers, steps come in a repeating pattern (one that waited for two workers' batches, one that found the
+    other ready), so a stretch that ends mid-round counts one kind of step once too often: the timed steps are cut
+    to whole rounds (:func:`whole_periods`; a segment's steady steps begin with a round, at the step that waited),
+    and so are the sub-windows of the spread. None when no step is left, or they took no time.
     """
     timed = list(wall_ms[transient:])
+    timed = timed[: whole_periods(len(timed), period)]
     seconds = sum(timed) / 1000
     if not timed or seconds <= 0:
         return None
     rate = len(timed) / seconds
-    parts = [timed[len(timed) * i // SUB_WINDOWS : len(timed) * (i + 1) // SUB_WINDOWS] for i in range(SUB_WINDOWS)]
-    rates = [len(part) * 1000 / sum(part) for part in parts if part and sum(part) > 0]
-    spread = _spread_pct(rates, rate)
+    spread = _spread_pct([len(p) * 1000 / sum(p) for p in _parts(timed, period) if p and sum(p) > 0], rate)
     return Throughput(rate, len(timed), seconds, spread, transient, _trusted(len(timed), seconds, spread))
+
+
+def _parts(timed: list[float], period: int) -> list[list[float]]:
+    """``timed`` cut into :data:`SUB_WINDOWS` consecutive parts of whole periods (as even as they can be)."""
+    period = max(1, period) if len(timed) >= SUB_WINDOWS * max(1, period) else 1
+    rounds = len(timed) // period
+    cuts = [period * (rounds * i // SUB_WINDOWS) for i in range(SUB_WINDOWS)] + [len(timed)]
+    return [timed[a:b] for a, b in zip(cuts, cuts[1:])]
 
 
 def combine(parts: Sequence[Throughput]) -> Throughput | None:

@@ -117,3 +117,17 @@ def test_combine_is_all_steps_over_all_time_and_the_range_of_the_parts():
     assert both.trusted
     assert throughput.combine([a]) is a
     assert throughput.combine([]) is None and throughput.combine([Throughput(0.0, 0, 0.0, 0.0)]) is None
+
+
+def test_whole_rounds_of_the_workers_delivery():
+    # 2 workers: steps come in rounds of 2 (one that waited, one that found its batch ready).
+    wall, _ = bursty(80)  # 80 rounds and a lone ready step
+    speed = throughput.measure(wall, period=2)
+    assert (speed.steps, speed.steps_per_s, speed.spread_pct) == (160, pytest.approx(2000 / 61), pytest.approx(0.0))
+    # 35 steps in parts of 8, 9, 9 and 9: the odd parts count one kind of step once too often.
+    wall = [39.0, 22.0] * 17 + [39.0]
+    assert throughput.measure(wall).spread_pct == pytest.approx(100 * (9 / 0.266 - 9 / 0.283) / (35 / 1.076))
+    # In whole rounds: 34 steps in parts of 8, 8, 8 and 10, every one at the true rate.
+    rounds = throughput.measure(wall, period=2)
+    assert (rounds.steps, rounds.steps_per_s, rounds.spread_pct) == (34, pytest.approx(2000 / 61), pytest.approx(0.0))
+    assert throughput.whole_periods(35, 2) == 34 and throughput.whole_periods(1, 2) == 1

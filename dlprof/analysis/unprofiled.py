@@ -42,14 +42,16 @@ def _whole_epochs(clock: StepClock) -> range | None:
     return range(starts[0], starts[-1]) if len(starts) >= 2 else None
 
 
-def _queue(manifest: Manifest) -> int:
-    """Steps a full prefetch queue of the training loader lasts (0 without workers, or without a known loader)."""
+def _delivery(manifest: Manifest) -> tuple[int, int, int]:
+    """The training loader's prefetch queue in steps (0 without workers or a known loader), its workers, and the
+    steps of one round of their delivery (a batch from each worker; 1 without workers)."""
     loader, clock = manifest.loader, manifest.step_clock
-    if loader is None:
-        return 0
+    if loader is None or not loader.num_workers:
+        return 0, 0, 1
     after = [b for p, b in zip(clock.phase, clock.batches) if p == PHASE_AFTER]
-    batches_per_step = statistics.fmean(after) if after else 1.0  # as the same steps got them
-    return throughput.queue_steps(loader.num_workers, loader.prefetch_factor, batches_per_step)
+    batches_per_step = max(1.0, statistics.fmean(after)) if after else 1.0  # as the same steps got them
+    queue = throughput.queue_steps(loader.num_workers, loader.prefetch_factor, batches_per_step)
+    return queue, loader.num_workers, max(1, round(loader.num_workers / batches_per_step))
 
 
 def _flagged(column: tuple[bool, ...], i: int) -> bool:
@@ -85,20 +87,24 @@ def _left_out(clock: StepClock, segment: range, queue: int, workers: int) -> int
     return min(transient, len(segment))
 
 
-def _steady(manifest: Manifest) -> tuple[list[int], int, dict[int, int]]:
-    """The steady reference steps (indices into the step clock), how many steps were left out before them, and each
-    segment's first step with the number left out there."""
+def _steady(manifest: Manifest) -> tuple[list[int], int, dict[int, int], int]:
+    """The steady reference steps (indices into the step clock), how many steps were left out before them, each
+    segment's first step with the number left out there, and the steps of one round of the workers' delivery.
+
+    Each segment's steady steps are cut to whole rounds (:func:`dlprof.throughput.whole_periods`): they begin at a
+    step that waited, the start of a round, and a stretch that ended mid-round would count one kind of step once
+    too often."""
     clock = manifest.step_clock
     whole = _whole_epochs(clock)
-    queue = _queue(manifest)
-    workers = (manifest.loader.num_workers or 0) if manifest.loader is not None else 0
+    queue, workers, period = _delivery(manifest)
     steady: list[int] = []
     left_out: dict[int, int] = {}
     for segment in _segments(clock, whole if whole is not None else range(len(clock))):
         skip = _left_out(clock, segment, queue, workers)
         left_out[segment.start] = skip
-        steady += segment[skip:]
-    return steady, sum(left_out.values()), left_out
+        kept = segment[skip:]
+        steady += kept[: throughput.whole_periods(len(kept), period)]
+    return steady, sum(left_out.values()), left_out, period
 
 
 def reference_step_indices(manifest: Manifest) -> list[int]:
@@ -221,8 +227,8 @@ def unprofiled_stats(manifest: Manifest | None, batches_per_step: float) -> Unpr
     if manifest is None or not len(manifest.step_clock):
         return None
     clock = manifest.step_clock
-    steady, transient, left_out = _steady(manifest)
-    speed = throughput.measure([clock.wall_ms[i] for i in steady])
+    steady, transient, left_out, period = _steady(manifest)
+    speed = throughput.measure([clock.wall_ms[i] for i in steady], period=period)
     if len(steady) < MIN_REFERENCE_STEPS or speed is None:
         return None
     speed = replace(speed, transient_steps=transient)

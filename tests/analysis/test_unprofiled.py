@@ -131,15 +131,28 @@ def _after(steps, *, num_workers: int, epoch_starts=(), fork_probe=(), length=No
 def test_after_the_export_the_surplus_is_left_out_and_the_speed_is_steps_over_time():
     # The I/O-bound run at 2 workers: after the export, 8 steps find batches waiting (22 ms, no wait), one
     # waits a little (one worker's surplus is used up, not the other's), one more finds its batch ready; then steps
-    # alternate 39 / 22 ms (two workers deliver close together every 61 ms): 81 of 22 ms, 80 of 39 ms.
+    # alternate 39 / 22 ms (two workers deliver close together every 61 ms), ending on a 22 ms step.
     surplus = [READY] * 8 + [(30.0, 8.5), READY]
     stats = unprofiled_stats(_after(surplus + [WAITED, READY] * 80 + [READY], num_workers=2), 1.0)
-    assert stats.speed.transient_steps == 10 and stats.reference_steps == 161
-    assert stats.steps_per_s == pytest.approx(161 / 4.902) and stats.step_ms == pytest.approx(4902 / 161)
-    assert stats.step_ms_p50 == 22.0  # 1000 / the median would say 45.45 steps/s, +38 %
-    assert stats.wait_ms == pytest.approx((80 * 17.5 + 81 * 0.5) / 161)
+    # Left out: the 10 surplus steps; timed: 80 whole rounds of 2 steps (the last, lone 22 ms step is no round).
+    assert stats.speed.transient_steps == 10 and stats.reference_steps == 160
+    assert stats.steps_per_s == pytest.approx(2000 / 61) and stats.step_ms == pytest.approx(30.5)
+    assert stats.wait_ms == pytest.approx((17.5 + 0.5) / 2)
     assert stats.consumer_ms == pytest.approx(21.5) and stats.cpu_ms == pytest.approx(5.0)
-    assert stats.speed.trusted and stats.speed.spread_pct < 1.0
+    assert stats.speed.trusted and stats.speed.spread_pct == pytest.approx(0.0)
+    # Without leaving the surplus out, the first 40 steps would have said 35.0 steps/s (+7 %); the first 6, 45.5
+    # (+39 %).
+
+
+def test_a_bursty_pipeline_is_steps_over_time_not_one_over_the_median():
+    # 3 workers deliver their batches together every 100 ms: one step waits 34.5 ms (56 ms), two find theirs ready.
+    waited = (56.0, 34.5)
+    stats = unprofiled_stats(_after([READY] * 6 + [waited, READY, READY] * 61, num_workers=3), 1.0)
+    # A queue of 6, then up to the third step that waited (one per worker): 12 left out, 59 rounds timed.
+    assert stats.speed.transient_steps == 12 and stats.reference_steps == 177
+    assert stats.steps_per_s == pytest.approx(30.0)
+    assert stats.step_ms_p50 == 22.0  # 1000 / the median step would say 45.45 steps/s: +52 %
+    assert stats.wait_ms == pytest.approx(35.5 / 3) and stats.consumer_ms == pytest.approx(21.5)
 
 
 def test_a_consumer_that_never_waits_is_steady_after_a_queue():
