@@ -92,7 +92,10 @@ class Run:
         return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a][self.skip_segments :]
 
     def steady(self) -> list[float]:
-        return [ms for a, b in self.segments() for ms in self.wall_ms[a + self.settle : b]]
+        """Every segment's steps after its first ``settle``, in whole rounds of the workers' delivery."""
+        period = max(1, self.num_workers)
+        kept = [self.wall_ms[a + self.settle : b] for a, b in self.segments()]
+        return [ms for steps in kept for ms in steps[: throughput.whole_periods(len(steps), period)]]
 
 
 def load() -> str:
@@ -128,13 +131,14 @@ def run_lora(workers: int, epochs: int, tmp: Path) -> Run:
     return Run(f"lora@{workers}", workers, data["step_ms"], data["wait_ms"], starts, EPOCH_SETTLE_STEPS + 2 * queue, 1)
 
 
-def windows(steps: list[float], n: int, t_s: float) -> list[float]:
-    """Rates of consecutive windows of at least ``n`` steps and ``t_s`` seconds (the last, short one dropped)."""
+def windows(steps: list[float], n: int, t_s: float, period: int = 1) -> list[float]:
+    """Rates of consecutive windows of at least ``n`` steps and ``t_s`` seconds, each whole rounds of ``period``
+    steps, as dlprof times them (the last, short one dropped)."""
     rates, count, total = [], 0, 0.0
     for ms in steps:
         count += 1
         total += ms
-        if count >= n and total >= 1000 * t_s:
+        if count >= n and total >= 1000 * t_s and count % period == 0:
             rates.append(1000 * count / total)
             count, total = 0, 0.0
     return rates
@@ -145,8 +149,8 @@ def pctl(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else math.nan
 
 
-def window_stats(steps: list[float], rate: float, n: int, t_s: float) -> dict:
-    rates = windows(steps, n, t_s)
+def window_stats(steps: list[float], rate: float, n: int, t_s: float, period: int) -> dict:
+    rates = windows(steps, n, t_s, period)
     off = [100 * abs(r / rate - 1) for r in rates]
     pairs = [100 * abs(a - b) / rate for a, b in zip(rates, rates[1:])]
     return {
@@ -155,6 +159,26 @@ def window_stats(steps: list[float], rate: float, n: int, t_s: float) -> dict:
         "p90_pct": pctl(off, 0.9),
         "pairs_p50_pct": statistics.median(pairs) if pairs else math.nan,
         "pairs_p90_pct": pctl(pairs, 0.9),
+    }
+
+
+def trust_stats(steady: list[float], rate: float, period: int) -> dict:
+    """Measurements as dlprof makes them (:func:`dlprof.throughput.measure` over consecutive stretches of at least
+    :data:`~dlprof.throughput.MIN_STEPS` steps and :data:`~dlprof.throughput.MIN_SECONDS`): how many are trusted
+    (spread within :data:`~dlprof.throughput.MAX_SPREAD_PCT`), and their error against the long run, trusted or
+    not (p90 of |measured / long-run - 1|, %)."""
+    trusted, distrusted, stretch = [], [], []
+    for ms in steady:
+        stretch.append(ms)
+        if throughput.enough(len(stretch), sum(stretch) / 1000) and len(stretch) % period == 0:
+            speed = throughput.measure(stretch, period=period)
+            (trusted if speed.trusted else distrusted).append(100 * abs(speed.steps_per_s / rate - 1))
+            stretch = []
+    return {
+        "measurements": len(trusted) + len(distrusted),
+        "trusted": len(trusted),
+        "trusted_p90_pct": pctl(trusted, 0.9),
+        "distrusted_p90_pct": pctl(distrusted, 0.9),
     }
 
 
@@ -207,7 +231,8 @@ def wait_stats(run: Run) -> dict:
 def analyse(run: Run, transient_window: int) -> dict:
     steady = run.steady()
     rate = 1000 * len(steady) / sum(steady)
-    grid = {f"{n},{t:g}": window_stats(steady, rate, n, t) for n in (1, *GRID_STEPS) for t in GRID_SECONDS}
+    period = max(1, run.num_workers)
+    grid = {f"{n},{t:g}": window_stats(steady, rate, n, t, period) for n in (1, *GRID_STEPS) for t in GRID_SECONDS}
     return {
         "name": run.name,
         "num_workers": run.num_workers,
@@ -219,6 +244,7 @@ def analyse(run: Run, transient_window: int) -> dict:
         "median_rate": 1000 / statistics.median(steady),
         "grid": grid,
         "transient": transient_stats(run, rate, transient_window),
+        "trust": trust_stats(steady, rate, period),
         "wait": wait_stats(run),
     }
 
@@ -302,6 +328,21 @@ def print_transients(results: list[dict], window: int) -> None:
         )
 
 
+def print_trust(results: list[dict]) -> None:
+    print(
+        f"\n## Measured as dlprof does (at least {throughput.MIN_STEPS} steps and {throughput.MIN_SECONDS:g} s, whole"
+        f" rounds): trusted when the spread of {throughput.SUB_WINDOWS} parts is within"
+        f" {throughput.MAX_SPREAD_PCT:g} %; p90 of |measured / long-run - 1|\n"
+    )
+    print("| run | measurements | trusted | p90 error, trusted | p90 error, not trusted |\n|---|---|---|---|---|")
+    for r in results:
+        t = r["trust"]
+        print(
+            f"| {r['name']} | {t['measurements']} | {t['trusted']} | {fmt(t['trusted_p90_pct'])} % |"
+            f" {fmt(t['distrusted_p90_pct'])} % |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", default=DEFAULT_RUNS, help=f"workload@num_workers, comma-separated [{DEFAULT_RUNS}]")
@@ -311,10 +352,20 @@ def main() -> None:
     parser.add_argument("--pause-ms", type=float, default=1000.0, help="synthetic: how long each pause lasts")
     parser.add_argument("--transient-window", type=int, default=throughput.MIN_STEPS, help="steps timed after a pause")
     parser.add_argument("--json", type=Path, help="write every number (and every step) here")
+    parser.add_argument(
+        "--from-json", type=Path, nargs="+", help="analyse the runs stored by earlier --json files instead of training"
+    )
     args = parser.parse_args()
     results, runs = [], []
+    for path in args.from_json or ():
+        for stored in json.loads(path.read_text())["runs"]:
+            run = Run(**stored)
+            result = analyse(run, args.transient_window)
+            result["load"] = next(r["load"] for r in json.loads(path.read_text())["results"] if r["name"] == run.name)
+            results.append(result)
+            runs.append(run)
     with tempfile.TemporaryDirectory() as tmp_name:
-        for spec in args.runs.split(","):
+        for spec in args.runs.split(",") if not args.from_json else ():
             name, _, workers = spec.strip().partition("@")
             workers = int(workers or 2)
             before = load()
@@ -331,6 +382,7 @@ def main() -> None:
             runs.append(run)
     n, t = print_tables(results)
     print_transients(results, args.transient_window)
+    print_trust(results)
     if args.json:
         args.json.write_text(
             json.dumps(
