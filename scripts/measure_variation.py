@@ -358,11 +358,10 @@ def main() -> None:
     args = parser.parse_args()
     results, runs = [], []
     for path in args.from_json or ():
-        for stored in json.loads(path.read_text())["runs"]:
-            run = Run(**stored)
-            result = analyse(run, args.transient_window)
-            result["load"] = next(r["load"] for r in json.loads(path.read_text())["results"] if r["name"] == run.name)
-            results.append(result)
+        stored = json.loads(path.read_text())
+        for fields, earlier in zip(stored["runs"], stored["results"]):
+            run = Run(**fields)
+            results.append({**analyse(run, args.transient_window), "load": earlier["load"]})
             runs.append(run)
     with tempfile.TemporaryDirectory() as tmp_name:
         for spec in args.runs.split(",") if not args.from_json else ():

@@ -22,7 +22,7 @@ typical steps (one slow step on either side must not move it), not a throughput.
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from dlprof import throughput
 from dlprof.manifest import EPOCH_SETTLE_STEPS, PHASE_AFTER, PHASE_PROFILED, LoaderConfig, Manifest, StepClock
@@ -87,9 +87,24 @@ def _left_out(clock: StepClock, segment: range, queue: int, workers: int) -> int
     return min(transient, len(segment))
 
 
-def _steady(manifest: Manifest) -> tuple[list[int], int, dict[int, int], int]:
-    """The steady reference steps (indices into the step clock), how many steps were left out before them, each
-    segment's first step with the number left out there, and the steps of one round of the workers' delivery.
+@dataclass(frozen=True)
+class _Steady:
+    """The steady reference steps, by segment (indices into the step clock, each segment's in whole rounds of the
+    workers' delivery), the steps left out at each segment's first step, the round's steps, and whether the
+    segments are whole epochs'."""
+
+    segments: list[list[int]]
+    left_out: dict[int, int]
+    period: int
+    whole_epochs: bool
+
+    @property
+    def indices(self) -> list[int]:
+        return [i for segment in self.segments for i in segment]
+
+
+def _steady(manifest: Manifest) -> _Steady:
+    """The steady reference steps of ``manifest``'s step clock (:class:`_Steady`).
 
     Each segment's steady steps are cut to whole rounds (:func:`dlprof.throughput.whole_periods`): they begin at a
     step that waited, the start of a round, and a stretch that ended mid-round would count one kind of step once
@@ -97,14 +112,27 @@ def _steady(manifest: Manifest) -> tuple[list[int], int, dict[int, int], int]:
     clock = manifest.step_clock
     whole = _whole_epochs(clock)
     queue, workers, period = _delivery(manifest)
-    steady: list[int] = []
+    segments: list[list[int]] = []
     left_out: dict[int, int] = {}
     for segment in _segments(clock, whole if whole is not None else range(len(clock))):
         skip = _left_out(clock, segment, queue, workers)
         left_out[segment.start] = skip
-        kept = segment[skip:]
-        steady += kept[: throughput.whole_periods(len(kept), period)]
-    return steady, sum(left_out.values()), left_out, period
+        kept = list(segment[skip:])
+        segments.append(kept[: throughput.whole_periods(len(kept), period)])
+    return _Steady(segments, left_out, period, whole is not None)
+
+
+def _speed(clock: StepClock, steady: _Steady) -> Throughput | None:
+    """All the steady steps over all their time, with the steps left out. The spread: over whole epochs, the range
+    of the epochs' own steady rates (each epoch has every batch length once, so its parts would differ by the
+    lengths they drew: 10 consecutive steps of the built-in workload stray 29 % from its long-run rate at p90,
+    scripts/measure_variation.py); else the range of the steady steps' sub-windows."""
+    walls = [[clock.wall_ms[i] for i in segment] for segment in steady.segments]
+    if steady.whole_epochs and sum(1 for w in walls if w) > 1:
+        speed = throughput.combine([m for w in walls if (m := throughput.measure(w, period=steady.period))])
+    else:
+        speed = throughput.measure([ms for w in walls for ms in w], period=steady.period)
+    return None if speed is None else replace(speed, transient_steps=sum(steady.left_out.values()))
 
 
 def reference_step_indices(manifest: Manifest) -> list[int]:
@@ -114,7 +142,7 @@ def reference_step_indices(manifest: Manifest) -> list[int]:
     never a step of a refill transient, or settling after an epoch start or the fork probe.
     ``dlprof record``'s closing message counts these too.
     """
-    return _steady(manifest)[0]
+    return _steady(manifest).indices
 
 
 def _excess_ms(clock: StepClock, start: int, baseline_ms: float, span: int = EPOCH_SETTLE_STEPS) -> float | None:
@@ -227,11 +255,11 @@ def unprofiled_stats(manifest: Manifest | None, batches_per_step: float) -> Unpr
     if manifest is None or not len(manifest.step_clock):
         return None
     clock = manifest.step_clock
-    steady, transient, left_out, period = _steady(manifest)
-    speed = throughput.measure([clock.wall_ms[i] for i in steady], period=period)
+    found = _steady(manifest)
+    steady, left_out = found.indices, found.left_out
+    speed = _speed(clock, found)
     if len(steady) < MIN_REFERENCE_STEPS or speed is None:
         return None
-    speed = replace(speed, transient_steps=transient)
     profiled = _settling_profiled(clock)
     mean = lambda column: statistics.fmean(column[i] for i in steady)
     consumer = statistics.fmean(max(0.0, clock.wall_ms[i] - clock.wait_ms[i] - clock.runq_ms[i]) for i in steady)

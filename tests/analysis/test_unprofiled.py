@@ -101,6 +101,32 @@ def test_whole_epochs_after_the_window_are_the_speed():
     assert stats.epoch_steps_per_s == pytest.approx(1000 * 16 / (2 * 80.0))
     whole = stats.epoch.whole_epoch_speed
     assert (whole.steps, whole.seconds, whole.spread_pct) == (16, pytest.approx(0.16), pytest.approx(0.0))
+    assert stats.speed.spread_pct == pytest.approx(0.0)  # the two epochs' steady rates: 200 steps/s each
+
+
+def test_over_whole_epochs_the_spread_is_the_range_of_the_epochs():
+    manifest = _manifest()
+    clock = manifest.step_clock
+    # Two whole 8-step epochs after the window, steady at 5 ms, then 4 ms: the steady steps' spread is the range of
+    # the epochs' own rates (250 - 200) over the 6 steps' rate, whatever their sub-windows say.
+    first, second = [20.0, 11.25, 11.25, 11.25, 11.25, 5.0, 5.0, 5.0], [20.0, 11.25, 11.25, 11.25, 11.25, 4.0, 4.0, 4.0]
+    extra = [5.0, 5.0, *first, *second, 20.0]
+    starts = [False, False, True] + [False] * 7 + [True] + [False] * 7 + [True]
+    n = len(extra)
+    clock = StepClock(
+        phase=clock.phase + ("after",) * n,
+        wall_ms=clock.wall_ms + tuple(extra),
+        cpu_ms=clock.cpu_ms + (1.0,) * n,
+        runq_ms=clock.runq_ms + (0.0,) * n,
+        wait_ms=clock.wait_ms + (0.5,) * n,
+        batches=clock.batches + (1,) * n,
+        epoch_start=clock.epoch_start + tuple(starts),
+        fork_probe=clock.fork_probe + (False,) * n,
+    )
+    loader = dataclasses.replace(manifest.loader, length=8)
+    stats = unprofiled_stats(dataclasses.replace(manifest, step_clock=clock, loader=loader), 1.0)
+    assert stats.steps_per_s == pytest.approx(6000 / 27) and stats.reference_steps == 6
+    assert stats.speed.spread_pct == pytest.approx(100 * (250 - 200) / (6000 / 27))
 
 
 # --- hand-written step clocks: the export pause, a bursty pipeline, a consumer that never waits, no workers ------
