@@ -28,7 +28,7 @@ For each case:
    analyze each run; a count's prediction is the median over the recordings from one start;
 2. measure steps/s without dlprof at every count (and at any recommended count not among them):
    the median of 3 runs, the runs of all counts interleaved so that drifting load on the machine
-   spreads over every count;
+   spreads over every count (at the recorded counts, each run right after a recording);
 3. compare each prediction with the measurement, and check that every recording's recommendation
    reaches 95 % of the best measured throughput with no more workers than needed.
 
@@ -253,18 +253,27 @@ def run(command: list[str], what: str) -> None:
         raise SystemExit(f"{what} failed (exit code {done.returncode}):\n$ {' '.join(command)}\n{done.stderr[-4000:]}")
 
 
-def measure(case: Case, counts: list[int], tmp: Path, repeats: int) -> dict[int, dict]:
-    """Per count: the median measured rate (and extra columns) over ``repeats`` runs without dlprof, counts
-    interleaved."""
+def measure_once(case: Case, n: int, tmp: Path, repeat: int) -> dict:
+    """One launch without dlprof at ``n`` workers: its report."""
+    report = tmp / f"{case.name}-measured-{n}-{repeat}.json"
+    run(case.measure_command(n, report), f"{case.name}: measuring num_workers={n}")
+    result = json.loads(report.read_text())
+    if result.get(case.measured_key) is None:
+        raise SystemExit(f"{case.name}: {report} has no {case.measured_key} (too few whole epochs?): {result}")
+    return result
+
+
+def measure(case: Case, counts: list[int], tmp: Path, repeats: int) -> dict[int, list[dict]]:
+    """Per count: ``repeats`` launches without dlprof, counts interleaved."""
     runs: dict[int, list[dict]] = {n: [] for n in counts}
     for repeat in range(repeats):
         for n in counts:
-            report = tmp / f"{case.name}-measured-{n}-{repeat}.json"
-            run(case.measure_command(n, report), f"{case.name}: measuring num_workers={n}")
-            result = json.loads(report.read_text())
-            if result.get(case.measured_key) is None:
-                raise SystemExit(f"{case.name}: {report} has no {case.measured_key} (too few whole epochs?): {result}")
-            runs[n].append(result)
+            runs[n].append(measure_once(case, n, tmp, repeat))
+    return runs
+
+
+def summarize(case: Case, runs: dict[int, list[dict]]) -> dict[int, dict]:
+    """Per count: the median of each measured key over its launches, and every launch's values."""
     keys = {case.measured_key, *(key for _, key in case.extra_columns), *(key for _, key, _ in case.unprofiled_checks)}
     median = lambda values: statistics.median(values) if values else None
     return {
@@ -273,7 +282,7 @@ def measure(case: Case, counts: list[int], tmp: Path, repeats: int) -> dict[int,
             "runs": [r[case.measured_key] for r in results],
             "runs_by_key": {key: [r.get(key) for r in results] for key in keys},
         }
-        for n, results in runs.items()
+        for n, results in sorted(runs.items())
     }
 
 
@@ -447,14 +456,18 @@ def prediction_table(case: Case, recordings: dict[int, list[tuple]], measured: d
 
 
 def bench_case(case: Case, tmp: Path, repeats: int, unprofiled_only: bool = False) -> dict:
-    # Recordings of both starts interleaved, like the measurements, so that drifting load spreads over both.
+    # Each recording is followed by a launch without dlprof at its count, and the starts alternate: drifting load
+    # on the machine (other processes) falls on the recordings and their truth alike.
     recordings: dict[int, list[tuple]] = {start: [] for start in STARTS}
+    runs: dict[int, list[dict]] = {start: [] for start in STARTS}
     for attempt in range(repeats):
         for start in STARTS:
             recordings[start].append(predict_from(case, start, tmp, attempt))
+            runs[start].append(measure_once(case, start, tmp, attempt))
     chosen = {n for start in STARTS for _, n, _ in recordings[start]}
     counts = sorted(set(STARTS) if unprofiled_only else set(case.counts) | chosen)
-    measured = measure(case, counts, tmp, repeats)
+    runs.update(measure(case, [n for n in counts if n not in STARTS], tmp, repeats))
+    measured = summarize(case, runs)
     print(f"\n### {case.name}: {case.description}\n\nmeasured without dlprof: median of {repeats} run(s)")
     floor = noise_floor(measured)
     print(f"\nnoise floor (one run without dlprof against the median of the others at its count): {error_stats(floor)}")
