@@ -193,7 +193,7 @@ class EpochStats:
     #: A run without workers: what forking once cost the following steps (copy-on-write), as workers would.
     fork_probe_ms: float | None = None
     #: The whole epochs timed after the window: all their steps over all their time, the spread the range of the
-    #: epochs' own rates; None if none was.
+    #: epochs' own rates (0 when one epoch was timed: no spread is known); None if none was.
     whole_epoch_speed: Throughput | None = None
 
 
