@@ -395,7 +395,7 @@ def _timed_reference_steps(result) -> str:
     differ."""
     from dlprof.analysis.unprofiled import reference_step_indices
 
-    counts = sorted({len(reference_step_indices(m.step_clock)) for m in result.manifests}) or [0]
+    counts = sorted({len(reference_step_indices(m)) for m in result.manifests}) or [0]
     return str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
 
 

@@ -8,8 +8,9 @@ Every place dlprof times training steps (the reference steps after the profiler'
   workers went on producing while training stood still and the queue filled (``num_workers ×
   prefetch_factor`` batches), or a new iterator starts from nothing. The first steps after such a pause
   find batches waiting, or wait for all of them at once. :func:`transient_steps` says how many to leave
-  out: at least a queue's worth, and until the first step that waited (the surplus is used up), within a
-  bound.
+  out: at least a queue's worth, and until every worker's surplus is used up (as many steps have waited
+  as there are workers: batches come from the workers in turn, and a wait tells of one worker's queue
+  only), within a bound.
 * **Steps over time.** A rate is the number of steps over the time they took, never 1000 / median step:
   with a few workers steps alternate (one waits, the next finds its batch ready), and the median of such
   steps is no throughput.
@@ -29,6 +30,25 @@ from collections.abc import Sequence
 
 from dlprof.results.analysis import Throughput
 
+# How long a speed must be timed, from the variation of training measured without dlprof
+# (scripts/measure_variation.py: 40-90 s of steady steps per run on 2 shared cores, the workers' delivery in
+# whole rounds). p90 of |rate of a window / the run's long-run rate - 1|, %, for windows of at least n steps or
+# t seconds, and of both 40 steps and 2 s:
+#
+#   workload (synthetic: scripts/bench_workload.py)    n=10  n=20  n=40  n=80 n=160   t=1s  t=2s  t=4s   40+2s
+#   io-bound, 15 ms read/sample, 20 ms step, 2 workers  1.4   1.2   0.8   0.7   0.5    0.9   0.7   0.5     0.7
+#   io-bound, 4 workers (bound by the consumer)         2.6   2.3   2.3   1.6   1.2    2.3   1.9   1.3     1.9
+#   io-bound, no workers                                0.8   1.2   0.9   0.5   0.5    0.8   1.1   0.7     0.9
+#   io-heavy, 30 ms read/sample, 2 workers              0.7   0.5   0.3   0.3   0.3    0.5   0.4   0.3     0.3
+#   cpu-bound, 8 ms CPU/sample, 2 workers               6.7   4.2   2.6   2.3   1.6    2.6   2.0   1.1     2.0
+#   built-in LoRA (batches of varying length), 2 wkrs  28.7  16.8  10.5   9.4   4.6   18.8  13.1  10.6    10.5
+#   built-in LoRA, no workers                          31.4  20.4  13.2  10.0   8.5   22.1  12.5  12.5    13.2
+#
+# With steps of one cost, 40 steps and 2 s keep every window within 2 % (3 % is the aim); fewer steps leave too
+# few per sub-window for the spread. With batches of varying length no window short of whole epochs gets
+# there (its steps' mean is 1.3-1.4 x their median): the spread says so (of 64 such measurements of the LoRA
+# workload, 2 were trusted), and short epochs are timed whole (dlprof.manifest.whole_epochs_to_time).
+
 #: Fewest steps a speed is measured over: four sub-windows of 10 steps each, so that a pattern of steps
 #: that alternate (two or three workers delivering in turn) averages out inside every sub-window.
 MIN_STEPS = 40
@@ -37,13 +57,23 @@ MIN_STEPS = 40
 MIN_SECONDS = 2.0
 #: Parts the timed steps are cut into for the spread.
 SUB_WINDOWS = 4
-#: A spread wider than this (range of the parts' rates, % of the rate) makes the number untrustworthy.
+#: A spread wider than this (range of the parts' rates, % of the rate) makes the number untrustworthy. Four
+#: parts' range is about 2 standard deviations of one part, 4 of the whole: 10 % keeps the whole within ~4 % at
+#: p90. Measured as above: every measurement of the synthetic workloads was trusted (p90 error 0.1-2.0 %).
 MAX_SPREAD_PCT = 10.0
 #: A step waited for its batch when its wait exceeds the segment's smallest wait (the hand-off of a ready
-#: batch) by this share of its median step: below it, what a surplus of batches saves is that small too.
+#: batch) by this share of its median step: below it, what a surplus of batches saves is that small too (a
+#: pipeline whose steady waits stay under it runs within about this share of its consumer's own speed, so a
+#: surplus left unseen biases the rate by less).
 WAITED_SHARE = 0.04
-#: After the queue's worth of steps, look this many queues' worth further for the first step that waited;
-#: a pipeline that never waits by then is bound by its consumer (the queue stays full: steady already).
+#: After the queue's worth of steps, look this many queues' worth further for the steps that waited; a
+#: pipeline that has not waited once per worker by then is bound by its consumer (the queue stays full: steady
+#: already). A surplus of a queue lasts ``queue / gap`` steps when the producers are slower than the consumer
+#: by a share ``gap``: 25 queues find it down to a 4 % gap, the bound :data:`WAITED_SHARE` sets (below it the
+#: surplus biases the rate by less than 4 %). Measured (scripts/measure_variation.py, 1 s pauses): loaders
+#: bound by their workers waited once per worker within 13 steps of a pause at 2 workers; at 4 workers, bound
+#: by the consumer, the hand-off's jitter (1-1.5 ms against a 23 ms step) made 4 "waits" after 37-72 steps on
+#: average: steps wasted, not a bias (the queue there stays full anyway).
 WAIT_SEARCH_QUEUES = 25
 #: PyTorch's prefetch_factor when the DataLoader got none.
 DEFAULT_PREFETCH_FACTOR = 2
@@ -57,11 +87,14 @@ def queue_steps(num_workers: int | None, prefetch_factor: int | None, batches_pe
     return math.ceil(batches / max(1.0, batches_per_step))
 
 
-def transient_steps(wall_ms: Sequence[float], wait_ms: Sequence[float], queue: int) -> int:
+def transient_steps(wall_ms: Sequence[float], wait_ms: Sequence[float], queue: int, workers: int = 1) -> int:
     """How many steps at the start of a segment (the steps after one pause, in order) are its refill transient.
 
-    At least ``queue`` steps (:func:`queue_steps`), then up to the first step that waited for its batch: from
-    there on the surplus the pause left in the queue is used up. When no step waits within
+    At least ``queue`` steps (:func:`queue_steps`), then up to the step after which ``workers`` steps have
+    waited for their batch: the DataLoader takes batches from its workers in turn, so one wait tells that one
+    worker's surplus is used up, and after one per worker the surplus the pause left in the queue is gone (on
+    an I/O-bound loader at 2 workers, stopping at the first wait kept a surplus worth +1.8 % over the next 40
+    steps; at the second, +0.8 %: scripts/measure_variation.py). When fewer steps wait within
     :data:`WAIT_SEARCH_QUEUES` queues' worth of steps, the queue never empties (the consumer is the slower
     side) and the segment is steady after ``queue`` steps.
     """
@@ -71,9 +104,12 @@ def transient_steps(wall_ms: Sequence[float], wait_ms: Sequence[float], queue: i
         return start
     threshold = min(wait_ms) + WAITED_SHARE * statistics.median(wall_ms)
     limit = min(count, start + WAIT_SEARCH_QUEUES * queue)
+    waited = 0
     for i in range(start, limit):
         if wait_ms[i] > threshold:
-            return i
+            waited += 1
+            if waited >= max(1, workers):
+                return i
     return start
 
 
@@ -87,20 +123,37 @@ def _spread_pct(rates: Sequence[float], overall: float) -> float:
     return 100 * (max(rates) - min(rates)) / overall if len(rates) > 1 and overall > 0 else 0.0
 
 
-def measure(wall_ms: Sequence[float], transient: int = 0) -> Throughput | None:
+def whole_periods(steps: int, period: int) -> int:
+    """The most of ``steps`` that makes whole periods of ``period`` steps (all of them when fewer than one period)."""
+    period = max(1, period)
+    return steps - steps % period if steps >= period else steps
+
+
+def measure(wall_ms: Sequence[float], transient: int = 0, period: int = 1) -> Throughput | None:
     """The rate of ``wall_ms`` (consecutive steps' wall times) after leaving out its first ``transient`` steps.
 
-    None when no step is left, or they took no time.
+    ``period``: the steps of one round of the workers' delivery (``num_workers`` batches; 1 without workers). With a
+    few workers, steps come in a repeating pattern (one that waited for two workers' batches, one that found the
+    other ready), so a stretch that ends mid-round counts one kind of step once too often: the timed steps are cut
+    to whole rounds (:func:`whole_periods`; a segment's steady steps begin with a round, at the step that waited),
+    and so are the sub-windows of the spread. None when no step is left, or they took no time.
     """
     timed = list(wall_ms[transient:])
+    timed = timed[: whole_periods(len(timed), period)]
     seconds = sum(timed) / 1000
     if not timed or seconds <= 0:
         return None
     rate = len(timed) / seconds
-    parts = [timed[len(timed) * i // SUB_WINDOWS : len(timed) * (i + 1) // SUB_WINDOWS] for i in range(SUB_WINDOWS)]
-    rates = [len(part) * 1000 / sum(part) for part in parts if part and sum(part) > 0]
-    spread = _spread_pct(rates, rate)
+    spread = _spread_pct([len(p) * 1000 / sum(p) for p in _parts(timed, period) if p and sum(p) > 0], rate)
     return Throughput(rate, len(timed), seconds, spread, transient, _trusted(len(timed), seconds, spread))
+
+
+def _parts(timed: list[float], period: int) -> list[list[float]]:
+    """``timed`` cut into :data:`SUB_WINDOWS` consecutive parts of whole periods (as even as they can be)."""
+    period = max(1, period) if len(timed) >= SUB_WINDOWS * max(1, period) else 1
+    rounds = len(timed) // period
+    cuts = [period * (rounds * i // SUB_WINDOWS) for i in range(SUB_WINDOWS)] + [len(timed)]
+    return [timed[a:b] for a, b in zip(cuts, cuts[1:])]
 
 
 def combine(parts: Sequence[Throughput]) -> Throughput | None:

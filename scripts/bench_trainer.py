@@ -9,7 +9,9 @@ with ``--report``, writes what it measured:
     dlprof record -- python scripts/bench_trainer.py --num-workers 2 --epochs 3
 
 ``steps_per_s_epochs`` is steps/s over whole epochs after the first (warm-up), worker restarts at
-epoch boundaries included; ``steps_per_s_steady`` is 1000 / the median step (ms) after the first epoch.
+epoch boundaries included; ``steps_per_s_steady`` is steps over time inside the epochs after the first,
+each epoch's start-up left out (its settling steps and twice the prefetch queue, as the built-in
+workload's ``--report`` does).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -41,6 +42,7 @@ from transformers import (  # noqa: E402
     TrainingArguments,
 )
 
+from dlprof.manifest import EPOCH_SETTLE_STEPS  # noqa: E402
 from dlprof.workloads.records import load_examples  # noqa: E402
 
 DATA = REPO / "dlprof" / "workloads" / "data"
@@ -84,12 +86,16 @@ class SpeedCallback(TrainerCallback):
     def on_epoch_end(self, args, state, control, **kwargs):
         self.epochs.append((self._epoch_steps, time.perf_counter() - self._epoch_start))
 
-    def summary(self, steps_per_epoch: int) -> dict:
+    def summary(self, steps_per_epoch: int, queue_steps: int) -> dict:
         whole = [(steps, seconds) for steps, seconds in self.epochs[1:] if steps == steps_per_epoch]
-        steady = [ms for epoch, ms in self.step_ms if epoch >= 1]
+        skip = EPOCH_SETTLE_STEPS + 2 * queue_steps  # each epoch's start-up: workers start, the queue fills
+        by_epoch: dict[int, list[float]] = {}
+        for epoch, ms in self.step_ms:
+            by_epoch.setdefault(epoch, []).append(ms)
+        steady = [ms for epoch, steps in by_epoch.items() if epoch >= 1 for ms in steps[skip:]]
         return {
             "steps_per_s_epochs": sum(s for s, _ in whole) / sum(t for _, t in whole) if whole else None,
-            "steps_per_s_steady": 1000 / statistics.median(steady) if steady else None,
+            "steps_per_s_steady": 1000 * len(steady) / sum(steady) if steady else None,
             "epochs": sum(1 for steps, _ in self.epochs if steps == steps_per_epoch),
             "epochs_measured": len(whole),
             "steps_per_epoch": steps_per_epoch,
@@ -147,7 +153,12 @@ def main() -> None:
         )
         trainer.train()
     steps_per_epoch = math.ceil(len(dataset) / args.batch_size)  # one process, no gradient accumulation, no drop_last
-    summary = {**speed.summary(steps_per_epoch), "num_workers": args.num_workers, "steps": trainer.state.global_step}
+    queue = args.num_workers * 2  # the Trainer's prefetch_factor: PyTorch's default, 2 batches per worker
+    summary = {
+        **speed.summary(steps_per_epoch, queue),
+        "num_workers": args.num_workers,
+        "steps": trainer.state.global_step,
+    }
     if args.report:
         args.report.write_text(json.dumps(summary, indent=1) + "\n")
     rate = summary["steps_per_s_epochs"]
@@ -155,7 +166,7 @@ def main() -> None:
     print(
         f"bench_trainer: {summary['steps']} steps, num_workers={args.num_workers}: "
         f"{'-' if rate is None else f'{rate:.2f}'} steps/s over whole epochs after the first, "
-        f"{'-' if steady is None else f'{steady:.2f}'} steps/s steady (median step)"
+        f"{'-' if steady is None else f'{steady:.2f}'} steps/s inside them"
     )
 
 

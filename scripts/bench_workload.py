@@ -7,6 +7,12 @@ optimizer step. CPU costs are CPU time, not wall time: under contention they tak
 work does.
 
     python scripts/bench_workload.py --num-workers 2 --steps 60 --report out.json
+
+It times itself as dlprof's step clock does: a step runs from the end of the previous one to the end of its
+optimizer step, its wait for the batch included. ``--pause-every K --pause-ms P`` stands the main process still
+for P ms after every K steps (as the profiler's export does; the pause is no step's time): the workers go on
+filling the prefetch queue meanwhile. The measured rate is the steps after ``--warmup-steps`` over their time;
+``--report`` also writes every step's wall time and wait (ms), and the steps after which it paused.
 """
 
 from __future__ import annotations
@@ -44,10 +50,11 @@ class KnownCostCollate:
         return torch.stack(samples)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-workers", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--prefetch-factor", type=int, default=None)
     parser.add_argument("--cpu-ms", type=float, default=1.0)
     parser.add_argument("--io-ms", type=float, default=0.0)
     parser.add_argument("--collate-ms", type=float, default=0.0)
@@ -55,32 +62,60 @@ def main() -> None:
     parser.add_argument("--gpu-ms", type=float, default=10.0)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--warmup-steps", type=int, default=10, help="steps excluded from the measured rate")
-    parser.add_argument("--report", help="write the measured steps/s here (JSON)")
-    args = parser.parse_args()
+    parser.add_argument("--pause-every", type=int, default=0, help="pause the main process after every K steps")
+    parser.add_argument("--pause-ms", type=float, default=1000.0, help="how long each pause lasts")
+    parser.add_argument("--max-seconds", type=float, default=None, help="stop after this long (steps still bound it)")
+    parser.add_argument("--report", help="write the measured steps/s (and every step's time) here (JSON)")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     torch.set_num_threads(1)  # the "model" is tiny; keep torch's thread pool out of the measurement
+    extra = {"prefetch_factor": args.prefetch_factor} if args.num_workers and args.prefetch_factor else {}
     loader = DataLoader(
         KnownCostDataset(args.steps * args.batch_size * 2, args.cpu_ms, args.io_ms),
         batch_size=args.batch_size,
         num_workers=args.num_workers,
         collate_fn=KnownCostCollate(args.collate_ms),
+        **extra,
     )
     model = torch.nn.Linear(16, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    started = None
+    wall_ms: list[float] = []
+    wait_ms: list[float] = []
+    paused_after: list[int] = []
+    last = began = time.perf_counter()
     for step, batch in enumerate(loader):
-        if step == args.warmup_steps:
-            started = time.perf_counter()
+        ready = time.perf_counter()
         burn_cpu(args.host_ms)
         time.sleep(args.gpu_ms / 1000)
         model(batch).pow(2).mean().backward()
         optimizer.step()
         optimizer.zero_grad()
-        if step + 1 >= args.steps:
+        now = time.perf_counter()
+        wall_ms.append(1000 * (now - last))
+        wait_ms.append(1000 * (ready - last))
+        if step + 1 >= args.steps or (args.max_seconds is not None and now - began >= args.max_seconds):
             break
-    measured = (args.steps - args.warmup_steps) / (time.perf_counter() - started)
+        if args.pause_every and (step + 1) % args.pause_every == 0:
+            time.sleep(args.pause_ms / 1000)
+            paused_after.append(step)
+        last = time.perf_counter()
+    timed = wall_ms[args.warmup_steps :]
+    measured = 1000 * len(timed) / sum(timed)
     if args.report:
         with open(args.report, "w") as f:
-            json.dump({"steps_per_s": measured, "num_workers": args.num_workers}, f)
+            json.dump(
+                {
+                    "steps_per_s": measured,
+                    "num_workers": args.num_workers,
+                    "step_ms": [round(ms, 4) for ms in wall_ms],
+                    "wait_ms": [round(ms, 4) for ms in wait_ms],
+                    "paused_after": paused_after,
+                },
+                f,
+            )
     print(f"{measured:.2f} steps/s with num_workers={args.num_workers}")
 
 

@@ -45,8 +45,8 @@ def _recorded(monkeypatch, tmp_path, *manifests: Manifest):
 
 def test_the_stop_message_gives_the_reference_steps_timed(monkeypatch, tmp_path):
     manifest = _manifest(0, after=12)
-    timed = len(reference_step_indices(manifest.step_clock))
-    assert timed == 12  # no epoch start, no fork probe: every unprofiled step counts
+    timed = len(reference_step_indices(manifest))
+    assert timed == 12  # no loader (no queue), no epoch start, no fork probe: every unprofiled step counts
     result = _recorded(monkeypatch, tmp_path, manifest)
     assert result.exit_code == 0, result.output
     assert "stopped training after the window and 12 unprofiled reference steps;" in result.stdout

@@ -5,29 +5,33 @@ profiler window (the reference steps) are what the user's own training does; ste
 slower by the profiler's per-operator cost. This module measures both, the profiler overhead, the
 consumer's unprofiled time, and what an epoch boundary costs (workers restarting).
 
-Throughput is total time over steps, so the speed and the consumer's time are means over the
-reference steps (with variable-length batches a long sequence is part of the real speed, not noise);
-the profiler's overhead compares medians, so that one slow step on either side does not move it.
+The speed is measured as :mod:`dlprof.throughput` says: steady state only, steps over time. The
+reference steps are cut at every pause of the main process (the profiler's export before the first
+of them, every epoch start, the fork probe); after each, the refill transient is left out
+(:func:`dlprof.throughput.transient_steps`: the export leaves the prefetch queue full, an epoch start
+leaves it empty), and so are the settling steps after an epoch start or the fork probe, whose excess
+is the restart's (or the fork's) cost. The speed is all the steady steps over all their time (with
+variable-length batches a long sequence is part of the real speed, not noise), and the consumer's,
+CPU and wait times are means over the same steps. Whole epochs are measured as they are: all their
+steps over all their time, restarts included.
+
+The profiler's overhead compares medians of profiled and unprofiled steps instead: it is a ratio of
+typical steps (one slow step on either side must not move it), not a throughput.
 """
 
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass, replace
 
+from dlprof import throughput
 from dlprof.manifest import EPOCH_SETTLE_STEPS, PHASE_AFTER, PHASE_PROFILED, LoaderConfig, Manifest, StepClock
-from dlprof.results.analysis import EpochStats, UnprofiledStats
+from dlprof.results.analysis import EpochStats, Throughput, UnprofiledStats
 
-#: Fewer reference steps than this make the unprofiled speed unreliable.
-MIN_REFERENCE_STEPS = 5
-
-
-def _settling(flags: tuple[bool, ...]) -> set[int]:
-    """Steps inside the settling period of a flagged step (an epoch start, the fork probe)."""
-    near = set()
-    for i, flagged in enumerate(flags):
-        if flagged:
-            near.update(range(i, i + EPOCH_SETTLE_STEPS))
-    return near
+#: Fewer steady reference steps than this give no unprofiled speed at all (the profiled steps stand in); from
+#: here up to :data:`dlprof.throughput.MIN_STEPS` steps (and :data:`~dlprof.throughput.MIN_SECONDS`) the speed
+#: is reported as too short to trust.
+MIN_REFERENCE_STEPS = 3
 
 
 def _whole_epochs(clock: StepClock) -> range | None:
@@ -38,32 +42,142 @@ def _whole_epochs(clock: StepClock) -> range | None:
     return range(starts[0], starts[-1]) if len(starts) >= 2 else None
 
 
-def _excess_ms(clock: StepClock, start: int, baseline_ms: float) -> float | None:
-    """What the settling steps from ``start`` took beyond ``baseline_ms`` each; None if they ran in different phases."""
-    span = range(start, start + EPOCH_SETTLE_STEPS)
-    if span.stop > len(clock) or any(clock.phase[j] != clock.phase[start] for j in span):
+def _delivery(manifest: Manifest) -> tuple[int, int, int]:
+    """The training loader's prefetch queue in steps (0 without workers or a known loader), its workers, and the
+    steps of one round of their delivery (a batch from each worker; 1 without workers)."""
+    loader, clock = manifest.loader, manifest.step_clock
+    if loader is None or not loader.num_workers:
+        return 0, 0, 1
+    after = [b for p, b in zip(clock.phase, clock.batches) if p == PHASE_AFTER]
+    batches_per_step = max(1.0, statistics.fmean(after)) if after else 1.0  # as the same steps got them
+    queue = throughput.queue_steps(loader.num_workers, loader.prefetch_factor, batches_per_step)
+    return queue, loader.num_workers, max(1, round(loader.num_workers / batches_per_step))
+
+
+def _flagged(column: tuple[bool, ...], i: int) -> bool:
+    """``column[i]``, False where the column is shorter (an older manifest lacks the fork probe)."""
+    return i < len(column) and column[i]
+
+
+def _segments(clock: StepClock, steps: range) -> list[range]:
+    """``steps``' unprofiled steps cut at every pause of the main process: a segment begins at the first step after
+    the window (the export), at an epoch start, or after the fork probe, and runs to the next such step."""
+    after = [i for i in steps if clock.phase[i] == PHASE_AFTER]
+    segments: list[range] = []
+    for i in after:
+        if (
+            segments
+            and segments[-1].stop == i
+            and not _flagged(clock.epoch_start, i)
+            and not _flagged(clock.fork_probe, i)
+        ):
+            segments[-1] = range(segments[-1].start, i + 1)
+        else:
+            segments.append(range(i, i + 1))
+    return segments
+
+
+def _left_out(clock: StepClock, segment: range, queue: int, workers: int) -> int:
+    """How many of ``segment``'s first steps are not steady: its refill transient, and at least the settling steps
+    after an epoch start or the fork probe."""
+    a, b = segment.start, segment.stop
+    transient = throughput.transient_steps(clock.wall_ms[a:b], clock.wait_ms[a:b], queue, workers)
+    if _flagged(clock.epoch_start, a) or _flagged(clock.fork_probe, a):
+        transient = max(transient, EPOCH_SETTLE_STEPS)
+    return min(transient, len(segment))
+
+
+@dataclass(frozen=True)
+class _Steady:
+    """The steady reference steps, by segment (indices into the step clock, each segment's in whole rounds of the
+    workers' delivery), the steps left out at each segment's first step, the round's steps, and whether the
+    segments are whole epochs'."""
+
+    segments: list[list[int]]
+    left_out: dict[int, int]
+    period: int
+    whole_epochs: bool
+
+    @property
+    def indices(self) -> list[int]:
+        return [i for segment in self.segments for i in segment]
+
+
+def _steady(manifest: Manifest) -> _Steady:
+    """The steady reference steps of ``manifest``'s step clock (:class:`_Steady`).
+
+    Each segment's steady steps are cut to whole rounds (:func:`dlprof.throughput.whole_periods`): they begin at a
+    step that waited, the start of a round, and a stretch that ended mid-round would count one kind of step once
+    too often."""
+    clock = manifest.step_clock
+    whole = _whole_epochs(clock)
+    queue, workers, period = _delivery(manifest)
+    segments: list[list[int]] = []
+    left_out: dict[int, int] = {}
+    for segment in _segments(clock, whole if whole is not None else range(len(clock))):
+        skip = _left_out(clock, segment, queue, workers)
+        left_out[segment.start] = skip
+        kept = list(segment[skip:])
+        segments.append(kept[: throughput.whole_periods(len(kept), period)])
+    return _Steady(segments, left_out, period, whole is not None)
+
+
+def _speed(clock: StepClock, steady: _Steady) -> Throughput | None:
+    """All the steady steps over all their time, with the steps left out. The spread: over whole epochs, the range
+    of the epochs' own steady rates (each epoch has every batch length once, so its parts would differ by the
+    lengths they drew: 10 consecutive steps of the built-in workload stray 29 % from its long-run rate at p90,
+    scripts/measure_variation.py); else the range of the steady steps' sub-windows."""
+    walls = [[clock.wall_ms[i] for i in segment] for segment in steady.segments]
+    if steady.whole_epochs and sum(1 for w in walls if w) > 1:
+        speed = throughput.combine([m for w in walls if (m := throughput.measure(w, period=steady.period))])
+    else:
+        speed = throughput.measure([ms for w in walls for ms in w], period=steady.period)
+    return None if speed is None else replace(speed, transient_steps=sum(steady.left_out.values()))
+
+
+def reference_step_indices(manifest: Manifest) -> list[int]:
+    """The steps the unprofiled speed is measured on (indices into the step clock): the steady reference steps.
+
+    When whole epochs were timed after the window, only theirs (every batch length once per epoch); and
+    never a step of a refill transient, or settling after an epoch start or the fork probe.
+    ``dlprof record``'s closing message counts these too.
+    """
+    return _steady(manifest).indices
+
+
+def _excess_ms(clock: StepClock, start: int, baseline_ms: float, span: int = EPOCH_SETTLE_STEPS) -> float | None:
+    """What ``span`` steps from ``start`` took beyond ``baseline_ms`` each; None if they ran in different phases."""
+    steps = range(start, start + span)
+    if steps.stop > len(clock) or any(clock.phase[j] != clock.phase[start] for j in steps):
         return None
-    return max(0.0, sum(clock.wall_ms[j] - baseline_ms for j in span))
+    return max(0.0, sum(clock.wall_ms[j] - baseline_ms for j in steps))
 
 
-def _epoch_stats(
-    clock: StepClock,
-    loader: LoaderConfig,
-    batches_per_step: float,
-    profiled: list[float],
-    steady_ms: float,
-    whole: range | None,
-) -> EpochStats:
-    """``profiled``: the profiled steps' wall times, settling steps left out; ``steady_ms``: the unprofiled mean
-    step."""
+def _whole_epoch_speed(clock: StepClock, whole: range | None) -> Throughput | None:
+    """All the whole epochs' steps over all their time (restarts included); the spread is the range of the epochs'
+    own rates."""
+    if whole is None:
+        return None
+    starts = [i for i in whole if _flagged(clock.epoch_start, i)] + [whole.stop]
+    epochs = [throughput.measure(clock.wall_ms[a:b]) for a, b in zip(starts, starts[1:])]
+    epochs = [e for e in epochs if e is not None]
+    if len(epochs) == 1:  # one epoch: its sub-windows differ by the restart in the first; no spread is known
+        return replace(epochs[0], spread_pct=0.0, trusted=throughput.enough(epochs[0].steps, epochs[0].seconds))
+    return throughput.combine(epochs)
+
+
+def _restarts(
+    clock: StepClock, whole: range | None, left_out: dict[int, int], profiled: list[float], steady_ms: float
+) -> list[float]:
+    """The excess of every epoch boundary after start-up, against its phase's mean step (a mean: long batches among
+    the settling steps are no excess on average); the whole epochs' own boundaries, when there are some."""
     restarts = []
-    # Boundaries after start-up, against their phase's mean step (a mean: long batches among the settling
-    # steps are no excess on average). The whole epochs' own boundaries, when there are some, are the ones to use.
     starts = [i for i, started in enumerate(clock.epoch_start) if started]
     for i in [i for i in starts if i in whole] if whole is not None else starts:
         phase = clock.phase[i]
         if phase == PHASE_AFTER:
-            extra = _excess_ms(clock, i, steady_ms)
+            # Over the steps left out after it: the settling steps, and the refill of the empty queue.
+            extra = _excess_ms(clock, i, steady_ms, max(EPOCH_SETTLE_STEPS, left_out.get(i, 0)))
         elif phase == PHASE_PROFILED and profiled:
             extra = _excess_ms(clock, i, statistics.fmean(profiled))
             extra = (
@@ -73,10 +187,26 @@ def _epoch_stats(
             continue
         if extra is not None:
             restarts.append(extra)
+    return restarts
+
+
+def _epoch_stats(
+    clock: StepClock,
+    loader: LoaderConfig,
+    batches_per_step: float,
+    profiled: list[float],
+    steady_ms: float,
+    left_out: dict[int, int],
+) -> EpochStats:
+    """``profiled``: the profiled steps' wall times, settling steps left out; ``steady_ms``: the unprofiled mean
+    step."""
+    whole = _whole_epochs(clock)
+    restarts = _restarts(clock, whole, left_out, profiled, steady_ms)
     probes = [i for i, probed in enumerate(clock.fork_probe) if probed]
     fork_probe = _excess_ms(clock, probes[0], steady_ms) if probes else None
     firsts = [e.first_batch_ms for e in loader.epochs if e.first_batch_ms is not None]
     ends = [e.end_ms for e in loader.epochs if e.end_ms is not None]
+    epochs = _whole_epoch_speed(clock, whole)
     return EpochStats(
         steps_per_epoch=loader.length / batches_per_step if loader.length else None,
         persistent_workers=bool(loader.persistent_workers),
@@ -85,59 +215,71 @@ def _epoch_stats(
         boundaries_measured=len(restarts),
         first_batch_ms=statistics.median(firsts) if firsts else None,
         end_ms=statistics.median(ends) if ends else None,
-        whole_epoch_steps_per_s=(
-            1000 * len(whole) / sum(clock.wall_ms[whole.start : whole.stop]) if whole is not None else None
-        ),
+        whole_epoch_steps_per_s=epochs.steps_per_s if epochs is not None else None,
         fork_probe_ms=fork_probe,
+        whole_epoch_speed=epochs,
     )
 
 
-def reference_step_indices(clock: StepClock) -> list[int]:
-    """The steps the unprofiled speed is measured on (indices into ``clock``): the reference steps after the window.
+def _settling_profiled(clock: StepClock) -> list[float]:
+    """The profiled steps' wall times, but those settling after an epoch start or the fork probe."""
+    near = set()
+    for i in range(len(clock)):
+        if _flagged(clock.epoch_start, i) or _flagged(clock.fork_probe, i):
+            near.update(range(i, i + EPOCH_SETTLE_STEPS))
+    return [clock.wall_ms[i] for i, p in enumerate(clock.phase) if p == PHASE_PROFILED and i not in near]
 
-    When whole epochs were timed after the window, only theirs (every batch length once per epoch); and
-    never a step settling after an epoch start or the fork probe, whose excess is the restart's (or the
-    fork's) cost. ``dlprof record``'s closing message counts these too.
-    """
-    near = _settling(clock.epoch_start) | _settling(clock.fork_probe)
-    whole = _whole_epochs(clock)
-    candidates = whole if whole is not None else range(len(clock))
-    return [i for i in candidates if clock.phase[i] == PHASE_AFTER and i not in near]
+
+def distrust(speed: Throughput) -> str | None:
+    """Why ``speed`` is not to be trusted, in words (None when it is): too few steps or seconds, or too wide a
+    spread."""
+    if speed.trusted:
+        return None
+    why = []
+    if speed.steps < throughput.MIN_STEPS:
+        why.append(f"only {speed.steps} steady steps (fewer than {throughput.MIN_STEPS})")
+    if speed.seconds < throughput.MIN_SECONDS:
+        why.append(f"only {speed.seconds:.3g} s of them (less than {throughput.MIN_SECONDS:g} s)")
+    if speed.spread_pct > throughput.MAX_SPREAD_PCT:
+        why.append(f"a spread of {speed.spread_pct:.1f} % (more than {throughput.MAX_SPREAD_PCT:g} %)")
+    return " and ".join(why) or None
 
 
 def unprofiled_stats(manifest: Manifest | None, batches_per_step: float) -> UnprofiledStats | None:
-    """Unprofiled speed of a run recorded with reference steps; ``None`` when it has too few of them.
+    """Unprofiled speed of a run recorded with reference steps; ``None`` when it has too few steady ones.
 
-    When whole epochs were timed after the window, the steady speed is theirs (every batch length once
-    per epoch); else all reference steps'. Steps settling after an epoch start or the fork probe are left out
-    of the steady speed: their excess is the restart's (or the fork's) cost.
+    When whole epochs were timed after the window, the steady speed is measured inside them (every
+    batch length once per epoch); else over all reference steps. Either way only steady steps count
+    (module docstring).
     """
     if manifest is None or not len(manifest.step_clock):
         return None
     clock = manifest.step_clock
-    near = _settling(clock.epoch_start) | _settling(clock.fork_probe)
-    whole = _whole_epochs(clock)
-    after = reference_step_indices(clock)
-    if len(after) < MIN_REFERENCE_STEPS or statistics.median(clock.wall_ms[i] for i in after) <= 0:
+    found = _steady(manifest)
+    steady, left_out = found.indices, found.left_out
+    speed = _speed(clock, found)
+    if len(steady) < MIN_REFERENCE_STEPS or speed is None:
         return None
-    profiled = [clock.wall_ms[i] for i, p in enumerate(clock.phase) if p == PHASE_PROFILED and i not in near]
-    mean = lambda column: statistics.fmean(column[i] for i in after)
-    consumer = statistics.fmean(max(0.0, clock.wall_ms[i] - clock.wait_ms[i] - clock.runq_ms[i]) for i in after)
-    steady_ms = mean(clock.wall_ms)
+    profiled = _settling_profiled(clock)
+    mean = lambda column: statistics.fmean(column[i] for i in steady)
+    consumer = statistics.fmean(max(0.0, clock.wall_ms[i] - clock.wait_ms[i] - clock.runq_ms[i]) for i in steady)
+    steady_ms = 1000 / speed.steps_per_s  # the mean steady step: seconds over steps
     epoch = (
-        _epoch_stats(clock, manifest.loader, batches_per_step, profiled, steady_ms, whole)
+        _epoch_stats(clock, manifest.loader, batches_per_step, profiled, steady_ms, left_out)
         if manifest.loader is not None
         else None
     )
     return UnprofiledStats(
-        reference_steps=len(after),
+        reference_steps=len(steady),
         step_ms=steady_ms,
         profiled_steps=len(profiled),
-        step_ms_p50=statistics.median(clock.wall_ms[i] for i in after),
+        step_ms_p50=statistics.median(clock.wall_ms[i] for i in steady),
         profiled_step_ms=statistics.median(profiled) if profiled else None,
         consumer_ms=consumer,
         wait_ms=mean(clock.wait_ms),
         cpu_ms=mean(clock.cpu_ms),
         runq_ms=mean(clock.runq_ms),
         epoch=epoch,
+        speed=speed,
+        distrust=distrust(speed),
     )

@@ -87,16 +87,29 @@ def unprofiled_line(run) -> str | None:
     u = run.unprofiled
     if u is None:
         return None
-    line = (
-        f"without the profiler: {u.step_ms:.2f} ms per step ({u.steps_per_s:.2f} steps/s), mean of {u.reference_steps}"
-        " reference steps"
-    )
+    line = f"without the profiler: {u.steps_per_s:.2f} steps/s ({u.step_ms:.2f} ms per step)"
+    speed = u.speed
+    if speed is None:
+        line += f", mean of {u.reference_steps} reference steps"
+    else:
+        left_out = f", {speed.transient_steps} left out after pauses" if speed.transient_steps else ""
+        line += (
+            f" over {speed.steps} steady reference steps ({duration(speed.seconds)}{left_out}), spread"
+            f" {speed.spread_pct:.1f} %"
+        )
+    if u.distrust:
+        line += f"; not to be trusted: {u.distrust}"
     if u.overhead_pct is not None:
         line += (
             f"; profiling made steps {u.overhead_pct:.0f} % slower: {u.profiled_step_ms:.2f} ms profiled vs"
             f" {u.step_ms_p50:.2f} ms unprofiled (medians)"
         )
     return line
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` as "4.1 s", or "2.4 ms" under a second."""
+    return f"{seconds:.1f} s" if seconds >= 1 else f"{1000 * seconds:.1f} ms"
 
 
 def epoch_line(run) -> str | None:
@@ -121,7 +134,14 @@ def epoch_line(run) -> str | None:
         if epoch.first_batch_ms is None
         else f"; first batch {epoch.first_batch_ms:.1f} ms after the iterator was created"
     )
-    return f"epochs: {epoch.steps_per_epoch:g} steps each, {workers}; {restart}{first}"
+    whole = epoch.whole_epoch_speed
+    timed = (
+        ""
+        if whole is None
+        else f"; over {whole.steps} steps of whole epochs ({duration(whole.seconds)}): {whole.steps_per_s:.2f} steps/s,"
+        f" spread {whole.spread_pct:.1f} %"
+    )
+    return f"epochs: {epoch.steps_per_epoch:g} steps each, {workers}; {restart}{first}{timed}"
 
 
 PREDICTED_HEADER = ["num_workers", "step ms", "steps/s", "steps/s over epochs", "bound"]

@@ -25,10 +25,17 @@ def _summary(summary: Summary) -> dict:
 
 def _unprofiled(u: UnprofiledStats) -> dict:
     epoch = u.epoch
+    speed = u.speed
+    whole = epoch.whole_epoch_speed if epoch is not None else None
     return {
         "reference_steps": u.reference_steps,
         "step_ms": rounded(u.step_ms),
         "steps_per_s": rounded(u.steps_per_s),
+        "seconds": rounded(speed.seconds if speed else None),
+        "transient_steps": speed.transient_steps if speed else None,
+        "spread_pct": rounded(speed.spread_pct if speed else None, 2),
+        "trusted": speed.trusted if speed else None,
+        "distrust": u.distrust,
         "step_ms_p50": rounded(u.step_ms_p50),
         "profiled_steps": u.profiled_steps,
         "profiled_step_ms": rounded(u.profiled_step_ms),
@@ -49,6 +56,9 @@ def _unprofiled(u: UnprofiledStats) -> dict:
             "first_batch_ms": rounded(epoch.first_batch_ms),
             "end_ms": rounded(epoch.end_ms),
             "whole_epoch_steps_per_s": rounded(epoch.whole_epoch_steps_per_s),
+            "whole_epoch_steps": whole.steps if whole else None,
+            "whole_epoch_seconds": rounded(whole.seconds if whole else None),
+            "whole_epoch_spread_pct": rounded(whole.spread_pct if whole else None, 2),
             "fork_probe_ms": rounded(epoch.fork_probe_ms),
         },
     }

@@ -22,10 +22,12 @@ from dlprof.results.sweep import (
     SweepResult,
     SweepRun,
 )
+from dlprof.results.trials import BASIS_WHOLE_EPOCHS
 
 HEADER = [
     "num_workers",
     "measured steps/s",
+    "spread %",
     "predicted steps/s",
     "error %",
     "data wait %",
@@ -37,6 +39,8 @@ HEADER = [
 MEASURED_COLOUR = "#d62728"
 PREDICTED_COLOUR = CHART_LINE
 RECOMMENDED_COLOUR = "#2ca02c"
+#: The run-dir column: left-aligned in text, code in Markdown.
+RUN_DIR_COLUMN = HEADER.index("run dir")
 
 
 def _notes(result: SweepResult, run: SweepRun) -> str:
@@ -49,8 +53,8 @@ def _notes(result: SweepResult, run: SweepRun) -> str:
         notes.append("best measured")
     if not run.unprofiled:
         notes.append("profiled steps*")
-    elif run.over_epochs:
-        notes.append("over whole epochs")
+    if run.distrust:
+        notes.append(f"not to be trusted: {run.distrust}")
     if run.num_workers_recorded is not None and run.num_workers_recorded != run.num_workers:
         notes.append(f"DataLoader got num_workers={run.num_workers_recorded}")
     return ", ".join(notes)
@@ -62,6 +66,7 @@ def rows(result: SweepResult) -> list[list[str]]:
         [
             str(r.num_workers),
             f"{r.steps_per_s:.2f}",
+            fixed(r.spread_pct, ".1f", NOT_APPLICABLE),
             fixed(r.predicted_steps_per_s, ".2f", NOT_APPLICABLE),
             fixed(r.error_pct, "+.1f", NOT_APPLICABLE),
             f"{r.data_wait_pct:.1f}",
@@ -110,12 +115,21 @@ def verdict_line(result: SweepResult) -> str:
     return f"{head}: {result.outcome}"
 
 
+def basis_line(result: SweepResult) -> str:
+    """The one basis every run is measured and predicted on."""
+    if result.basis == BASIS_WHOLE_EPOCHS:
+        how = "over whole epochs (the epoch boundaries, workers restarting, included)"
+    else:
+        how = "inside an epoch (steady steps: each pause's refill transient left out)"
+    return f"basis: every run measured and predicted {how}"
+
+
 def footnotes(result: SweepResult) -> list[str]:
     """What the numbers rest on."""
     notes = [
-        "measured: steps/s of the unprofiled reference steps after each run's profiler window; predicted: the"
-        f" num_workers={result.from_run} run's prediction; error % = (predicted - measured) / measured; both inside an"
-        " epoch, or, where marked, over whole epochs (the measured epoch boundary's cost included)"
+        "measured: steps over time of the unprofiled reference steps after each run's profiler window (or of the whole"
+        f" epochs timed there); spread: the range of its parts' rates, % of it; predicted: the"
+        f" num_workers={result.from_run} run's prediction; error % = (predicted - measured) / measured"
     ]
     if any(not r.unprofiled for r in result.runs):
         notes.append(
@@ -142,9 +156,12 @@ def render_text(result: SweepResult) -> str:
     table = [HEADER, *rows(result)]
     widths = [max(len(row[i]) for row in table) for i in range(len(HEADER))]
     line = lambda row: (
-        "  " + "  ".join(c.ljust(w) if i >= 6 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+        "  "
+        + "  ".join(
+            c.ljust(w) if i >= RUN_DIR_COLUMN else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))
+        ).rstrip()
     )
-    lines = [f"dlprof sweep: {result.name}  ({result.sweep_dir})", ""]
+    lines = [f"dlprof sweep: {result.name}  ({result.sweep_dir})", basis_line(result), ""]
     lines += [line(r) for r in table]
     lines += ["", verdict_line(result), ""]
     lines += [f"  - {n}" for n in footnotes(result)]
@@ -154,8 +171,8 @@ def render_text(result: SweepResult) -> str:
 def render_markdown(result: SweepResult) -> str:
     cells = [[c.replace("|", "\\|") for c in row] for row in rows(result)]
     for row in cells:
-        row[6] = f"`{row[6]}`"
-    lines = [f"### dlprof sweep: `{result.name}`", "", f"**{verdict_line(result)}**", ""]
+        row[RUN_DIR_COLUMN] = f"`{row[RUN_DIR_COLUMN]}`"
+    lines = [f"### dlprof sweep: `{result.name}`", "", f"**{verdict_line(result)}**", "", basis_line(result), ""]
     lines += ["| " + " | ".join(HEADER) + " |", "|" + "|".join("---" for _ in HEADER) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in cells]
     lines += [""] + [f"- {n}" for n in footnotes(result)]
@@ -172,12 +189,15 @@ def document(result: SweepResult) -> dict:
         "name": result.name,
         "sweep_dir": str(result.sweep_dir),
         "workers": list(result.counts),
+        "basis": result.basis,
         "runs": [
             {
                 "num_workers": r.num_workers,
                 "run_dir": str(r.run_dir),
                 "trace_file": str(r.trace_file),
                 "steps_per_s": rounded(r.steps_per_s),
+                "spread_pct": rounded(r.spread_pct, 2),
+                "distrust": r.distrust,
                 "measured": "unprofiled" if r.unprofiled else "profiled",
                 "over_epochs": r.over_epochs,
                 "data_wait_pct": rounded(r.data_wait_pct, 2),
@@ -291,6 +311,7 @@ def render_html(result: SweepResult) -> str:
         "<h1>dlprof sweep</h1>",
         f'<p class="sub">{esc(result.name)} ({esc(result.sweep_dir)})</p>',
         f'<p class="verdict {verdict_class}">{esc(verdict_line(result))}</p>',
+        f"<p>{esc(basis_line(result))}</p>",
         page.figure(_chart(result, "sweep-chart-title"), esc(caption)),
         page.table(HEADER, rendered_rows, classes),
         "<ul>" + "".join(f"<li>{esc(n)}</li>" for n in footnotes(result)) + "</ul>",

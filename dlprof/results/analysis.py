@@ -192,14 +192,19 @@ class EpochStats:
     whole_epoch_steps_per_s: float | None = None
     #: A run without workers: what forking once cost the following steps (copy-on-write), as workers would.
     fork_probe_ms: float | None = None
+    #: The whole epochs timed after the window: all their steps over all their time, the spread the range of the
+    #: epochs' own rates (0 when one epoch was timed: no spread is known); None if none was.
+    whole_epoch_speed: Throughput | None = None
 
 
 @dataclass(frozen=True)
 class UnprofiledStats:
-    """Unprofiled steps (after the window) against profiled ones, from the step clock (ms; means, but the ``_p50``
-    fields)."""
+    """Unprofiled steps (after the window) against profiled ones, from the step clock (ms; means over the steady
+    reference steps, but the ``_p50`` fields)."""
 
+    #: The steady reference steps the speed is measured on (each pause's refill transient left out).
     reference_steps: int
+    #: Their mean step: their time over their number (1000 / ``steps_per_s``).
     step_ms: float
     profiled_steps: int
     step_ms_p50: float
@@ -209,10 +214,16 @@ class UnprofiledStats:
     cpu_ms: float  # main process CPU time (all threads) per step
     runq_ms: float
     epoch: EpochStats | None
+    #: The speed as measured (:mod:`dlprof.throughput`): steps, seconds, the steps left out, the spread and whether
+    #: it can be trusted; None for results built without it.
+    speed: Throughput | None = None
+    #: Why the speed is not to be trusted (too few steady steps or seconds, too wide a spread); None when it is.
+    distrust: str | None = None
 
     @property
     def steps_per_s(self) -> float:
-        return 1000 / self.step_ms
+        """Steady steps over the time they took."""
+        return self.speed.steps_per_s if self.speed is not None else 1000 / self.step_ms
 
     @property
     def epoch_steps_per_s(self) -> float | None:
@@ -236,7 +247,8 @@ class UnprofiledStats:
 
     @property
     def overhead_pct(self) -> float | None:
-        """How much slower a profiled step was than an unprofiled one (medians)."""
+        """How much slower a profiled step was than an unprofiled one (medians: a ratio of typical steps, not a
+        throughput)."""
         if self.profiled_step_ms is None:
             return None
         return 100 * (self.profiled_step_ms / self.step_ms_p50 - 1)

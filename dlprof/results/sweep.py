@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS  # a sweep compares on the trials' bases
+
 SCHEMA = "dlprof.sweep/1"
 
 
@@ -29,10 +31,12 @@ class SweepRun:
     num_workers: int
     run_dir: Path
     trace_file: Path
-    #: Measured steps per second: unprofiled (reference steps) when ``unprofiled``, else profiled steps.
+    #: Measured steps per second: unprofiled (steady reference steps, or whole epochs) when ``unprofiled``, else
+    #: profiled steps.
     steps_per_s: float
     unprofiled: bool
-    #: Measured and predicted over whole epochs (worker restarts included), else inside an epoch.
+    #: Measured and predicted over whole epochs (worker restarts included), else inside an epoch: the sweep's basis,
+    #: the same for every run.
     over_epochs: bool
     #: Share of a step spent waiting for data, % (unprofiled when known, else the profiled breakdown's).
     data_wait_pct: float
@@ -46,6 +50,12 @@ class SweepRun:
     num_workers_recorded: int | None
     #: How much slower the profiled steps were than unprofiled ones, % (None if unknown).
     profiler_overhead_pct: float | None
+    #: The measured speed's spread (range over its sub-windows, or over the whole epochs), % of it; None when
+    #: unknown (profiled steps, or whole epochs estimated from the steady speed and the restart).
+    spread_pct: float | None = None
+    #: Why the measured speed is not to be trusted (too few steady steps or seconds, too wide a spread); None when
+    #: it is, or when that is unknown.
+    distrust: str | None = None
 
 
 @dataclass(frozen=True)
@@ -77,3 +87,9 @@ class SweepResult:
     @property
     def counts(self) -> tuple[int, ...]:
         return tuple(r.num_workers for r in self.runs)
+
+    @property
+    def basis(self) -> str:
+        """What every run's measured and predicted speed is (the same for all): :data:`BASIS_WHOLE_EPOCHS` or
+        :data:`BASIS_IN_EPOCH`."""
+        return BASIS_WHOLE_EPOCHS if self.runs and self.runs[0].over_epochs else BASIS_IN_EPOCH

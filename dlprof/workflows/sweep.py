@@ -7,9 +7,12 @@ predictions are set against what every count measured, and its recommended ``num
 held (measured within :data:`~dlprof.advice.rules.WITHIN_BEST` of the best, with no more workers
 than the fewest that came that close) or did not.
 
-Measured speed is the unprofiled speed (the reference steps after the profiler window), because
-that is what the user's training gets and what the predictions are calibrated to; a run without
-enough reference steps falls back to its profiled steps and says so.
+Measured speed is the unprofiled speed (the steady reference steps after the profiler window,
+steps over time, :mod:`dlprof.analysis.unprofiled`), because that is what the user's training gets
+and what the predictions are calibrated to; a run without enough reference steps falls back to its
+profiled steps and says so. Every run of a sweep is measured, and predicted, on one basis
+(:func:`basis`): over whole epochs when every run and every prediction knows that speed, else inside
+an epoch.
 
 The renderers in :mod:`dlprof.report.sweep` format the :class:`~dlprof.results.sweep.SweepResult`; they never
 compute.
@@ -43,6 +46,7 @@ from dlprof.results.sweep import (
     SweepResult,
     SweepRun,
 )
+from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS
 from dlprof.workflows.analyze import build_report
 
 #: Sub-directory of the sweep directory holding TensorBoard scalars (global_step = num_workers).
@@ -78,21 +82,32 @@ def check_counts(counts: Sequence[int]) -> tuple[int, ...]:
     return counts
 
 
-def measure(run: RunReport, num_workers: int, run_dir: Path, first: RunReport) -> SweepRun:
-    """What one swept run measured, and what ``first`` (the run whose advice is checked) predicted for it."""
+def basis(reports: Sequence[RunReport], counts: Sequence[int]) -> str:
+    """The one basis every run of a sweep is measured and predicted on: over whole epochs (worker restarts included)
+    when every run measured its speed over whole epochs and every prediction of the first run (``reports[0]``) for
+    a swept count knows it too; else inside an epoch, every one of them."""
+    first = {p.num_workers: p for p in reports[0].advice.predicted}
+    measured = all(r.unprofiled is not None and r.unprofiled.epoch_steps_per_s is not None for r in reports)
+    predicted = all(first[n].epoch_steps_per_s is not None for n in counts if n in first)
+    return BASIS_WHOLE_EPOCHS if measured and predicted else BASIS_IN_EPOCH
+
+
+def measure(run: RunReport, num_workers: int, run_dir: Path, first: RunReport, over_epochs: bool = False) -> SweepRun:
+    """What one swept run measured, and what ``first`` (the run whose advice is checked) predicted for it: over whole
+    epochs when ``over_epochs`` (the sweep's :func:`basis`), else inside an epoch."""
     unprofiled = run.unprofiled
     prediction = next((p for p in first.advice.predicted if p.num_workers == num_workers), None)
-    # Over whole epochs (worker restarts included) when both the measurement and the prediction know
-    # the epochs; else inside an epoch, both.
-    over_epochs = (
-        unprofiled is not None
-        and unprofiled.epoch_steps_per_s is not None
-        and (prediction is None or prediction.epoch_steps_per_s is not None)
-    )
+    spread, distrust = None, None
     if unprofiled is not None:
+        # The steady reference steps' speed (steps over time, each pause's transient left out), or whole epochs'.
         steps_per_s = unprofiled.epoch_steps_per_s if over_epochs else unprofiled.steps_per_s
         data_wait_pct = 100 * unprofiled.wait_ms / unprofiled.step_ms
         overhead = unprofiled.overhead_pct
+        whole = unprofiled.epoch.whole_epoch_speed if unprofiled.epoch is not None else None
+        if not over_epochs and unprofiled.speed is not None:
+            spread, distrust = unprofiled.speed.spread_pct, unprofiled.distrust
+        elif over_epochs and whole is not None:
+            spread = whole.spread_pct
     else:
         steps_per_s = 1000 / run.steps.step.mean_ms
         data_wait_pct = run.steps.data_wait_pct
@@ -118,6 +133,8 @@ def measure(run: RunReport, num_workers: int, run_dir: Path, first: RunReport) -
         error_pct=error,
         num_workers_recorded=run.info.num_workers,
         profiler_overhead_pct=overhead,
+        spread_pct=spread,
+        distrust=distrust,
     )
 
 
@@ -125,6 +142,8 @@ def judge(
     name: str, sweep_dir: Path, runs: Sequence[SweepRun], recommended: int | None, scalars_dir: Path | None = None
 ) -> SweepResult:
     """Whether ``recommended`` (advised by the first run of ``runs``) held against what every run measured.
+
+    ``runs`` are measured on one basis (:func:`basis`), which the result states.
 
     It held when it was measured, came within :data:`~dlprof.advice.rules.WITHIN_BEST` of the best
     measured steps/s, and uses no more workers than the fewest that came that close: the same rule
@@ -243,7 +262,7 @@ def sweep(counts: Sequence[int], request: RecordRequest, progress: Callable[[str
     Schedule(request.wait, request.warmup, request.active).check()
     child_argv(request.command)
     reports: list[RunReport] = []
-    runs: list[SweepRun] = []
+    run_dirs: list[Path] = []
     for i, count in enumerate(counts, 1):
         if progress is not None:
             progress(f"sweep: num_workers={count} ({i}/{len(counts)}) -> {sweep_dir / str(count)}")
@@ -252,8 +271,9 @@ def sweep(counts: Sequence[int], request: RecordRequest, progress: Callable[[str
         )
         kept = (
             ""
-            if not runs
-            else f"; the runs already recorded ({', '.join(str(r.num_workers) for r in runs)}) are kept in {sweep_dir}"
+            if not reports
+            else f"; the runs already recorded ({', '.join(str(n) for n in counts[: len(reports)])}) are kept in"
+            f" {sweep_dir}"
         )
         try:
             with _training_output_to_stderr():
@@ -267,7 +287,10 @@ def sweep(counts: Sequence[int], request: RecordRequest, progress: Callable[[str
         except DlprofError as error:
             raise RecordError(f"sweep: num_workers={count}: {error}{kept}", error.exit_code) from error
         reports.append(report)
-        runs.append(measure(report, count, result.run_dir, reports[0]))
+        run_dirs.append(result.run_dir)
+    # One basis for every run, known once all are recorded: whole epochs only if every run and prediction knows them.
+    over_epochs = basis(reports, counts) == BASIS_WHOLE_EPOCHS
+    runs = [measure(r, n, d, reports[0], over_epochs) for r, n, d in zip(reports, counts, run_dirs)]
     try:
         scalars: Path | None = write_scalars(sweep_dir / SCALARS_DIR, runs)
     except ImportError:  # torch.utils.tensorboard needs the tensorboard package; the sweep itself does not

@@ -17,7 +17,6 @@ import json
 import math
 import os
 import random
-import statistics
 import sys
 import time
 import warnings
@@ -97,7 +96,8 @@ OPTION_HELP = {
     ),
     "report": (
         "write the measured speed to this JSON file: steps_per_s_epochs (over whole epochs after the first, worker"
-        " restarts included), steps_per_s_steady (1000 / median step ms after the first epoch), epochs, steps_per_epoch"
+        " restarts included), steps_per_s_steady (steps over time inside the epochs after the first, each epoch's"
+        " start-up left out), epochs, steps_per_epoch, and every step's wall time and data wait (ms)"
     ),
 }
 
@@ -311,24 +311,31 @@ class SpeedLog:
     Measured without any profiler, this is what ``dlprof``'s predictions are checked against
     (scripts/bench_advice.py). The first epoch is warm-up (start-up, first batches, allocator); a step
     is the time from the end of the previous step (or the epoch's start) to the end of its
-    ``optimizer.step()``, data wait included.
+    ``optimizer.step()``, data wait included (the wait: until the loop body got its batch).
     """
 
-    def __init__(self, steps_per_epoch: int, sync=None):
+    def __init__(self, steps_per_epoch: int, queue_steps: int = 0, sync=None):
         self.steps_per_epoch = steps_per_epoch
+        #: Steps a full prefetch queue lasts (``num_workers × prefetch_factor`` batches; 0 without workers).
+        self.queue_steps = queue_steps
         self._sync = sync  # on CUDA, wait for queued work at epoch ends so epochs are timed, not launches
         self.epochs: list[tuple[int, float]] = []  # (steps, seconds) of every epoch, the last may be partial
         self.step_ms: list[tuple[int, float]] = []  # (epoch index, ms)
-        self._epoch_start = self._last = 0.0
+        self.wait_ms: list[float] = []
+        self._epoch_start = self._last = self._ready = 0.0
         self._epoch_steps = 0
 
     def epoch_begin(self) -> None:
         self._epoch_start = self._last = time.perf_counter()
         self._epoch_steps = 0
 
+    def batch_ready(self) -> None:
+        self._ready = time.perf_counter()
+
     def step_end(self) -> None:
         now = time.perf_counter()
         self.step_ms.append((len(self.epochs), 1000 * (now - self._last)))
+        self.wait_ms.append(1000 * max(0.0, self._ready - self._last))
         self._last = now
         self._epoch_steps += 1
 
@@ -337,18 +344,30 @@ class SpeedLog:
             self._sync()
         self.epochs.append((self._epoch_steps, time.perf_counter() - self._epoch_start))
 
+    def steady_steps_per_s(self) -> float | None:
+        """Steps over time inside the epochs after the first, leaving out each epoch's start-up: its settling steps and
+        twice the prefetch queue (a generous bound that needs no model of the refill); None when none is left."""
+        skip = EPOCH_SETTLE_STEPS + 2 * self.queue_steps
+        by_epoch: dict[int, list[float]] = {}
+        for epoch, ms in self.step_ms:
+            by_epoch.setdefault(epoch, []).append(ms)
+        steady = [ms for epoch, steps in by_epoch.items() if epoch >= 1 for ms in steps[skip:]]
+        return 1000 * len(steady) / sum(steady) if steady and sum(steady) > 0 else None
+
     def summary(self) -> dict:
-        """Steps/s over whole epochs after the first, and 1000 / the median step after the first epoch (None when there
-        are none)."""
+        """Steps/s over whole epochs after the first, steps/s inside them (:meth:`steady_steps_per_s`), and every
+        step's time (None when there are none)."""
         whole = [(steps, seconds) for steps, seconds in self.epochs[1:] if steps == self.steps_per_epoch]
-        steady = [ms for epoch, ms in self.step_ms if epoch >= 1]
         return {
             "steps_per_s_epochs": sum(s for s, _ in whole) / sum(t for _, t in whole) if whole else None,
-            "steps_per_s_steady": 1000 / statistics.median(steady) if steady else None,
+            "steps_per_s_steady": self.steady_steps_per_s(),
             "epochs": sum(1 for steps, _ in self.epochs if steps == self.steps_per_epoch),
             "epochs_measured": len(whole),
             "steps_per_epoch": self.steps_per_epoch,
             "epoch_s": [round(seconds, 6) for _, seconds in self.epochs],
+            "step_epoch": [epoch for epoch, _ in self.step_ms],
+            "step_ms": [round(ms, 4) for _, ms in self.step_ms],
+            "wait_ms": [round(ms, 4) for ms in self.wait_ms],
         }
 
 
@@ -385,11 +404,13 @@ def train(options: WorkloadOptions) -> float:
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=LEARNING_RATE)
     model.train()
     step, last_loss = 0, float("nan")
-    speed = SpeedLog(len(loader), sync=torch.cuda.synchronize if device == "cuda" else None)
+    queue = options.num_workers * (options.prefetch_factor or 2) if options.num_workers else 0
+    speed = SpeedLog(len(loader), queue, sync=torch.cuda.synchronize if device == "cuda" else None)
     with click.progressbar(length=options.steps, label="training", file=sys.stderr, show_pos=True) as bar:
         while step < options.steps:
             speed.epoch_begin()  # before iter(loader): a restart of the workers is this epoch's time
             for batch in loader:
+                speed.batch_ready()
                 batch = {key: value.to(device, non_blocking=pin_memory) for key, value in batch.items()}
                 loss = model(**batch).loss
                 loss.backward()

@@ -18,12 +18,17 @@ def _manifest():
 
 def test_reference_steps_against_profiled_ones():
     stats = unprofiled_stats(_manifest(), 1.0)
-    # after: 0.62 0.6 0.58 0.6 0.61 0.59 -> median 0.6; profiled: 1.1 1.0 0.8 -> 1.0; the epoch start at step 0
+    # after: 0.62 0.6 | 0.58 0.6 0.61 0.59: the first two (1 worker x prefetch 2) are the export's transient, and no
+    # step waited. Steady: 4 steps in 2.38 ms, median 0.595; profiled: 1.1 1.0 0.8 -> 1.0; the epoch start at step 0
     # and its 4 settling steps are start-up, not counted.
-    assert (stats.reference_steps, stats.step_ms, stats.profiled_steps, stats.profiled_step_ms) == (6, 0.6, 3, 1.0)
-    assert stats.overhead_pct == pytest.approx(100 * (1.0 / 0.6 - 1))
-    assert (stats.consumer_ms, stats.wait_ms, stats.cpu_ms) == pytest.approx((0.5, 0.1, 0.8))
-    assert stats.steps_per_s == pytest.approx(1000 / 0.6)
+    assert (stats.reference_steps, stats.profiled_steps, stats.profiled_step_ms) == (4, 3, 1.0)
+    assert (stats.step_ms, stats.step_ms_p50) == pytest.approx((0.595, 0.595))
+    assert stats.overhead_pct == pytest.approx(100 * (1.0 / 0.595 - 1))
+    assert (stats.consumer_ms, stats.wait_ms, stats.cpu_ms) == pytest.approx((0.495, 0.1, 0.8))
+    assert stats.steps_per_s == pytest.approx(4000 / 2.38)
+    speed = stats.speed
+    assert (speed.steps, speed.seconds, speed.transient_steps) == (4, pytest.approx(0.00238), 2)
+    assert not speed.trusted  # 4 steps in 2.4 ms: far too short
     epoch = stats.epoch
     assert (epoch.steps_per_epoch, epoch.restart_ms, epoch.first_batch_ms, epoch.num_workers) == (16.0, None, 2.0, 1)
     assert stats.epoch_steps_per_s is None  # workers restart, but no boundary was timed after start-up
@@ -47,11 +52,15 @@ def test_an_epoch_boundary_after_the_window_is_measured():
         manifest.loader, epochs=manifest.loader.epochs + (Epoch(start_ns=1, first_batch_ms=3.0, batches=5, end_ms=1.5),)
     )
     stats = unprofiled_stats(dataclasses.replace(manifest, step_clock=clock, loader=loader), 1.0)
-    assert stats.reference_steps == 6 + 11 - 5 and stats.step_ms == pytest.approx(0.6)
-    assert stats.epoch.boundaries_measured == 1 and stats.epoch.restart_ms == pytest.approx(110.0)
+    # The export's segment (8 steps, its 2 first left out) and the epoch's (9 steps, its 5 settling ones left out).
+    steady_ms = (0.58 + 0.6 + 0.61 + 0.59 + 0.6 + 0.6 + 4 * 0.6) / 10
+    assert stats.reference_steps == 6 + 4 and stats.step_ms == pytest.approx(steady_ms)
+    assert stats.speed.transient_steps == 2 + 5
+    assert stats.epoch.boundaries_measured == 1
+    assert stats.epoch.restart_ms == pytest.approx(100.6 + 10.6 + 3 * 0.6 - 5 * steady_ms)
     assert (stats.epoch.first_batch_ms, stats.epoch.end_ms) == (2.5, 1.5)
-    # Over whole 16-step epochs: 16 steps of 0.6 ms and one 110 ms restart.
-    assert stats.epoch_steps_per_s == pytest.approx(16000 / (16 * 0.6 + 110))
+    # Over whole 16-step epochs: 16 steady steps and one restart.
+    assert stats.epoch_steps_per_s == pytest.approx(16000 / (16 * steady_ms + stats.epoch.restart_ms))
 
 
 def test_too_few_reference_steps_give_nothing():
@@ -88,4 +97,118 @@ def test_whole_epochs_after_the_window_are_the_speed():
         stats.reference_steps == 6 and stats.step_ms == pytest.approx(5.0) and stats.consumer_ms == pytest.approx(4.5)
     )
     assert stats.epoch.boundaries_measured == 2 and stats.epoch.restart_ms == pytest.approx(40.0)
+    # All the whole epochs' steps over all their time, the restarts included; the two epochs took the same time.
     assert stats.epoch_steps_per_s == pytest.approx(1000 * 16 / (2 * 80.0))
+    whole = stats.epoch.whole_epoch_speed
+    assert (whole.steps, whole.seconds, whole.spread_pct) == (16, pytest.approx(0.16), pytest.approx(0.0))
+    assert stats.speed.spread_pct == pytest.approx(0.0)  # the two epochs' steady rates: 200 steps/s each
+
+
+def test_over_whole_epochs_the_spread_is_the_range_of_the_epochs():
+    manifest = _manifest()
+    clock = manifest.step_clock
+    # Two whole 8-step epochs after the window, steady at 5 ms, then 4 ms: the steady steps' spread is the range of
+    # the epochs' own rates (250 - 200) over the 6 steps' rate, whatever their sub-windows say.
+    first, second = [20.0, 11.25, 11.25, 11.25, 11.25, 5.0, 5.0, 5.0], [20.0, 11.25, 11.25, 11.25, 11.25, 4.0, 4.0, 4.0]
+    extra = [5.0, 5.0, *first, *second, 20.0]
+    starts = [False, False, True] + [False] * 7 + [True] + [False] * 7 + [True]
+    n = len(extra)
+    clock = StepClock(
+        phase=clock.phase + ("after",) * n,
+        wall_ms=clock.wall_ms + tuple(extra),
+        cpu_ms=clock.cpu_ms + (1.0,) * n,
+        runq_ms=clock.runq_ms + (0.0,) * n,
+        wait_ms=clock.wait_ms + (0.5,) * n,
+        batches=clock.batches + (1,) * n,
+        epoch_start=clock.epoch_start + tuple(starts),
+        fork_probe=clock.fork_probe + (False,) * n,
+    )
+    loader = dataclasses.replace(manifest.loader, length=8)
+    stats = unprofiled_stats(dataclasses.replace(manifest, step_clock=clock, loader=loader), 1.0)
+    assert stats.steps_per_s == pytest.approx(6000 / 27) and stats.reference_steps == 6
+    assert stats.speed.spread_pct == pytest.approx(100 * (250 - 200) / (6000 / 27))
+
+
+# --- hand-written step clocks: the export pause, a bursty pipeline, a consumer that never waits, no workers ------
+
+READY, WAITED = (22.0, 0.5), (39.0, 17.5)  # a step that found its batch waiting, and one that waited for it
+
+
+def _after(steps, *, num_workers: int, epoch_starts=(), fork_probe=(), length=None):
+    """The tiny trace's steps up to the window's end, then ``steps`` ((wall, wait) ms) after it."""
+    manifest = _manifest()
+    clock = manifest.step_clock
+    keep = clock.phase.index("after")
+    n = len(steps)
+    clock = StepClock(
+        phase=clock.phase[:keep] + ("after",) * n,
+        wall_ms=clock.wall_ms[:keep] + tuple(wall for wall, _ in steps),
+        cpu_ms=clock.cpu_ms[:keep] + (5.0,) * n,
+        runq_ms=clock.runq_ms[:keep] + (0.0,) * n,
+        wait_ms=clock.wait_ms[:keep] + tuple(wait for _, wait in steps),
+        batches=clock.batches[:keep] + (1,) * n,
+        epoch_start=clock.epoch_start[:keep] + tuple(i in epoch_starts for i in range(n)),
+        fork_probe=clock.fork_probe[:keep] + tuple(i in fork_probe for i in range(n)),
+    )
+    loader = dataclasses.replace(manifest.loader, num_workers=num_workers, prefetch_factor=2, length=length)
+    return dataclasses.replace(manifest, step_clock=clock, loader=loader)
+
+
+def test_after_the_export_the_surplus_is_left_out_and_the_speed_is_steps_over_time():
+    # The issue's I/O-bound run at 2 workers: after the export, 8 steps find batches waiting (22 ms, no wait), one
+    # waits a little (one worker's surplus is used up, not the other's), one more finds its batch ready; then steps
+    # alternate 39 / 22 ms (two workers deliver close together every 61 ms), ending on a 22 ms step.
+    surplus = [READY] * 8 + [(30.0, 8.5), READY]
+    stats = unprofiled_stats(_after(surplus + [WAITED, READY] * 80 + [READY], num_workers=2), 1.0)
+    # Left out: the 10 surplus steps; timed: 80 whole rounds of 2 steps (the last, lone 22 ms step is no round).
+    assert stats.speed.transient_steps == 10 and stats.reference_steps == 160
+    assert stats.steps_per_s == pytest.approx(2000 / 61) and stats.step_ms == pytest.approx(30.5)
+    assert stats.wait_ms == pytest.approx((17.5 + 0.5) / 2)
+    assert stats.consumer_ms == pytest.approx(21.5) and stats.cpu_ms == pytest.approx(5.0)
+    assert stats.speed.trusted and stats.speed.spread_pct == pytest.approx(0.0)
+    # Without leaving the surplus out, the first 40 steps would have said 35.0 steps/s (+7 %); the first 6, 45.5
+    # (+39 %).
+
+
+def test_a_bursty_pipeline_is_steps_over_time_not_one_over_the_median():
+    # 3 workers deliver their batches together every 100 ms: one step waits 34.5 ms (56 ms), two find theirs ready.
+    waited = (56.0, 34.5)
+    stats = unprofiled_stats(_after([READY] * 6 + [waited, READY, READY] * 61, num_workers=3), 1.0)
+    # A queue of 6, then up to the third step that waited (one per worker): 12 left out, 59 rounds timed.
+    assert stats.speed.transient_steps == 12 and stats.reference_steps == 177
+    assert stats.steps_per_s == pytest.approx(30.0)
+    assert stats.step_ms_p50 == 22.0  # 1000 / the median step would say 45.45 steps/s: +52 %
+    assert stats.wait_ms == pytest.approx(35.5 / 3) and stats.consumer_ms == pytest.approx(21.5)
+
+
+def test_a_consumer_that_never_waits_is_steady_after_a_queue():
+    stats = unprofiled_stats(_after([(30.0, 0.3)] * 100, num_workers=2), 1.0)
+    assert (stats.reference_steps, stats.speed.transient_steps) == (96, 4)
+    assert stats.steps_per_s == pytest.approx(1000 / 30)
+
+
+def test_without_workers_every_step_after_the_window_counts():
+    steps = [(80.0, 60.0), (82.0, 62.0)] * 30
+    stats = unprofiled_stats(_after(steps, num_workers=0), 1.0)
+    assert (stats.reference_steps, stats.speed.transient_steps) == (60, 0)
+    assert stats.steps_per_s == pytest.approx(60_000 / (30 * 162))
+    # The fork probe's settling steps are left out, as after an epoch start.
+    probed = unprofiled_stats(_after(steps, num_workers=0, fork_probe={2}), 1.0)
+    assert (probed.reference_steps, probed.speed.transient_steps) == (60 - 5, 5)
+
+
+def test_an_epoch_start_leaves_out_its_refill_and_settling_steps():
+    # 2 workers, after the export: 10 surplus steps, 40 bursty ones; an epoch starts (the first batch takes 300 ms,
+    # then the empty queue refills: 2 steps wait 61 ms for both workers' batches), then 40 bursty steps again.
+    restart = [(322.0, 300.5), (80.0, 58.5), READY, WAITED, READY, WAITED, READY]
+    surplus = [READY] * 8 + [(30.0, 8.5), READY]
+    steps = surplus + [WAITED, READY] * 20 + restart + [WAITED, READY] * 20
+    stats = unprofiled_stats(_after(steps, num_workers=2, epoch_starts={50}), 1.0)
+    # The export's 10; after the epoch start, a queue of 4 and on to its 2nd step that waited (the 8th).
+    assert stats.speed.transient_steps == 10 + 7
+    assert stats.reference_steps == 40 + 40
+    assert stats.steps_per_s == pytest.approx(80 / (40 * 61 / 1000))
+    assert stats.epoch.boundaries_measured == 1
+    # The boundary's excess: the 7 steps left out after it (322 + 80 + 22 + 39 + 22 + 39 + 22 ms) beyond 7 mean
+    # steps.
+    assert stats.epoch.restart_ms == pytest.approx(546.0 - 7 * 61 / 2)

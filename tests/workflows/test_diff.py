@@ -42,10 +42,11 @@ STEPS_B = [(700, 50), (600, 30)]
 #: (worker id, pid, PSS MiB, [(batch, fetch µs incl. tokenizer, tokenizer µs, collate µs)]).
 WORKERS_A = [(0, 10, 100.0, [(5, 600, 300, 100), (6, 600, 300, 100)])]
 WORKERS_B = [(0, 10, 90.0, [(5, 400, 200, 100)]), (1, 11, 95.0, [(6, 600, 300, 100)])]
-#: Step clocks for version-2 manifests: start-up, two profiled steps, six unprofiled reference steps.
-PHASES = ["before", "profiled", "profiled"] + ["after"] * 6
-WALL_A = [5.0, 1.0, 0.8, 0.52, 0.5, 0.48, 0.5, 0.51, 0.49]  # profiled median 0.9, unprofiled median 0.5
-WALL_B = [5.0, 0.7, 0.6, 0.4, 0.41, 0.39, 0.4, 0.4, 0.4]  # profiled median 0.65, unprofiled median 0.4
+#: Step clocks for version-2 manifests: start-up, two profiled steps, 14 unprofiled reference steps, of which the
+#: first prefetch queue's worth are left out (A: 1 worker x 2 batches; B: 2 workers x 4) and none waits.
+PHASES = ["before", "profiled", "profiled"] + ["after"] * 14
+WALL_A = [5.0, 1.0, 0.8] + [0.52, 0.48] * 7  # profiled median 0.9, unprofiled 0.5 (12 steady steps)
+WALL_B = [5.0, 0.7, 0.6] + [0.41, 0.39] * 7  # profiled median 0.65, unprofiled 0.4 (6 steady steps)
 
 ROW_KEYS = [
     "step_ms",
@@ -309,7 +310,7 @@ def test_unprofiled_speed_when_both_runs_have_reference_steps(tmp_path):
     a, b = before_after(tmp_path, version=2, overrides={"num_workers": 2})
     result = diff(a, b)
     r = rows(result)
-    # A: unprofiled median of 0.52 0.5 0.48 0.5 0.51 0.49 = 0.5 ms (2000 steps/s); profiled median 0.9 -> overhead 80 %.
+    # A: 12 steady steps of 0.52 and 0.48 ms = 0.5 ms (2000 steps/s); profiled median 0.9 -> overhead 80 %.
     # B: 0.4 ms (2500 steps/s); profiled median 0.65 -> overhead 62.5 %.
     assert (r["unprofiled_step_ms"].a, r["unprofiled_step_ms"].b) == pytest.approx((0.5, 0.4))
     assert (r["unprofiled_step_ms"].delta, r["unprofiled_step_ms"].delta_pct) == pytest.approx((-0.1, -20.0))

@@ -10,6 +10,7 @@ import math
 import os
 import re
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,9 +20,11 @@ from dlprof.errors import RecordError, UsageError
 from dlprof.report import render
 from dlprof.report.sweep import document, verdict_line
 from dlprof.results.advice import Prediction
-from dlprof.results.analysis import UnprofiledStats
+from dlprof.results.analysis import EpochStats, Throughput, UnprofiledStats
 from dlprof.results.record import RecordRequest, RecordResult
 from dlprof.results.sweep import (
+    BASIS_IN_EPOCH,
+    BASIS_WHOLE_EPOCHS,
     OUTCOME_HELD,
     OUTCOME_MORE_WORKERS,
     OUTCOME_NO_RECOMMENDATION,
@@ -32,6 +35,7 @@ from dlprof.results.sweep import (
 from dlprof.workflows import sweep as sweep_module
 from dlprof.workflows.sweep import (
     SCALARS_DIR,
+    basis,
     check_counts,
     judge,
     measure,
@@ -51,6 +55,9 @@ def run(
     unprofiled: bool = True,
     wait: float = 10.0,
     memory: float | None = None,
+    spread: float | None = None,
+    distrust: str | None = None,
+    over_epochs: bool = False,
 ) -> SweepRun:
     return SweepRun(
         num_workers=n,
@@ -58,13 +65,15 @@ def run(
         trace_file=Path(f"traces/sw/{n}/host_1.1.pt.trace.json.gz"),
         steps_per_s=steps_per_s,
         unprofiled=unprofiled,
-        over_epochs=False,
+        over_epochs=over_epochs,
         data_wait_pct=wait,
         worker_pss_mib=memory if memory is not None else 100.0 * n,
         predicted_steps_per_s=predicted,
         error_pct=None if predicted is None else 100 * (predicted - steps_per_s) / steps_per_s,
         num_workers_recorded=n,
         profiler_overhead_pct=20.0,
+        spread_pct=spread if spread is not None else (2.0 if unprofiled else None),
+        distrust=distrust,
     )
 
 
@@ -147,9 +156,24 @@ def test_check_counts_keeps_order():
 # --- measuring one run -----------------------------------------------------------------------------
 
 
-def _unprofiled(step_ms: float, wait_ms: float) -> UnprofiledStats:
+def _unprofiled(step_ms: float, wait_ms: float, epoch_steps_per_s: float | None = None) -> UnprofiledStats:
+    epoch = (
+        None
+        if epoch_steps_per_s is None
+        else EpochStats(
+            steps_per_epoch=50.0,
+            persistent_workers=False,
+            num_workers=2,
+            restart_ms=500.0,
+            boundaries_measured=2,
+            first_batch_ms=400.0,
+            end_ms=10.0,
+            whole_epoch_steps_per_s=epoch_steps_per_s,
+            whole_epoch_speed=Throughput(epoch_steps_per_s, 100, 100 / epoch_steps_per_s, 4.0),
+        )
+    )
     return UnprofiledStats(
-        reference_steps=10,
+        reference_steps=60,
         step_ms=step_ms,
         profiled_steps=8,
         step_ms_p50=step_ms,
@@ -158,7 +182,8 @@ def _unprofiled(step_ms: float, wait_ms: float) -> UnprofiledStats:
         wait_ms=wait_ms,
         cpu_ms=step_ms,
         runq_ms=0.0,
-        epoch=None,
+        epoch=epoch,
+        speed=Throughput(1000 / step_ms, 60, 60 * step_ms / 1000, 3.0),
     )
 
 
@@ -190,6 +215,37 @@ def test_measure_prefers_unprofiled_speed_and_first_runs_prediction():
     assert m.error_pct == pytest.approx(100 * (40.0 - 31.25) / 31.25)
     assert m.worker_pss_mib == pytest.approx(110.0)  # workers only, not the main process
     assert m.profiler_overhead_pct == pytest.approx(50.0) and m.num_workers_recorded == 2
+    assert (m.over_epochs, m.spread_pct, m.distrust) == (False, 3.0, None)  # the steady speed's spread
+
+
+def _epoch_reports(epochs: dict[int, float | None], predicted_epochs: dict[int, float | None]):
+    """A report per count, measured over whole epochs where ``epochs`` says so; the first predicts every count."""
+    predictions = [Prediction(n, 25.0, 40.0, "consumer", epoch_steps_per_s=e) for n, e in predicted_epochs.items()]
+    return [
+        _report(n, unprofiled=_unprofiled(25.0, 5.0, epoch_steps_per_s=e), predicted=predictions if i == 0 else ())
+        for i, (n, e) in enumerate(epochs.items())
+    ]
+
+
+def test_a_sweep_is_measured_over_whole_epochs_only_if_every_run_and_prediction_knows_them():
+    every = _epoch_reports({0: 30.0, 2: 35.0}, {0: 30.0, 2: 33.0})
+    assert basis(every, [0, 2]) == BASIS_WHOLE_EPOCHS
+    # One run timed no epoch boundary (the issue's sweep: whole epochs at 0, inside an epoch at 2 and 4): none is.
+    assert basis(_epoch_reports({0: 30.0, 2: None}, {0: 30.0, 2: 33.0}), [0, 2]) == BASIS_IN_EPOCH
+    # A prediction without the epochs: none is either.
+    assert basis(_epoch_reports({0: 30.0, 2: 35.0}, {0: 30.0, 2: None}), [0, 2]) == BASIS_IN_EPOCH
+    # A run on profiled steps (no unprofiled speed) knows no epochs.
+    fallback = _epoch_reports({0: 30.0, 2: 35.0}, {0: 30.0, 2: 33.0})
+    fallback[1].unprofiled = None
+    assert basis(fallback, [0, 2]) == BASIS_IN_EPOCH
+
+
+def test_measure_over_whole_epochs_takes_the_epochs_speed_and_spread():
+    first, this = _epoch_reports({0: 30.0, 2: 35.0}, {0: 30.0, 2: 33.0})
+    m = measure(this, 2, Path("t/2"), first, over_epochs=True)
+    assert (m.over_epochs, m.steps_per_s, m.predicted_steps_per_s, m.spread_pct) == (True, 35.0, 33.0, 4.0)
+    inside = measure(this, 2, Path("t/2"), first)
+    assert (inside.steps_per_s, inside.predicted_steps_per_s, inside.spread_pct) == (40.0, 40.0, 3.0)
 
 
 def test_measure_falls_back_to_profiled_steps():
@@ -270,6 +326,35 @@ def test_sweep_records_each_count_in_order_under_the_sweep_dir(stubbed):
     assert (r.best_num_workers, r.fewest_near_best, r.held) == (2, 1, True)
     assert [x.predicted_steps_per_s for x in r.runs] == [20.0, 10.0, 22.0]
     assert r.scalars_dir == stubbed.root / "sw" / SCALARS_DIR
+    assert r.basis == BASIS_IN_EPOCH and not any(x.over_epochs for x in r.runs)
+
+
+def test_every_run_of_a_sweep_is_on_one_basis(stubbed, monkeypatch):
+    # Whole epochs measured at 0 and 1 but not at 2: every run is measured inside an epoch, 0 and 1 included.
+    epochs = {0: 9.0, 1: 18.0, 2: None}
+    build = sweep_module.build_report
+
+    def with_epochs(path):
+        report = build(path).runs[0]
+        count = int(Path(path).name)
+        report.unprofiled = _unprofiled(report.unprofiled.step_ms, 1.0, epochs[count])
+        report.advice.predicted = [
+            Prediction(n, p.step_ms, p.steps_per_s, "consumer", epoch_steps_per_s=p.steps_per_s * 0.9)
+            for n, p in enumerate(report.advice.predicted)
+        ]
+        return SimpleNamespace(runs=[report])
+
+    monkeypatch.setattr(sweep_module, "build_report", with_epochs)
+    r = sweep([0, 1, 2], stubbed.base)
+    assert r.basis == BASIS_IN_EPOCH and [x.steps_per_s for x in r.runs] == pytest.approx([10.0, 19.5, 20.0])
+    epochs[2] = 19.0
+    r = sweep([0, 1, 2], replace(stubbed.base, name="sw2"))
+    assert r.basis == BASIS_WHOLE_EPOCHS and [x.steps_per_s for x in r.runs] == [9.0, 18.0, 19.0]
+    assert all(x.over_epochs for x in r.runs) and [x.predicted_steps_per_s for x in r.runs] == pytest.approx(
+        [9.0, 18.0, 19.8]
+    )
+    assert "basis: every run measured and predicted over whole epochs" in render(r, "text")
+    assert json.loads(render(r, "json"))["basis"] == "over whole epochs"
 
 
 def test_sweep_stops_at_a_failed_count_and_names_it(stubbed):
@@ -331,7 +416,7 @@ def example():
         run(0, 10.0, 10.0, wait=45.0, memory=0.0),
         run(1, 15.0, 17.5, unprofiled=False, wait=20.0),
         run(2, 19.6, 20.0, wait=3.0),
-        run(4, 20.0, None, wait=1.0),
+        run(4, 20.0, None, wait=1.0, spread=14.0, distrust="a spread of 14 % (more than 10 %)"),
     )
 
 
@@ -349,6 +434,9 @@ def test_json_follows_the_schema(example):
     assert doc["recommendation"] == {"num_workers": 4, "from_run": 0}
     assert doc["best_measured"] == {"num_workers": 4, "steps_per_s": 20.0}
     assert doc["held"] is False and doc["outcome"] == "more_workers"
+    assert doc["basis"] == "inside an epoch"
+    assert [r["spread_pct"] for r in doc["runs"]] == [2.0, None, 2.0, 14.0]
+    assert doc["runs"][3]["distrust"] == "a spread of 14 % (more than 10 %)"
 
 
 def test_json_held_is_null_when_unknown_and_never_nan():
@@ -374,8 +462,10 @@ def test_text_and_markdown_tables(example):
     assert "dlprof recommended num_workers=4 from the num_workers=0 run: it did not hold, because" in text
     assert "profiled steps*" in text and "raise --reference-steps" in text
     markdown = render(example, "markdown")
-    assert "| num_workers | measured steps/s | predicted steps/s | error % |" in markdown
-    assert "| 2 | 19.60 | 20.00 | +2.0 | 3.0 | 200.0 | `traces/sw/2` |" in markdown
+    assert "| num_workers | measured steps/s | spread % | predicted steps/s | error % |" in markdown
+    assert "| 2 | 19.60 | 2.0 | 20.00 | +2.0 | 3.0 | 200.0 | `traces/sw/2` |" in markdown
+    assert "not to be trusted: a spread of 14 % (more than 10 %)" in text
+    assert "basis: every run measured and predicted inside an epoch" in text and "basis: every run" in markdown
 
 
 def test_html_has_the_chart(example):

@@ -11,7 +11,7 @@ from dlprof.errors import UsageError
 from dlprof.workloads.lora import DEFAULT_DATASET, WorkloadOptions, check, load_tokenizer, main, parse_args
 from dlprof.workloads.records import load_examples
 
-REPORT_KEYS = {"steps_per_s_epochs", "steps_per_s_steady", "epochs", "steps_per_epoch"}
+REPORT_KEYS = {"steps_per_s_epochs", "steps_per_s_steady", "epochs", "steps_per_epoch", "step_ms", "wait_ms"}
 
 
 def test_new_options_round_trip_and_stay_out_of_default_argv():
@@ -58,7 +58,10 @@ def test_report_times_whole_epochs_after_the_first(tmp_path, monkeypatch):
     assert speed.keys() >= REPORT_KEYS
     assert speed["steps_per_epoch"] == 2 and speed["epochs"] == 3 and speed["epochs_measured"] == 2
     assert speed["steps"] == 7 and len(speed["epoch_s"]) == 4  # the partial fourth epoch is timed, not counted
-    assert speed["steps_per_s_epochs"] > 0 and speed["steps_per_s_steady"] > 0
+    assert speed["steps_per_s_epochs"] > 0
+    # 2-step epochs leave no step after each epoch's start-up: no steady speed inside an epoch.
+    assert speed["steps_per_s_steady"] is None
+    assert len(speed["step_ms"]) == len(speed["wait_ms"]) == 7 and speed["step_epoch"] == [0, 0, 1, 1, 2, 2, 3]
     # Whole epochs 2 and 3: 4 steps in their summed time.
     assert speed["steps_per_s_epochs"] == pytest.approx(4 / sum(speed["epoch_s"][1:3]), rel=1e-3)
 
@@ -88,3 +91,14 @@ def test_dataset_rejects_a_negative_tokenizer_cost():
 
     with pytest.raises(ValueError, match="tokenizer_cost_ms"):
         SupervisedDataset([], None, 512, tokenizer_cost_ms=-1)
+
+
+def test_steady_speed_is_steps_over_time_after_each_epochs_start_up():
+    from dlprof.workloads.lora import SpeedLog
+
+    # 2 workers, prefetch 2: a queue of 4 steps; each epoch leaves out 5 + 2 * 4 = 13 steps.
+    log = SpeedLog(steps_per_epoch=16, queue_steps=4)
+    epoch = [500.0] + [10.0] * 12 + [20.0, 40.0, 20.0]  # the start-up, then steps alternating around a slow one
+    log.step_ms = [(e, ms) for e in range(3) for ms in epoch]
+    # Epochs 1 and 2: 2 x 3 steps in 2 x 80 ms (not 1000 / the median step, 20 ms).
+    assert log.steady_steps_per_s() == pytest.approx(1000 * 6 / 160)

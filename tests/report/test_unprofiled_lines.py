@@ -1,0 +1,59 @@
+"""The unprofiled speed as the reports print it: steps over time, the steady steps it rests on, its spread, trust."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from dlprof.report.common import epoch_line, unprofiled_line
+from dlprof.results.analysis import EpochStats, Throughput, UnprofiledStats
+
+
+def _run(speed: Throughput, distrust: str | None = None, epoch: EpochStats | None = None):
+    return SimpleNamespace(
+        unprofiled=UnprofiledStats(
+            reference_steps=speed.steps,
+            step_ms=1000 / speed.steps_per_s,
+            profiled_steps=20,
+            step_ms_p50=22.0,
+            profiled_step_ms=33.0,
+            consumer_ms=21.5,
+            wait_ms=8.9,
+            cpu_ms=5.0,
+            runq_ms=0.0,
+            epoch=epoch,
+            speed=speed,
+            distrust=distrust,
+        )
+    )
+
+
+def test_a_trusted_speed_with_its_steady_steps_and_spread():
+    line = unprofiled_line(_run(Throughput(31.9, 212, 6.646, 3.04, transient_steps=8)))
+    assert line == (
+        "without the profiler: 31.90 steps/s (31.35 ms per step) over 212 steady reference steps (6.6 s, 8 left out"
+        " after pauses), spread 3.0 %; profiling made steps 50 % slower: 33.00 ms profiled vs 22.00 ms unprofiled"
+        " (medians)"
+    )
+
+
+def test_an_untrusted_speed_says_why():
+    speed = Throughput(31.9, 30, 0.94, 12.5, transient_steps=10, trusted=False)
+    line = unprofiled_line(_run(speed, "only 30 steady steps (fewer than 40)"))
+    assert "over 30 steady reference steps (940.0 ms, 10 left out after pauses), spread 12.5 %" in line
+    assert "; not to be trusted: only 30 steady steps (fewer than 40);" in line
+
+
+def test_the_whole_epochs_speed_is_in_the_epoch_line():
+    epoch = EpochStats(
+        steps_per_epoch=54.0,
+        persistent_workers=False,
+        num_workers=2,
+        restart_ms=800.0,
+        boundaries_measured=2,
+        first_batch_ms=700.0,
+        end_ms=5.0,
+        whole_epoch_steps_per_s=14.1,
+        whole_epoch_speed=Throughput(14.1, 108, 7.66, 2.5),
+    )
+    line = epoch_line(_run(Throughput(18.2, 80, 4.4, 3.0), epoch=epoch))
+    assert line.endswith("; over 108 steps of whole epochs (7.7 s): 14.10 steps/s, spread 2.5 %")
