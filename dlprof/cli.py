@@ -524,6 +524,33 @@ def _parse_counts(ctx: click.Context, param: click.Parameter, value: str) -> tup
         raise click.BadParameter(str(error).removeprefix("--workers: ")) from None
 
 
+def _sweep_trials(counts: tuple[int, ...], launches: bool, options: dict):
+    """The TrialRequest of a sweep measured in process (None with ``--launches``); ``--trial-*`` taken out of
+    ``options``."""
+    from dlprof.capture.trial_plan import check_request
+    from dlprof.results.record import DEFAULT_TRIAL_ROUNDS, TrialRequest
+
+    steps, rounds = options.pop("trial_steps"), options.pop("trial_rounds")
+    if launches:
+        given = [name for name, value in (("--trial-steps", steps), ("--trial-rounds", rounds)) if value is not None]
+        if given:
+            raise click.UsageError(f"{given[0]}: the trials' option, not --launches'; drop one of them")
+        return None
+    if options["run_to_end"]:
+        raise click.UsageError(
+            "--run-to-end: the in-process trials run in the steps dlprof would stop; add --launches to measure one"
+            " launch per count, each trained to its end"
+        )
+    if not options["command"] and options.get("steps") is not None:
+        raise click.UsageError(
+            f"--steps {options['steps']}: the built-in workload then trains to its end, leaving no steps for the"
+            " in-process trials; drop --steps, or add --launches"
+        )
+    request = TrialRequest(counts, rounds or DEFAULT_TRIAL_ROUNDS, False, steps)
+    check_request(request, False)
+    return request
+
+
 @cli.command(cls=RecordCommand)
 @click.option(
     "--workers",
@@ -531,22 +558,49 @@ def _parse_counts(ctx: click.Context, param: click.Parameter, value: str) -> tup
     required=True,
     callback=_parse_counts,
     help=(
-        "num_workers to measure, comma-separated (e.g. 0,1,2,4); the first count's run makes the advice the others"
-        " check."
+        "num_workers to measure, comma-separated (e.g. 0,1,2,4); the first count's profiled window makes the advice"
+        " the others check."
     ),
 )
+@click.option(
+    "--launches",
+    is_flag=True,
+    default=False,
+    help=(
+        "Launch the training once per count (each recorded into <name>/<num_workers>/) instead of trying every count"
+        " inside one launch: how the model is checked across processes."
+    ),
+)
+@click.option(
+    "--trial-steps",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Steps timed per trial segment, after its refill [default: 40, and at least 2 s at the measured step time].",
+)
+@click.option(
+    "--trial-rounds",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Rounds of trials, each trying every count, every other one in reverse order [default: 2].",
+)
 @_record_options(
-    "Sweep directory name under --out; each run goes to <name>/<num_workers>/ (default: sweep-<script>-<date>-<time>).",
+    "Sweep directory name under --out (default: sweep-<script>-<date>-<time>); with --launches, each run goes to"
+    " <name>/<num_workers>/.",
     num_workers=False,
 )
 @_output_options("report")
 @click.pass_context
-def sweep(ctx: click.Context, counts: tuple[int, ...], fmt: str | None, output: Path | None, **options) -> None:
+def sweep(
+    ctx: click.Context, counts: tuple[int, ...], launches: bool, fmt: str | None, output: Path | None, **options
+) -> None:
     """Measure num_workers candidates for real, and check dlprof's advice against them.
 
-    Records COMMAND (default: the built-in workload) once per --workers count, with that num_workers
-    imposed on every DataLoader, into <out>/<name>/<count>/; the first count's run makes the advice
-    and the predictions the others check. TensorBoard scalars go to <out>/<name>/scalars/.
+    Records COMMAND (default: the built-in workload) once at the first --workers count, into <out>/<name>/;
+    after its profiled window and reference steps, the same training trains on at every count in turn, inside
+    the one process, in rounds (one model load, no launch-to-launch noise). With --launches, records COMMAND once
+    per count instead, with that num_workers imposed on every DataLoader, into <out>/<name>/<count>/. The first
+    count's window makes the advice and the predictions the others check. TensorBoard scalars go to
+    <out>/<name>/scalars/.
     """
     from dlprof.redact import for_command
     from dlprof.report import pick_format
@@ -556,7 +610,8 @@ def sweep(ctx: click.Context, counts: tuple[int, ...], fmt: str | None, output: 
 
     fmt = pick_format(fmt, output, SweepResult)
     check_output(output)  # fail now, not after minutes of recording
-    request = _record_request(ctx, name_prefix="sweep-", **options)
+    trials = _sweep_trials(counts, launches, options)
+    request = _record_request(ctx, name_prefix="sweep-", trials=trials, **options)
     result = run_sweep(counts, request, progress=lambda line: click.echo(line, err=True))
     _emit(result, fmt, output, for_command(request.cli_argv, request.command) if request.redact else None)
 

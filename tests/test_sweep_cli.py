@@ -81,6 +81,30 @@ def test_bad_workers_values(tmp_path, script, value, problem):
     assert not (tmp_path / "traces").exists()
 
 
+@pytest.mark.parametrize(
+    "extra, problem",
+    [
+        (["--run-to-end"], "--run-to-end: the in-process trials run in the steps dlprof would stop; add --launches"),
+        (["--launches", "--trial-steps", "30"], "--trial-steps: the trials' option, not --launches'"),
+        (["--launches", "--trial-rounds", "3"], "--trial-rounds: the trials' option, not --launches'"),
+        (["--trial-rounds", "0"], "Invalid value for '--trial-rounds'"),
+    ],
+)
+def test_options_that_do_not_go_with_the_mode(tmp_path, script, extra, problem):
+    out = tmp_path / "traces"
+    line = assert_one_line_error(
+        invoke("sweep", "--out", str(out), "--workers", "0,1", *extra, "--", "python", str(script))
+    )
+    assert problem in line
+    assert not out.exists()
+
+
+def test_the_built_in_workload_with_steps_leaves_no_room_for_trials(tmp_path):
+    line = assert_one_line_error(invoke("sweep", "--out", str(tmp_path / "t"), "--workers", "0,1", "--steps", "30"))
+    assert "--steps 30: the built-in workload then trains to its end" in line and "--launches" in line
+    assert not (tmp_path / "t").exists()
+
+
 def test_workers_is_required(tmp_path, script):
     assert "Missing option '--workers'" in assert_one_line_error(
         invoke("sweep", "--out", str(tmp_path), "--", "python", str(script))
@@ -175,7 +199,7 @@ def test_default_sweep_name(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_sweep_end_to_end(tmp_path, script):
+def test_sweep_with_launches_end_to_end(tmp_path, script):
     out = tmp_path / "traces"
     result = invoke(
         "sweep",
@@ -193,6 +217,7 @@ def test_sweep_end_to_end(tmp_path, script):
         "4",
         "--reference-steps",
         "5",
+        "--launches",
         "--format",
         "json",
         "--",
@@ -209,7 +234,7 @@ def test_sweep_end_to_end(tmp_path, script):
         assert manifest["loader"]["num_workers"] == n and manifest["loader"]["num_workers_requested"] == 0
 
     document = json.loads(result.stdout, parse_constant=lambda name: pytest.fail(f"{name} in JSON"))
-    assert document["schema"] == "dlprof.sweep/1"
+    assert document["schema"] == "dlprof.sweep/1" and document["mode"] == "launches"
     assert document["workers"] == [0, 1]
     assert [r["num_workers"] for r in document["runs"]] == [0, 1]
     assert [r["run_dir"] for r in document["runs"]] == [str(sweep_dir / "0"), str(sweep_dir / "1")]
@@ -223,3 +248,35 @@ def test_sweep_end_to_end(tmp_path, script):
     files = [p.name for p in scalars.iterdir()]
     assert any(name.startswith("events.out.tfevents.") for name in files)
     assert not [name for name in files if name.endswith((".json", ".gz"))]
+
+
+#: The same training for many epochs: dlprof stops it once the in-process trials are done.
+EPOCHS_SCRIPT = SWEEP_SCRIPT.replace("for x, y in loader:", "for x, y in (b for _ in range(1000) for b in loader):")
+
+
+@pytest.mark.slow
+def test_sweep_in_process_end_to_end(tmp_path):
+    script = tmp_path / "epochs_train.py"
+    script.write_text(textwrap.dedent(EPOCHS_SCRIPT))
+    out = tmp_path / "traces"
+    args = ["--out", str(out), "--name", "e2e", "--workers", "1,0", "--wait", "1", "--warmup", "1", "--active", "3"]
+    args += ["--reference-steps", "5", "--trial-steps", "20", "--trial-rounds", "2", "--format", "json"]
+    result = invoke("sweep", *args, "--", "python", str(script))
+    assert result.exit_code == 0, result.output
+    assert "sweep: one launch at num_workers=1, then num_workers 1, 0 tried in it, 2 round(s)" in result.stderr
+    sweep_dir = out / "e2e"
+    manifest = load_trace(sweep_dir)["dlprof"]  # one launch, recorded into the sweep directory itself
+    assert manifest["overrides"] == {"num_workers": 1} and manifest["trials"]["counts"] == [1, 0]
+    document = json.loads(result.stdout, parse_constant=lambda name: pytest.fail(f"{name} in JSON"))
+    assert (document["mode"], document["rounds"], document["rounds_planned"]) == ("in-process", 2, 2)
+    assert [r["num_workers"] for r in document["runs"]] == [1, 0]
+    assert {r["run_dir"] for r in document["runs"]} == {str(sweep_dir)}
+    assert all(r["steps_per_s"] > 0 and 0 <= r["data_wait_pct"] <= 100 for r in document["runs"])
+    assert all(r["measured"] == "unprofiled" and r["spread_pct"] is not None for r in document["runs"])
+    assert document["recommendation"]["from_run"] == 1
+    # The trials' speeds are the ones dlprof analyze shows for the same run.
+    report = json.loads(invoke("analyze", str(sweep_dir), "--format", "json").stdout)
+    by_count = {r["num_workers"]: r for r in report["trials"]["runs"] if not r["persistent_workers"]}
+    basis = "epoch_steps_per_s" if document["basis"] == "over whole epochs" else "steps_per_s"
+    assert [r["steps_per_s"] for r in document["runs"]] == [by_count[1][basis], by_count[0][basis]]
+    assert any(p.name.startswith("events.out.tfevents.") for p in (sweep_dir / "scalars").iterdir())

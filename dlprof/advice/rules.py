@@ -402,10 +402,12 @@ def advise(
         evidence.append(_restarts_line(predicted, choice, trials))
     evidence += _tokenizer_evidence(loader)
     advice = Advice(verdict, num_workers, pin_memory, prefetch, persistent, bound, predicted, evidence, basis)
+    model = _choice(inputs, predicted, loader.bound == "cpu" if loader else True, None, recorded_persistent)
     advice = replace(
         advice,
         rests_on=choice.rests_on if choice else RESTS_ON_PREDICTED,
         compared_on=choice.compared_on if choice else None,
+        model_num_workers=model.num_workers if model else None,
     )
     return replace(advice, trainer_arguments=trainer_arguments(advice, loader_config))
 

@@ -106,6 +106,13 @@ def _speed(clock: StepClock, pieces: list[_Piece]) -> Throughput | None:
     return None if measured is None else replace(measured, transient_steps=sum(p.left_out for p in pieces))
 
 
+def _wait_pct(clock: StepClock, pieces: list[list[_Piece]]) -> float | None:
+    """Share of the steady steps' time (every segment's) spent waiting for data, %."""
+    steady = [i for ps in pieces for p in ps for i in range(p.start + p.left_out, p.stop)]
+    wall = sum(clock.wall_ms[i] for i in steady)
+    return 100 * sum(clock.wait_ms[i] for i in steady) / wall if wall > 0 else None
+
+
 def _excess_ms(clock: StepClock, piece: _Piece, steady_ms: float) -> float:
     """What the pause that starts ``piece`` cost (an epoch boundary, or a switch): its left-out steps (at least the
     first) beyond as many steady ones."""
@@ -311,6 +318,7 @@ def trials_result(
                 segments=len(mine),
                 predicted_steps_per_s=None,
                 error_pct=None,
+                data_wait_pct=_wait_pct(clock, pieces) if speed is not None else None,
             )
         )
     measured = [r for r in runs if r.speed is not None]

@@ -203,6 +203,7 @@ def _trials(trials: TrialsResult) -> dict:
                 "segments": r.segments,
                 "predicted_steps_per_s": rounded(r.predicted_steps_per_s),
                 "error_pct": rounded(r.error_pct, 2),
+                "data_wait_pct": rounded(r.data_wait_pct, 2),
             }
             for r in trials.runs
         ],
@@ -219,6 +220,7 @@ def _recommendation(advice: Advice) -> dict:
         "bound": advice.bound,
         "verdict": advice.verdict,
         "rests_on": advice.rests_on,
+        "model_num_workers": advice.model_num_workers,
         # Only when a Trainer (or ms-swift, LLaMA-Factory) created the DataLoader.
         **({"trainer_arguments": advice.trainer_arguments} if advice.trainer_arguments else {}),
         "predicted": [

@@ -22,7 +22,7 @@ from dlprof.results.sweep import (
     SweepResult,
     SweepRun,
 )
-from dlprof.results.trials import BASIS_WHOLE_EPOCHS
+from dlprof.results.trials import BASIS_WHOLE_EPOCHS, MODE_IN_PROCESS
 
 HEADER = [
     "num_workers",
@@ -46,7 +46,9 @@ RUN_DIR_COLUMN = HEADER.index("run dir")
 def _notes(result: SweepResult, run: SweepRun) -> str:
     notes = []
     if run.num_workers == result.from_run:
-        notes.append("advice from this run")
+        notes.append(
+            "advice from this run" if result.mode != MODE_IN_PROCESS else "recorded at (advice from its window)"
+        )
     if run.num_workers == result.recommended:
         notes.append("recommended")
     if run.num_workers == result.best_num_workers:
@@ -84,10 +86,16 @@ def verdict_line(result: SweepResult) -> str:
     best = f"{result.best_steps_per_s:.2f} steps/s at num_workers={result.best_num_workers}"
     if result.outcome == OUTCOME_NO_RECOMMENDATION:
         return (
-            f"dlprof made no num_workers recommendation from the num_workers={result.from_run} run, so there is nothing"
-            f" to check; the best measured was {best}"
+            f"dlprof made no num_workers recommendation from the num_workers={result.from_run}"
+            f" {'window' if result.mode == MODE_IN_PROCESS else 'run'}, so there is nothing to check; the best"
+            f" measured was {best}"
         )
-    head = f"dlprof recommended num_workers={result.recommended} from the num_workers={result.from_run} run"
+    head = (
+        f"dlprof recommended num_workers={result.recommended} from the num_workers={result.from_run} run"
+        if result.mode != MODE_IN_PROCESS
+        else f"dlprof's model recommended num_workers={result.recommended} from the profiled window at"
+        f" num_workers={result.from_run}"
+    )
     if result.outcome == OUTCOME_NOT_MEASURED:
         return (
             f"{head}: unknown whether it held, because num_workers={result.recommended} was not measured; add it to"
@@ -115,22 +123,41 @@ def verdict_line(result: SweepResult) -> str:
     return f"{head}: {result.outcome}"
 
 
+def mode_line(result: SweepResult) -> str:
+    """How the counts were measured: in one launch's trials, or one launch each."""
+    if result.mode == MODE_IN_PROCESS:
+        return (
+            f"measured: in-process trials, one launch at num_workers={result.from_run} trying every count in"
+            f" {result.rounds} of {result.rounds_planned} round(s)"
+        )
+    return "measured: one launch per count (--launches)"
+
+
 def basis_line(result: SweepResult) -> str:
-    """The one basis every run is measured and predicted on."""
+    """The one basis every count is measured and predicted on."""
     if result.basis == BASIS_WHOLE_EPOCHS:
         how = "over whole epochs (the epoch boundaries, workers restarting, included)"
     else:
         how = "inside an epoch (steady steps: each pause's refill transient left out)"
-    return f"basis: every run measured and predicted {how}"
+    return f"basis: every count measured and predicted {how}"
 
 
 def footnotes(result: SweepResult) -> list[str]:
     """What the numbers rest on."""
-    notes = [
-        "measured: steps over time of the unprofiled reference steps after each run's profiler window (or of the whole"
-        f" epochs timed there); spread: the range of its parts' rates, % of it; predicted: the"
-        f" num_workers={result.from_run} run's prediction; error % = (predicted - measured) / measured"
-    ]
+    if result.mode == MODE_IN_PROCESS:
+        notes = [
+            "measured: steps over time of each count's steady steps in its trial segments, over every round (or over"
+            " whole epochs: those steps plus the count's measured restart per epoch); spread: the range of the"
+            f" rounds' rates, % of it; predicted: from the profiled window at num_workers={result.from_run}; error %"
+            " = (predicted - measured) / measured"
+        ]
+        notes += list(result.notes)
+    else:
+        notes = [
+            "measured: steps over time of the unprofiled reference steps after each run's profiler window (or of the"
+            f" whole epochs timed there); spread: the range of its parts' rates, % of it; predicted: the"
+            f" num_workers={result.from_run} run's prediction; error % = (predicted - measured) / measured"
+        ]
     if any(not r.unprofiled for r in result.runs):
         notes.append(
             "profiled steps*: too few unprofiled reference steps, so measured from the profiled steps, which the"
@@ -142,9 +169,9 @@ def footnotes(result: SweepResult) -> list[str]:
             " for why)"
         )
     if result.scalars_dir is not None:
+        traces = f"the trace in {result.sweep_dir}" if result.mode == MODE_IN_PROCESS else "traces in each run dir"
         notes.append(
-            f"TensorBoard: tensorboard --logdir {result.sweep_dir} (scalars in {result.scalars_dir}, traces in each run"
-            " dir)"
+            f"TensorBoard: tensorboard --logdir {result.sweep_dir} (scalars in {result.scalars_dir}, {traces})"
         )
     return notes
 
@@ -161,7 +188,7 @@ def render_text(result: SweepResult) -> str:
             c.ljust(w) if i >= RUN_DIR_COLUMN else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))
         ).rstrip()
     )
-    lines = [f"dlprof sweep: {result.name}  ({result.sweep_dir})", basis_line(result), ""]
+    lines = [f"dlprof sweep: {result.name}  ({result.sweep_dir})", mode_line(result), basis_line(result), ""]
     lines += [line(r) for r in table]
     lines += ["", verdict_line(result), ""]
     lines += [f"  - {n}" for n in footnotes(result)]
@@ -172,7 +199,8 @@ def render_markdown(result: SweepResult) -> str:
     cells = [[c.replace("|", "\\|") for c in row] for row in rows(result)]
     for row in cells:
         row[RUN_DIR_COLUMN] = f"`{row[RUN_DIR_COLUMN]}`"
-    lines = [f"### dlprof sweep: `{result.name}`", "", f"**{verdict_line(result)}**", "", basis_line(result), ""]
+    lines = [f"### dlprof sweep: `{result.name}`", "", f"**{verdict_line(result)}**", ""]
+    lines += [mode_line(result), "", basis_line(result), ""]
     lines += ["| " + " | ".join(HEADER) + " |", "|" + "|".join("---" for _ in HEADER) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in cells]
     lines += [""] + [f"- {n}" for n in footnotes(result)]
@@ -189,6 +217,9 @@ def document(result: SweepResult) -> dict:
         "name": result.name,
         "sweep_dir": str(result.sweep_dir),
         "workers": list(result.counts),
+        "mode": result.mode,
+        "rounds": result.rounds,
+        "rounds_planned": result.rounds_planned,
         "basis": result.basis,
         "runs": [
             {
@@ -216,6 +247,7 @@ def document(result: SweepResult) -> dict:
         "outcome": result.outcome,
         "verdict": verdict_line(result),
         "scalars_dir": None if result.scalars_dir is None else str(result.scalars_dir),
+        "notes": list(result.notes),
     }
 
 
@@ -299,8 +331,8 @@ def render_html(result: SweepResult) -> str:
     rendered_rows = rows(result)
     classes = ["chosen" if r.num_workers == result.recommended else "" for r in result.runs]
     caption = (
-        f"Measured steps/s (solid) against the num_workers={result.from_run} run's predictions (dashed) for each swept"
-        " count."
+        f"Measured steps/s (solid) against the predictions (dashed) from the num_workers={result.from_run}"
+        f" {'window' if result.mode == MODE_IN_PROCESS else 'run'} for each swept count."
         + (
             ""
             if result.recommended is None
@@ -311,7 +343,7 @@ def render_html(result: SweepResult) -> str:
         "<h1>dlprof sweep</h1>",
         f'<p class="sub">{esc(result.name)} ({esc(result.sweep_dir)})</p>',
         f'<p class="verdict {verdict_class}">{esc(verdict_line(result))}</p>',
-        f"<p>{esc(basis_line(result))}</p>",
+        f"<p>{esc(mode_line(result))}; {esc(basis_line(result))}</p>",
         page.figure(_chart(result, "sweep-chart-title"), esc(caption)),
         page.table(HEADER, rendered_rows, classes),
         "<ul>" + "".join(f"<li>{esc(n)}</li>" for n in footnotes(result)) + "</ul>",

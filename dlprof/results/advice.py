@@ -51,3 +51,6 @@ class Advice:
     #: Which speeds the recommendation compared (:data:`dlprof.results.trials.BASIS_WHOLE_EPOCHS`, worker restarts
     #: included, or :data:`~dlprof.results.trials.BASIS_IN_EPOCH`); None when nothing was compared.
     compared_on: str | None = None
+    #: The num_workers the throughput model alone recommends (its predictions, the trials left out): what
+    #: ``dlprof sweep`` checks against measurement. Equal to ``num_workers`` for a run without trials.
+    model_num_workers: int | None = None

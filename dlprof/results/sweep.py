@@ -6,9 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS  # a sweep compares on the trials' bases
+from dlprof.results.trials import (  # a sweep compares on the trials' bases, and runs them by default
+    BASIS_IN_EPOCH,
+    BASIS_WHOLE_EPOCHS,
+    MODE_IN_PROCESS,
+)
 
 SCHEMA = "dlprof.sweep/1"
+#: How the counts were measured (SweepResult.mode): in-process trials in one launch (:data:`MODE_IN_PROCESS`, the
+#: default), or one launch per count (``--launches``).
+MODE_LAUNCHES = "launches"
+MODES = (MODE_IN_PROCESS, MODE_LAUNCHES)
 
 
 # Why the first run's recommendation held or not (SweepResult.outcome); WITHIN_BEST is dlprof.advice.rules's.
@@ -29,10 +37,11 @@ class SweepRun:
     """One swept count: what it measured, and what the first run predicted for it."""
 
     num_workers: int
+    #: Where it was recorded: its own run (``--launches``), or the one run whose trials measured every count.
     run_dir: Path
     trace_file: Path
-    #: Measured steps per second: unprofiled (steady reference steps, or whole epochs) when ``unprofiled``, else
-    #: profiled steps.
+    #: Measured steps per second: unprofiled (steady reference steps or trial segments, or whole epochs) when
+    #: ``unprofiled``, else profiled steps.
     steps_per_s: float
     unprofiled: bool
     #: Measured and predicted over whole epochs (worker restarts included), else inside an epoch: the sweep's basis,
@@ -83,6 +92,13 @@ class SweepResult:
     #: TensorBoard scalars (None when they could not be written).
     scalars_dir: Path | None
     schema: str = SCHEMA
+    #: :data:`MODE_IN_PROCESS` (one launch, every count tried in the running training) or :data:`MODE_LAUNCHES`.
+    mode: str = MODE_LAUNCHES
+    #: In-process: the rounds of trials that ran to their end, and those planned (None for launches).
+    rounds: int | None = None
+    rounds_planned: int | None = None
+    #: What the trials noted (cut short, spreads too wide, restarts estimated); empty for launches.
+    notes: tuple[str, ...] = ()
 
     @property
     def counts(self) -> tuple[int, ...]:

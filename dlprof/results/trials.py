@@ -32,6 +32,8 @@ class TrialRun:
     #: the measured speed, % ((predicted - measured) / measured).
     predicted_steps_per_s: float | None
     error_pct: float | None
+    #: Share of its steady steps' time spent waiting for data, %; None when nothing was measured.
+    data_wait_pct: float | None = None
 
     @property
     def steps_per_s(self) -> float | None:

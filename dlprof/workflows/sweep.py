@@ -1,18 +1,24 @@
-"""``dlprof sweep``: record the same training at several ``num_workers`` and check dlprof's advice by measurement.
+"""``dlprof sweep``: measure the training at several ``num_workers`` and check dlprof's advice by measurement.
 
-For each count, in the order given, a normal run is recorded under ``<out>/<sweep>/<count>/`` with
-the count imposed on every DataLoader the script creates (``RecordRequest.overrides``), then
-analysed like ``dlprof analyze`` does. The first count's run is the one whose advice is checked: its
-predictions are set against what every count measured, and its recommended ``num_workers`` either
-held (measured within :data:`~dlprof.advice.rules.WITHIN_BEST` of the best, with no more workers
-than the fewest that came that close) or did not.
+Two modes (:attr:`~dlprof.results.sweep.SweepResult.mode`):
 
-Measured speed is the unprofiled speed (the steady reference steps after the profiler window,
-steps over time, :mod:`dlprof.analysis.unprofiled`), because that is what the user's training gets
-and what the predictions are calibrated to; a run without enough reference steps falls back to its
-profiled steps and says so. Every run of a sweep is measured, and predicted, on one basis
-(:func:`basis`): over whole epochs when every run and every prediction knows that speed, else inside
-an epoch.
+* **In-process** (the default, ``RecordRequest.trials`` set): one launch, recorded into ``<out>/<sweep>/`` at the
+  first count (imposed on every DataLoader the script creates), whose in-process trials then train on at every count
+  in turn, interleaved in rounds (:mod:`dlprof.analysis.trials`). One model load, and no launch-to-launch speed
+  modes between the counts compared.
+* **Launches** (``--launches``): for each count, in the order given, a normal run recorded under
+  ``<out>/<sweep>/<count>/``, analysed like ``dlprof analyze`` does. How the model is checked across processes.
+
+Either way the first count's profiled window makes the advice that is checked: the throughput model's own
+recommendation (:attr:`~dlprof.results.advice.Advice.model_num_workers`, the trials left out), its predictions set
+against what every count measured. It held when measured within :data:`~dlprof.advice.rules.WITHIN_BEST` of the best,
+with no more workers than the fewest that came that close, or did not.
+
+Measured speed is the unprofiled speed: the trials' steady steps, or the steady reference steps after each run's
+profiler window (steps over time, each pause's refill transient left out, :mod:`dlprof.throughput`), because that is
+what the user's training gets and what the predictions are calibrated to; a launch without enough reference steps
+falls back to its profiled steps and says so. Every count of a sweep is measured, and predicted, on one basis: over
+whole epochs when every count and every prediction knows that speed, else inside an epoch.
 
 The renderers in :mod:`dlprof.report.sweep` format the :class:`~dlprof.results.sweep.SweepResult`; they never
 compute.
@@ -31,6 +37,7 @@ from pathlib import Path
 
 from dlprof import schema
 from dlprof.advice.rules import WITHIN_BEST
+from dlprof.analysis.unprofiled import distrust
 from dlprof.capture.child import child_argv
 from dlprof.capture.record import record
 from dlprof.errors import DlprofError, RecordError, UsageError
@@ -38,6 +45,7 @@ from dlprof.manifest import Schedule
 from dlprof.results.record import RecordRequest
 from dlprof.results.report import RunReport
 from dlprof.results.sweep import (
+    MODE_LAUNCHES,
     OUTCOME_HELD,
     OUTCOME_MORE_WORKERS,
     OUTCOME_NO_RECOMMENDATION,
@@ -46,7 +54,7 @@ from dlprof.results.sweep import (
     SweepResult,
     SweepRun,
 )
-from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS
+from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS, MODE_IN_PROCESS, TrialRun, TrialsResult
 from dlprof.workflows.analyze import build_report
 
 #: Sub-directory of the sweep directory holding TensorBoard scalars (global_step = num_workers).
@@ -112,10 +120,7 @@ def measure(run: RunReport, num_workers: int, run_dir: Path, first: RunReport, o
         steps_per_s = 1000 / run.steps.step.mean_ms
         data_wait_pct = run.steps.data_wait_pct
         overhead = None
-    memory = None
-    if run.loader is not None:
-        pss = [w.pss_mib_last for w in run.loader.workers if w.worker >= 0]
-        memory = None if any(p is None for p in pss) else float(sum(pss))
+    memory = worker_pss_mib(run)
     predicted = None if prediction is None else prediction.epoch_steps_per_s if over_epochs else prediction.steps_per_s
     if predicted is not None and not math.isfinite(predicted):  # a zero-ms predicted step: no usable number
         predicted = None
@@ -138,8 +143,21 @@ def measure(run: RunReport, num_workers: int, run_dir: Path, first: RunReport, o
     )
 
 
+def worker_pss_mib(run: RunReport) -> float | None:
+    """The sum of the DataLoader workers' last PSS, MiB (0 without workers); None when unknown."""
+    if run.loader is None:
+        return None
+    pss = [w.pss_mib_last for w in run.loader.workers if w.worker >= 0]
+    return None if any(p is None for p in pss) else float(sum(pss))
+
+
 def judge(
-    name: str, sweep_dir: Path, runs: Sequence[SweepRun], recommended: int | None, scalars_dir: Path | None = None
+    name: str,
+    sweep_dir: Path,
+    runs: Sequence[SweepRun],
+    recommended: int | None,
+    scalars_dir: Path | None = None,
+    trials: TrialsResult | None = None,
 ) -> SweepResult:
     """Whether ``recommended`` (advised by the first run of ``runs``) held against what every run measured.
 
@@ -147,7 +165,8 @@ def judge(
 
     It held when it was measured, came within :data:`~dlprof.advice.rules.WITHIN_BEST` of the best
     measured steps/s, and uses no more workers than the fewest that came that close: the same rule
-    the recommendation itself follows on predictions.
+    the recommendation itself follows on predictions. ``trials``: the in-process trials that measured ``runs``
+    (None: one launch per count).
     """
     runs = tuple(runs)
     best = max(runs, key=lambda r: (r.steps_per_s, -r.num_workers))  # ties: the fewer workers
@@ -179,6 +198,10 @@ def judge(
         recommended_steps_per_s=chosen.steps_per_s if chosen else None,
         recommended_below_best_pct=100 * (1 - chosen.steps_per_s / best.steps_per_s) if chosen else None,
         scalars_dir=scalars_dir,
+        mode=MODE_LAUNCHES if trials is None else MODE_IN_PROCESS,
+        rounds=None if trials is None else trials.rounds,
+        rounds_planned=None if trials is None else trials.rounds_planned,
+        notes=() if trials is None else trials.notes,
     )
 
 
@@ -202,9 +225,11 @@ def write_scalars(directory: Path, runs: Sequence[SweepRun]) -> Path:
     return directory
 
 
-def _check_sweep_dir(sweep_dir: Path, name: str, counts: Sequence[int]) -> None:
+def _check_sweep_dir(sweep_dir: Path, name: str, counts: Sequence[int], in_process: bool) -> None:
     if not _NAME.match(name):
         raise UsageError(f"--name {name!r}: use letters, digits, '.', '_' and '-' only")
+    if in_process and any(sweep_dir.glob("*" + schema.TRACE_SUFFIX)):
+        raise UsageError(f"{sweep_dir}: already holds a recorded run; choose another --name or delete {sweep_dir}")
     for n in counts:
         if any((sweep_dir / str(n)).glob("*" + schema.TRACE_SUFFIX)):
             raise UsageError(
@@ -236,38 +261,77 @@ def _training_output_to_stderr():
 
 
 def sweep(counts: Sequence[int], request: RecordRequest, progress: Callable[[str], None] | None = None) -> SweepResult:
-    """Record and analyse ``request`` once per ``num_workers`` in ``counts``, in that order; judge the first run's
-    advice.
+    """Measure ``request`` at every ``num_workers`` in ``counts``, and judge the first count's advice.
 
     Args:
-        counts: the num_workers to measure (checked by :func:`check_counts`); the first count's run
+        counts: the num_workers to measure (checked by :func:`check_counts`); the first count's profiled window
             makes the advice and the predictions that the others check.
-        request: the record settings shared by every run; ``request.out_dir / request.name`` is the
-            sweep directory, each run goes to ``<sweep dir>/<count>/`` (its ``name`` and ``overrides``
-            are set here).
-        progress: called with one line before each run (e.g. to print it on stderr).
+        request: the record settings; ``request.out_dir / request.name`` is the sweep directory. With
+            ``request.trials`` (its counts are set to ``counts`` here), one launch recorded into it tries every
+            count in process; without, one launch per count, each into ``<sweep dir>/<count>/`` (the ``name``,
+            ``overrides`` and ``trials`` of each launch are set here).
+        progress: called with one line before each launch (e.g. to print it on stderr).
 
     Returns:
-        The measured runs and the verdict; TensorBoard scalars are written to ``<sweep dir>/scalars/``.
+        The measured counts and the verdict; TensorBoard scalars are written to ``<sweep dir>/scalars/``.
 
     Raises:
         UsageError, InputError: bad counts, sweep name, schedule or command, or a run directory already
             holds a trace; nothing was run.
-        RecordError: a count's record failed (the message names the count); the runs recorded before it are kept.
+        RecordError: a launch failed (the message names the count), or the trials measured fewer than two counts;
+            what was recorded is kept.
     """
     counts = check_counts(counts)
     sweep_dir = request.out_dir / request.name
-    _check_sweep_dir(sweep_dir, request.name, counts)
+    in_process = request.trials is not None
+    _check_sweep_dir(sweep_dir, request.name, counts, in_process)
     # A command or schedule that cannot work fails for every count: say so once, before recording anything.
     Schedule(request.wait, request.warmup, request.active).check()
     child_argv(request.command)
+    if in_process:
+        runs, recommended, trials = _in_process(counts, request, sweep_dir, progress)
+    else:
+        (runs, recommended), trials = _launches(counts, request, sweep_dir, progress), None
+    try:
+        scalars: Path | None = write_scalars(sweep_dir / SCALARS_DIR, runs)
+    except ImportError:  # torch.utils.tensorboard needs the tensorboard package; the sweep itself does not
+        scalars = None
+        if progress is not None:
+            progress("sweep: TensorBoard scalars not written (pip install tensorboard)")
+    return judge(request.name, sweep_dir, runs, recommended, scalars, trials)
+
+
+def _record_one(request: RecordRequest, where: str, kept: str = "") -> tuple[RunReport, Path]:
+    """Record ``request`` (the training's output on stderr) and analyse it; a failure names ``where``."""
+    try:
+        with _training_output_to_stderr():
+            result = record(request)
+        if result.status != schema.STATUS_COMPLETE:
+            raise RecordError(
+                f"the training failed ({result.error}); its partial trace is in {result.run_dir}",
+                result.exit_code or 2,
+            )
+        return build_report(result.run_dir).runs[0], result.run_dir
+    except DlprofError as error:
+        raise RecordError(f"sweep: {where}: {error}{kept}", error.exit_code) from error
+
+
+def _launches(
+    counts: tuple[int, ...], request: RecordRequest, sweep_dir: Path, progress: Callable[[str], None] | None
+) -> tuple[list[SweepRun], int | None]:
+    """One launch per count, each into ``<sweep dir>/<count>/``; the runs and the first run's recommendation."""
     reports: list[RunReport] = []
     run_dirs: list[Path] = []
     for i, count in enumerate(counts, 1):
         if progress is not None:
             progress(f"sweep: num_workers={count} ({i}/{len(counts)}) -> {sweep_dir / str(count)}")
         one = replace(
-            request, out_dir=sweep_dir, name=str(count), overrides={"num_workers": count}, fresh_name_if_taken=False
+            request,
+            out_dir=sweep_dir,
+            name=str(count),
+            overrides={"num_workers": count},
+            fresh_name_if_taken=False,
+            trials=None,
         )
         kept = (
             ""
@@ -275,26 +339,80 @@ def sweep(counts: Sequence[int], request: RecordRequest, progress: Callable[[str
             else f"; the runs already recorded ({', '.join(str(n) for n in counts[: len(reports)])}) are kept in"
             f" {sweep_dir}"
         )
-        try:
-            with _training_output_to_stderr():
-                result = record(one)
-            if result.status != schema.STATUS_COMPLETE:
-                raise RecordError(
-                    f"the training failed ({result.error}); its partial trace is in {result.run_dir}",
-                    result.exit_code or 2,
-                )
-            report = build_report(result.run_dir).runs[0]
-        except DlprofError as error:
-            raise RecordError(f"sweep: num_workers={count}: {error}{kept}", error.exit_code) from error
+        report, run_dir = _record_one(one, f"num_workers={count}", kept)
         reports.append(report)
-        run_dirs.append(result.run_dir)
+        run_dirs.append(run_dir)
     # One basis for every run, known once all are recorded: whole epochs only if every run and prediction knows them.
     over_epochs = basis(reports, counts) == BASIS_WHOLE_EPOCHS
     runs = [measure(r, n, d, reports[0], over_epochs) for r, n, d in zip(reports, counts, run_dirs)]
-    try:
-        scalars: Path | None = write_scalars(sweep_dir / SCALARS_DIR, runs)
-    except ImportError:  # torch.utils.tensorboard needs the tensorboard package; the sweep itself does not
-        scalars = None
-        if progress is not None:
-            progress("sweep: TensorBoard scalars not written (pip install tensorboard)")
-    return judge(request.name, sweep_dir, runs, reports[0].advice.num_workers, scalars)
+    return runs, reports[0].advice.model_num_workers
+
+
+def _in_process(
+    counts: tuple[int, ...], request: RecordRequest, sweep_dir: Path, progress: Callable[[str], None] | None
+) -> tuple[list[SweepRun], int | None, TrialsResult]:
+    """One launch into the sweep directory at ``counts[0]``, trying every count in process; the runs measured, the
+    model's recommendation from its profiled window, and the trials."""
+    assert request.trials is not None
+    one = replace(
+        request,
+        overrides={"num_workers": counts[0]},
+        trials=replace(request.trials, counts=counts, persistent=False),
+        fresh_name_if_taken=False,
+    )
+    if progress is not None:
+        progress(
+            f"sweep: one launch at num_workers={counts[0]}, then num_workers {', '.join(str(n) for n in counts)} tried"
+            f" in it, {one.trials.rounds} round(s) -> {sweep_dir}"
+        )
+    report, run_dir = _record_one(one, f"the launch at num_workers={counts[0]}")
+    trials = report.trials
+    if trials is None:
+        raise RecordError(
+            f"sweep: {run_dir}: the training ran no trials (see 'dlprof analyze {run_dir}'); let it train longer, or"
+            " measure one launch per count with --launches"
+        )
+    runs = [
+        trial_run(t, trials, run_dir, Path(report.info.trace_file), report if n == counts[0] else None)
+        for n in counts
+        for t in trials.runs
+        if t.num_workers == n and not t.persistent_workers and trials.measured(t) is not None
+    ]
+    if len(runs) < MIN_COUNTS:
+        measured = ", ".join(str(r.num_workers) for r in runs) or "none"
+        raise RecordError(
+            f"sweep: {run_dir}: the trials measured {measured} of num_workers {', '.join(map(str, counts))} (see"
+            f" 'dlprof analyze {run_dir}'); let the training run longer (--trial-steps), or use --launches"
+        )
+    return runs, report.advice.model_num_workers, trials
+
+
+def trial_run(
+    run: TrialRun, trials: TrialsResult, run_dir: Path, trace_file: Path, recorded: RunReport | None
+) -> SweepRun:
+    """One count as the in-process trials measured it, on their basis, against the prediction of the profiled window.
+
+    Args:
+        recorded: the run's report when ``run`` is the count the launch was recorded at (its workers' memory is known).
+    """
+    speed = run.speed
+    assert speed is not None and run.data_wait_pct is not None  # a measured trial has both
+    memory = worker_pss_mib(recorded) if recorded is not None else None
+    return SweepRun(
+        num_workers=run.num_workers,
+        run_dir=run_dir,
+        trace_file=trace_file,
+        steps_per_s=trials.measured(run),
+        unprofiled=True,
+        over_epochs=trials.basis == BASIS_WHOLE_EPOCHS,
+        data_wait_pct=run.data_wait_pct,
+        worker_pss_mib=memory,
+        predicted_steps_per_s=run.predicted_steps_per_s,
+        error_pct=run.error_pct,
+        num_workers_recorded=run.num_workers,
+        profiler_overhead_pct=None
+        if recorded is None or recorded.unprofiled is None
+        else recorded.unprofiled.overhead_pct,
+        spread_pct=speed.spread_pct,
+        distrust=distrust(speed),
+    )

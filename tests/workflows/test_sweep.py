@@ -21,10 +21,11 @@ from dlprof.report import render
 from dlprof.report.sweep import document, verdict_line
 from dlprof.results.advice import Prediction
 from dlprof.results.analysis import EpochStats, Throughput, UnprofiledStats
-from dlprof.results.record import RecordRequest, RecordResult
+from dlprof.results.record import RecordRequest, RecordResult, TrialRequest
 from dlprof.results.sweep import (
     BASIS_IN_EPOCH,
     BASIS_WHOLE_EPOCHS,
+    MODE_LAUNCHES,
     OUTCOME_HELD,
     OUTCOME_MORE_WORKERS,
     OUTCOME_NO_RECOMMENDATION,
@@ -32,6 +33,7 @@ from dlprof.results.sweep import (
     OUTCOME_SLOWER,
     SweepRun,
 )
+from dlprof.results.trials import MODE_IN_PROCESS, TrialRun, TrialsResult
 from dlprof.workflows import sweep as sweep_module
 from dlprof.workflows.sweep import (
     SCALARS_DIR,
@@ -45,6 +47,7 @@ from dlprof.workflows.sweep import (
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 GOLDEN = {"text": "sweep.txt", "markdown": "sweep.md", "json": "sweep.json", "html": "sweep.html"}
+GOLDEN_TRIALS = {fmt: name.replace("sweep.", "sweep_trials.") for fmt, name in GOLDEN.items()}
 
 
 def run(
@@ -196,7 +199,7 @@ def _report(num_workers: int, *, unprofiled=None, pss=(50.0, 60.0), predicted=()
         steps=SimpleNamespace(step=SimpleNamespace(mean_ms=40.0), data_wait_pct=25.0),
         loader=SimpleNamespace(workers=workers),
         info=SimpleNamespace(trace_file=f"t/{num_workers}/x.pt.trace.json.gz", num_workers=num_workers),
-        advice=SimpleNamespace(num_workers=2, predicted=list(predicted)),
+        advice=SimpleNamespace(num_workers=2, model_num_workers=2, predicted=list(predicted)),
     )
 
 
@@ -297,7 +300,7 @@ def stubbed(monkeypatch, tmp_path):
             unprofiled=_unprofiled(1000 / speeds[count], 1.0),
             predicted=[Prediction(n, 1000 / s, s, "consumer") for n, s in ((0, 10.0), (1, 20.0), (2, 22.0))],
         )
-        report.advice.num_workers = 1
+        report.advice.num_workers = report.advice.model_num_workers = 1
         return SimpleNamespace(runs=[report])
 
     monkeypatch.setattr(sweep_module, "record", fake_record)
@@ -353,7 +356,7 @@ def test_every_run_of_a_sweep_is_on_one_basis(stubbed, monkeypatch):
     assert all(x.over_epochs for x in r.runs) and [x.predicted_steps_per_s for x in r.runs] == pytest.approx(
         [9.0, 18.0, 19.8]
     )
-    assert "basis: every run measured and predicted over whole epochs" in render(r, "text")
+    assert "basis: every count measured and predicted over whole epochs" in render(r, "text")
     assert json.loads(render(r, "json"))["basis"] == "over whole epochs"
 
 
@@ -465,7 +468,7 @@ def test_text_and_markdown_tables(example):
     assert "| num_workers | measured steps/s | spread % | predicted steps/s | error % |" in markdown
     assert "| 2 | 19.60 | 2.0 | 20.00 | +2.0 | 3.0 | 200.0 | `traces/sw/2` |" in markdown
     assert "not to be trusted: a spread of 14 % (more than 10 %)" in text
-    assert "basis: every run measured and predicted inside an epoch" in text and "basis: every run" in markdown
+    assert "basis: every count measured and predicted inside an epoch" in text and "basis: every count" in markdown
 
 
 def test_html_has_the_chart(example):
@@ -493,5 +496,142 @@ def test_renderer_matches_golden_file(example, fmt):
     golden = GOLDEN_DIR / GOLDEN[fmt]
     if os.environ.get("UPDATE_GOLDEN"):
         golden.parent.mkdir(exist_ok=True)
+        golden.write_text(rendered, encoding="utf-8")
+    assert rendered == golden.read_text(encoding="utf-8")
+
+
+# --- in-process trials (the default) ---------------------------------------------------------------------
+
+
+def trial(n: int, steps_per_s: float, predicted: float | None, *, persistent=False, spread=3.0, steps=120, wait=8.0):
+    speed = Throughput(steps_per_s, steps, steps / steps_per_s, spread, 4, spread <= 10 and steps >= 40)
+    error = None if predicted is None else 100 * (predicted - steps_per_s) / steps_per_s
+    return TrialRun(n, persistent, speed, None, None, 2, predicted, error, data_wait_pct=wait)
+
+
+def trials_of(*runs: TrialRun, rounds=2, notes=("a note",)) -> TrialsResult:
+    return TrialsResult(rounds, 2, BASIS_IN_EPOCH, tuple(runs), notes)
+
+
+@pytest.fixture
+def in_process(tmp_path, monkeypatch):
+    """One fake launch whose report carries the trials; the model recommends 2, the measured advice 1."""
+    calls: list[RecordRequest] = []
+    state = SimpleNamespace(
+        trials=trials_of(
+            trial(0, 10.0, 10.4, wait=45.0),
+            trial(1, 19.0, 19.5),
+            trial(1, 19.4, None, persistent=True),
+            trial(2, 19.8, 21.0, wait=2.0),
+        )
+    )
+
+    def fake_record(request):
+        calls.append(request)
+        run_dir = request.out_dir / request.name
+        run_dir.mkdir(parents=True)
+        return RecordResult(run_dir, run_dir / "h_1.1.pt.trace.json.gz", "complete", 0, None, 4, 0, False)
+
+    def fake_build_report(path):
+        report = _report(0, unprofiled=_unprofiled(100.0, 1.0), pss=())
+        report.advice.num_workers, report.advice.model_num_workers = 1, 2
+        report.info.trace_file = str(Path(path) / "h_1.1.pt.trace.json.gz")
+        report.trials = state.trials
+        return SimpleNamespace(runs=[report])
+
+    monkeypatch.setattr(sweep_module, "record", fake_record)
+    monkeypatch.setattr(sweep_module, "build_report", fake_build_report)
+    monkeypatch.setattr(sweep_module, "write_scalars", lambda directory, runs: directory)
+    script = tmp_path / "train.py"
+    script.write_text("")
+    base = RecordRequest(
+        ("python", str(script)), tmp_path, "sw", 1, 1, 4, reference_steps=5, run_to_end=False,
+        trials=TrialRequest((9,), rounds=3, persistent=True, trial_steps=50),
+    )  # fmt: skip
+    return SimpleNamespace(calls=calls, base=base, root=tmp_path, state=state)
+
+
+def test_in_process_sweep_launches_once_and_measures_every_count_from_the_trials(in_process):
+    lines: list[str] = []
+    r = sweep([0, 2, 1], in_process.base, progress=lines.append)
+    [call] = in_process.calls  # one launch, into the sweep directory itself
+    assert (call.out_dir, call.name, call.overrides) == (in_process.root, "sw", {"num_workers": 0})
+    # Every swept count is tried, in the order given; persistent workers are the trials' business, not the sweep's.
+    assert (call.trials.counts, call.trials.persistent, call.trials.rounds, call.trials.trial_steps) == (
+        (0, 2, 1), False, 3, 50
+    )  # fmt: skip
+    assert lines == [
+        "sweep: one launch at num_workers=0, then num_workers 0, 2, 1 tried in it, 3 round(s)"
+        f" -> {in_process.root / 'sw'}"
+    ]
+    assert r.mode == MODE_IN_PROCESS and (r.rounds, r.rounds_planned, r.notes) == (2, 2, ("a note",))
+    assert r.counts == (0, 2, 1) and r.from_run == 0
+    # The non-persistent trial at each count, on the trials' basis, with its prediction and error.
+    assert [(x.num_workers, x.steps_per_s, x.predicted_steps_per_s) for x in r.runs] == [
+        (0, 10.0, 10.4), (2, 19.8, 21.0), (1, 19.0, 19.5)
+    ]  # fmt: skip
+    assert [x.data_wait_pct for x in r.runs] == [45.0, 2.0, 8.0] and all(x.unprofiled for x in r.runs)
+    assert {x.run_dir for x in r.runs} == {in_process.root / "sw"} and r.sweep_dir == in_process.root / "sw"
+    # Worker memory is known at the count the launch was recorded at only.
+    assert [x.worker_pss_mib for x in r.runs] == [0.0, None, None]
+    # The model's recommendation (2) is what is checked, not the one resting on the trials (1): 1 came within 5 %.
+    assert (r.recommended, r.held, r.outcome, r.fewest_near_best) == (2, False, OUTCOME_MORE_WORKERS, 1)
+    assert verdict_line(r).startswith(
+        "dlprof's model recommended num_workers=2 from the profiled window at num_workers=0: it did not hold"
+    )
+
+
+def test_in_process_sweep_says_which_counts_it_could_not_measure(in_process):
+    in_process.state.trials = trials_of(trial(0, 10.0, 10.4), replace(trial(2, 19.8, 21.0), speed=None))
+    with pytest.raises(RecordError) as caught:
+        sweep([0, 2], in_process.base)
+    message = str(caught.value)
+    assert "the trials measured 0 of num_workers 0, 2" in message and "--launches" in message and "\n" not in message
+
+
+def test_in_process_sweep_without_trials_in_the_run_names_the_fix(in_process):
+    in_process.state.trials = None
+    with pytest.raises(RecordError, match=r"ran no trials .*--launches"):
+        sweep([0, 2], in_process.base)
+
+
+def test_in_process_sweep_refuses_a_sweep_dir_that_holds_a_run(in_process):
+    taken = in_process.root / "sw"
+    taken.mkdir()
+    (taken / "h_1.1.pt.trace.json.gz").write_bytes(b"")
+    with pytest.raises(UsageError, match="already holds a recorded run"):
+        sweep([0, 2], in_process.base)
+    assert in_process.calls == []
+
+
+def test_launches_mode_records_without_trials(stubbed):
+    r = sweep([0, 1], replace(stubbed.base, trials=None))
+    assert r.mode == MODE_LAUNCHES and r.rounds is None and all(c.trials is None for c in stubbed.calls)
+    assert "measured: one launch per count (--launches)" in render(r, "text")
+    assert json.loads(render(r, "json"))["mode"] == "launches"
+
+
+@pytest.fixture
+def trials_example():
+    runs = [
+        replace(run(n, s, p, wait=w), run_dir=Path("traces/sw"), trace_file=Path("traces/sw/host_1.1.pt.trace.json.gz"))
+        for n, s, p, w in ((0, 10.0, 10.4, 45.0), (1, 19.0, 19.5, 8.0), (2, 19.8, 21.0, 2.0))
+    ]
+    trials = trials_of(trial(0, 10.0, 10.4), notes=("restart measured at epoch boundaries inside the trials",))
+    return judge("sw", Path("traces/sw"), runs, 2, Path("traces/sw/scalars"), trials)
+
+
+def test_in_process_json_says_how_it_was_measured(trials_example):
+    doc = json.loads(render(trials_example, "json"), parse_constant=_no_constants)
+    assert (doc["mode"], doc["rounds"], doc["rounds_planned"]) == ("in-process", 2, 2)
+    assert doc["notes"] == ["restart measured at epoch boundaries inside the trials"]
+    assert {r["run_dir"] for r in doc["runs"]} == {"traces/sw"}
+
+
+@pytest.mark.parametrize("fmt", sorted(GOLDEN_TRIALS))
+def test_in_process_renderer_matches_golden_file(trials_example, fmt):
+    rendered = render(trials_example, fmt)
+    golden = GOLDEN_DIR / GOLDEN_TRIALS[fmt]
+    if os.environ.get("UPDATE_GOLDEN"):
         golden.write_text(rendered, encoding="utf-8")
     assert rendered == golden.read_text(encoding="utf-8")
