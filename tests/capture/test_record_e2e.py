@@ -15,7 +15,7 @@ import pytest
 from conftest import SCRIPTS_DIR, leftover_processes, load_trace, run_dlprof, trace_files
 
 from dlprof import analyze, schema
-from dlprof.manifest import MANIFEST_VERSION, MAX_REFERENCE_FACTOR, parse_manifest
+from dlprof.manifest import EPOCH_SETTLE_STEPS, MANIFEST_VERSION, MAX_REFERENCE_FACTOR, parse_manifest
 
 pytestmark = pytest.mark.slow
 
@@ -102,12 +102,17 @@ def test_manifest_describes_the_run(workload_run_2):
 def test_unprofiled_speed_and_overhead_reach_the_report(workload_run_2):
     report = analyze(workload_run_2).runs[0]
     unprofiled = report.unprofiled
-    # The whole epoch timed after the window, less the 5 steps settling after its start.
-    assert unprofiled is not None and unprofiled.reference_steps == 107 - 5 and unprofiled.overhead_pct is not None
+    # The whole epoch timed after the window, less its start's transient (at least the steps settling after the
+    # workers start, and until every worker has waited), in whole rounds of the 2 workers' delivery.
+    assert unprofiled is not None and unprofiled.overhead_pct is not None
+    left_out = 107 - unprofiled.reference_steps
+    assert EPOCH_SETTLE_STEPS <= unprofiled.speed.transient_steps <= left_out <= unprofiled.speed.transient_steps + 1
     assert unprofiled.epoch.boundaries_measured == 1 and unprofiled.epoch.restart_ms >= 0
     assert unprofiled.epoch.steps_per_epoch == 107 and unprofiled.epoch.whole_epoch_steps_per_s > 0
-    # Predicted for the recorded count over whole epochs: the whole epoch as measured (steady step + its restart).
-    assert report.advice.predicted[2].epoch_steps_per_s == pytest.approx(unprofiled.epoch_steps_per_s, rel=1e-6)
+    # Predicted for the recorded count over whole epochs: the whole epoch as measured (steady step + its restart). The
+    # steady step is timed in whole rounds of the workers' delivery and the epoch over all its 107 steps: one step's
+    # deviation from the steady one apart (0.1-0.2 % seen), never more than 1 %.
+    assert report.advice.predicted[2].epoch_steps_per_s == pytest.approx(unprofiled.epoch_steps_per_s, rel=1e-2)
     prediction = report.advice.predicted[2]
     assert prediction.epoch_steps_per_s is not None and prediction.epoch_steps_per_s <= prediction.steps_per_s
 
