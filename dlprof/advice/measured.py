@@ -133,6 +133,16 @@ def evidence(
             f" {trials.basis}{scaled}, {near}: the recommendation rests on the model; measure it with"
             f" dlprof record --try-workers {counts}"
         )
+    shaky = {
+        label(r.num_workers, r.persistent_workers): r
+        for r in (chosen.run, best.run)
+        if r is not None and r.speed is not None and not r.speed.trusted
+    }
+    if shaky:
+        lines.append(
+            f"caution: the measurement of {' and '.join(shaky)} is not to be trusted (the trials' notes say why), so"
+            " the choice may change: measure again with more --trial-rounds or --trial-steps, on a quieter machine"
+        )
     return lines
 
 

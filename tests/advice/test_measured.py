@@ -133,3 +133,17 @@ def test_without_trials_nothing_changes():
     advice = analyze_run(load_run(DATA_DIR / "tiny_dlprof_trace.json")).advice
     assert (advice.num_workers, advice.rests_on, advice.compared_on) == (0, RESTS_ON_PREDICTED, BASIS_WHOLE_EPOCHS)
     assert not any("measured in this training" in e for e in advice.evidence)
+
+
+def test_a_choice_resting_on_measurements_not_to_be_trusted_says_so():
+    from dlprof.advice.measured import evidence
+
+    shaky = dataclasses.replace(trial(2, 40.0, 44.0), speed=Throughput(40.0, 100, 2.5, 30.0, 0, False))
+    trials = result(trial(0, 20.0, 21.0), shaky)
+    choice = _choose_with_trials(None, predictions(21.0, 30.0, 44.0), False, trials, False)
+    assert (choice.num_workers, choice.rests_on) == (2, RESTS_ON_MEASURED)
+    lines = evidence(trials, choice.chosen, choice.best, 0.05, (0, 2))
+    assert lines[-1].startswith("caution: the measurement of num_workers=2 is not to be trusted")
+    steady = result(trial(0, 20.0, 21.0), trial(2, 40.0, 44.0))
+    choice = _choose_with_trials(None, predictions(21.0, 30.0, 44.0), False, steady, False)
+    assert not any(line.startswith("caution") for line in evidence(steady, choice.chosen, choice.best, 0.05, (0, 2)))
