@@ -71,6 +71,10 @@ Why medians of recordings: a prediction anchored on one run carries that run's l
 Each case also prints two error figures that need no model: the noise floor (one launch against the median of the
 other launches at its count) and the error of single recordings.
 
+``--json`` keeps every number: per case the recordings (predictions, recommendations, unprofiled speeds, trials),
+both truths with every launch and segment, the comparisons, and the targets, the plan and the timings; it is written
+after every case (``complete`` turns true when the run ends), so that a long run that fails later keeps its cases.
+
 Duration on 2 cores (each run prints its own table, and ``--json`` keeps it). Timed in the smoke tests: io-bound
 (``--quick``): a recording with trials at 7 counts 49 s, a launch of 80 steps 4-14 s (2.5-3 s of it start-up), the
 in-process truth 63 s; lora and trainer (``--quick``): a recording with trials at 2 counts 33 s / 41 s, a launch of 2
@@ -1069,6 +1073,13 @@ def parse_args() -> argparse.Namespace:
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name} {value}: must be >= 1")
+    if args.json is not None and not args.json.resolve().parent.is_dir():
+        parser.error(f"--json {args.json}: its folder does not exist; create it or write the JSON elsewhere")
+    known = [*SYNTHETIC, "lora", "trainer"]
+    args.names = [name.strip() for name in (args.cases or "").split(",") if name.strip()]
+    unknown = [name for name in args.names if name not in known]
+    if unknown:
+        parser.error(f"--cases: unknown case(s) {', '.join(unknown)}; choose from {', '.join(known)}")
     return args
 
 
@@ -1076,13 +1087,7 @@ def main() -> None:
     began = time.perf_counter()
     args = parse_args()
     cases = all_cases(args.quick)
-    if args.cases:
-        names = [name.strip() for name in args.cases.split(",") if name.strip()]
-        unknown = [name for name in names if name not in cases]
-        if unknown:
-            raise SystemExit(f"--cases: unknown case(s) {', '.join(unknown)}; choose from {', '.join(cases)}")
-    else:
-        names = list(QUICK_DEFAULT) if args.quick else list(cases)
+    names = args.names or (list(QUICK_DEFAULT) if args.quick else list(cases))
     plan = Plan(
         recordings=args.recordings or (RECORDINGS_QUICK if args.quick else None),
         launches=args.launches or (LAUNCHES_QUICK if args.quick else LAUNCHES),
@@ -1092,21 +1097,25 @@ def main() -> None:
         rounds=args.rounds,
     )
     results = {}
+
+    def write_json(rows: list[dict] | None) -> None:
+        # After every case too, so that a long run that fails later keeps what it measured.
+        if args.json:
+            summary = {"plan": asdict(plan), "quick": args.quick, "cases": results, "targets": rows}
+            summary.update(timings=TIMINGS, total_s=time.perf_counter() - began, complete=rows is not None)
+            args.json.write_text(json.dumps(summary, indent=1))
+
     with tempfile.TemporaryDirectory() as tmp_name:
         for name in names:
             results[name] = bench_case(cases[name], Path(tmp_name), plan)
+            write_json(None)
     print_unprofiled_summary(results)
-    rows = []
     if not args.unprofiled_only:
         print_case_summary(results)
     rows = targets(results, cases)
     print_targets(rows)
-    total_s = time.perf_counter() - began
-    print_timings(total_s)
-    if args.json:
-        summary = {"plan": asdict(plan), "quick": args.quick, "cases": results, "targets": rows}
-        summary.update(timings=TIMINGS, total_s=total_s)
-        args.json.write_text(json.dumps(summary, indent=1))
+    print_timings(time.perf_counter() - began)
+    write_json(rows)
 
 
 if __name__ == "__main__":
