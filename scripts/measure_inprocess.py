@@ -10,14 +10,18 @@ drift cancels.
     python scripts/measure_inprocess.py lora --counts 0,1,2,4 --report out.json
     python scripts/measure_inprocess.py trainer --counts 0,1,2,4 --report out.json
 
-* ``synthetic`` (scripts/bench_workload.py's known costs): each segment runs ``--segment-steps`` steps inside one
-  epoch; its first ``--skip-steps`` (the new workers' start and their first batches) are left out, and the rate is
-  the rest's steps over their time.
+* ``synthetic`` (scripts/bench_workload.py's known costs): each segment runs inside one epoch of a fresh DataLoader;
+  its first steps (the new workers' start and their first batches: twice the prefetch queue, ``2 x num_workers x
+  2`` batches, and 10 more; ``--skip-steps`` sets a fixed number) are left out, and the rate is the rest's steps
+  over their time, timed from the end of the last step left out, at least ``--timed-steps`` steps and
+  ``--min-seconds`` seconds, ending on a whole round of the workers' delivery (a multiple of ``num_workers``
+  steps: with a few workers steps alternate, and a stretch ending mid-round counts one kind once too often).
 * ``lora`` (the built-in workload) and ``trainer`` (scripts/bench_trainer.py's Hugging Face Trainer): each segment
   runs ``--epochs`` whole epochs, their worker restarts included, and the rate is their steps over their time. A
   first epoch at the first count warms the process up and is not counted.
 
-The report (``--report``) holds, per count, the rate of every segment and their median: ``steps_per_s``.
+The report (``--report``) holds, per count, the rate of every segment (``segments``, with their steps and seconds) and
+their median, ``steps_per_s``, and their range, ``spread_pct`` (% of the median).
 """
 
 from __future__ import annotations
@@ -43,6 +47,12 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 #: A segment runs ``train(num_workers)`` and returns (steps, seconds) it measured.
 Segment = Callable[[int], tuple[int, float]]
+#: Synthetic: samples in the dataset, more than any segment takes (each segment starts a fresh DataLoader on it).
+SYNTHETIC_SAMPLES = 1_000_000
+#: Synthetic: PyTorch's default prefetch_factor (bench_workload.py sets none), and the steps left out beyond two
+#: queues' worth (the workers' start slows the first steps: dlprof leaves out 5, the truth twice that).
+PREFETCH_FACTOR = 2
+SETTLE_STEPS = 10
 
 
 def round_orders(counts: list[int], rounds: int) -> list[list[int]]:
@@ -50,14 +60,15 @@ def round_orders(counts: list[int], rounds: int) -> list[list[int]]:
     return [counts if r % 2 == 0 else counts[::-1] for r in range(rounds)]
 
 
-def run_rounds(segment: Segment, counts: list[int], rounds: int) -> dict[int, list[float]]:
-    rates: dict[int, list[float]] = {n: [] for n in counts}
+def run_rounds(segment: Segment, counts: list[int], rounds: int) -> dict[int, list[tuple[int, float]]]:
+    """Every segment's (steps, seconds), per count, the counts in alternating order round by round."""
+    timed: dict[int, list[tuple[int, float]]] = {n: [] for n in counts}
     for r, order in enumerate(round_orders(counts, rounds)):
         for n in order:
             steps, seconds = segment(n)
-            rates[n].append(steps / seconds)
+            timed[n].append((steps, seconds))
             print(f"round {r}: num_workers={n}: {steps / seconds:.2f} steps/s ({steps} steps)", file=sys.stderr)
-    return rates
+    return timed
 
 
 def synthetic(args: argparse.Namespace) -> Segment:
@@ -66,26 +77,29 @@ def synthetic(args: argparse.Namespace) -> Segment:
     from dlprof.workloads.sft import burn_cpu
 
     torch.set_num_threads(1)
-    dataset = KnownCostDataset(args.segment_steps * args.batch_size * 2, args.cpu_ms, args.io_ms)
+    dataset = KnownCostDataset(SYNTHETIC_SAMPLES, args.cpu_ms, args.io_ms)
     model = torch.nn.Linear(16, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 
     def segment(num_workers: int) -> tuple[int, float]:
+        skip = args.skip_steps if args.skip_steps is not None else 2 * num_workers * PREFETCH_FACTOR + SETTLE_STEPS
+        period = max(1, num_workers)
         loader = DataLoader(
             dataset, batch_size=args.batch_size, num_workers=num_workers, collate_fn=KnownCostCollate(args.collate_ms)
         )
-        started = None
+        started = time.perf_counter() if skip == 0 else None
         for step, batch in enumerate(loader):
-            if step == args.skip_steps:
-                started = time.perf_counter()
             burn_cpu(args.host_ms)
             time.sleep(args.gpu_ms / 1000)
             model(batch).pow(2).mean().backward()
             optimizer.step()
             optimizer.zero_grad()
-            if step + 1 >= args.segment_steps:
-                break
-        return args.segment_steps - args.skip_steps, time.perf_counter() - started
+            now, timed = time.perf_counter(), step + 1 - skip
+            if timed == 0:
+                started = now  # the end of the last step left out: the next step's wait for its batch is timed
+            elif timed >= args.timed_steps and now - started >= args.min_seconds and timed % period == 0:
+                return timed, now - started
+        raise SystemExit(f"synthetic: the dataset ({SYNTHETIC_SAMPLES} samples) ran out before a segment was timed")
 
     return segment
 
@@ -196,23 +210,39 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=2, help="lora, trainer: whole epochs per segment")
     parser.add_argument("--warmup-workers", type=int, default=0, help="lora, trainer: num_workers of the warm-up")
-    parser.add_argument("--segment-steps", type=int, default=200, help="synthetic: steps per segment")
-    parser.add_argument("--skip-steps", type=int, default=30, help="synthetic: steps left out at a segment's start")
+    parser.add_argument("--timed-steps", type=int, default=60, help="synthetic: fewest steps timed per segment")
+    parser.add_argument("--min-seconds", type=float, default=3.0, help="synthetic: shortest time timed per segment")
+    parser.add_argument(
+        "--skip-steps",
+        type=int,
+        default=None,
+        help="synthetic: steps left out at a segment's start [default: 2 x num_workers x 2 + 10]",
+    )
     for name, default in (("cpu-ms", 1.0), ("io-ms", 0.0), ("collate-ms", 0.0), ("host-ms", 1.0), ("gpu-ms", 10.0)):
         parser.add_argument(f"--{name}", type=float, default=default, help="synthetic: as scripts/bench_workload.py")
     parser.add_argument("--report", type=Path, help="write the rates here (JSON)")
     args = parser.parse_args()
     counts = [int(word) for word in args.counts.split(",")]
-    rates = run_rounds(WORKLOADS[args.workload](args), counts, args.rounds)
+    timed = run_rounds(WORKLOADS[args.workload](args), counts, args.rounds)
+    rates = {n: [steps / seconds for steps, seconds in t] for n, t in timed.items()}
     summary = {
         "workload": args.workload,
         "rounds": args.rounds,
-        "counts": {str(n): {"steps_per_s": statistics.median(r), "segments": r} for n, r in rates.items()},
+        "counts": {
+            str(n): {
+                "steps_per_s": statistics.median(r),
+                "spread_pct": 100 * (max(r) - min(r)) / statistics.median(r),
+                "segments": r,
+                "segment_steps": [steps for steps, _ in timed[n]],
+                "segment_seconds": [seconds for _, seconds in timed[n]],
+            }
+            for n, r in rates.items()
+        },
     }
     if args.report:
         args.report.write_text(json.dumps(summary, indent=1) + "\n")
     for n, r in rates.items():
-        spread = 100 * (max(r) - min(r)) / statistics.median(r)
+        spread = summary["counts"][str(n)]["spread_pct"]
         print(f"num_workers={n}: {statistics.median(r):.2f} steps/s (median of {len(r)}, spread {spread:.1f} %)")
 
 
