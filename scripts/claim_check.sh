@@ -8,8 +8,10 @@
 #   1. as shipped: the fast (Rust) tokenizer, ~0.1-0.2 ms per sample;
 #   2. with a slow tokenizer: --tokenizer-cost-ms 60 adds 60 ms of CPU time to tokenizing each sample
 #      (= each batch at batch 1), spent inside the tokenizer calls: the regime the claim describes.
-# Each sweep measures every count for real and checks dlprof's advice against it; the Markdown reports
-# are OUT_DIR/fast-tokenizer.md and OUT_DIR/slow-tokenizer.md, the traces OUT_DIR/traces/<sweep>/<count>/.
+# Each sweep measures every count for real, in one launch whose in-process trials train at each count in turn
+# (dlprof sweep's default; pass --launches for one launch per count), and checks dlprof's advice against it. The
+# Markdown reports are OUT_DIR/fast-tokenizer.md and OUT_DIR/slow-tokenizer.md, the traces OUT_DIR/traces/<sweep>/
+# (with --launches, OUT_DIR/traces/<sweep>/<count>/).
 set -euo pipefail
 PYTHON="${PYTHON:-python3}"
 SLOW_TOKENIZER_MS="${SLOW_TOKENIZER_MS:-60}"
