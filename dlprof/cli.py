@@ -289,8 +289,8 @@ _TRIAL_OPTIONS = (
         type=click.IntRange(min=1),
         default=None,
         help=(
-            "With --try-workers: steps timed per segment, after its refill [default: 40, and at least 2 s at the"
-            " measured step time]."
+            "With --try-workers: steps timed per segment, after its refill [default: 40, at least 2 s at the measured"
+            " step time, and 2 s over the rounds at that step without its data wait]."
         ),
     ),
     click.option(
@@ -575,7 +575,10 @@ def _sweep_trials(counts: tuple[int, ...], launches: bool, options: dict):
     "--trial-steps",
     type=click.IntRange(min=1),
     default=None,
-    help="Steps timed per trial segment, after its refill [default: 40, and at least 2 s at the measured step time].",
+    help=(
+        "Steps timed per trial segment, after its refill [default: 40, at least 2 s at the measured step time, and 2 s"
+        " over the rounds at that step without its data wait]."
+    ),
 )
 @click.option(
     "--trial-rounds",

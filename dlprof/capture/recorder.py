@@ -305,8 +305,11 @@ class Recorder:
         if not self.exported or not self.reference_done():
             return None
         training = self._training_loader()
-        speed = self._reference_speed(training)
+        wall_ms, wait_ms = self._steady_reference(training)
+        speed = throughput.measure(wall_ms)
         step_s = 1 / speed.steps_per_s if speed is not None and speed.steps_per_s > 0 else None
+        # No setting trains faster than a step without its data wait: the segments must be long enough at that pace.
+        fastest_s = (sum(wall_ms) - sum(wait_ms)) / len(wall_ms) / 1000 if wall_ms else None
         margin = trial_plan.RANK_MARGIN_STEPS if self.rank_env.world_size > 1 else 0
         plan = trial_plan.plan_trials(
             self.trial_request,
@@ -315,6 +318,7 @@ class Recorder:
             step_s,
             (completed, self.rank),
             self.deterministic,
+            fastest_s,
         )
         if self.rank_env.world_size > 1:
             try:
@@ -391,9 +395,10 @@ class Recorder:
     def _batches_per_step(self, training: probe.LoaderRecord) -> float:
         return max(1.0, training.batches / max(1, self.steps))
 
-    def _reference_speed(self, training: probe.LoaderRecord | None) -> Throughput | None:
-        """The steady speed of the reference steps so far: the refill transient after the export left out, and the
-        steps settling after an epoch start or the fork probe (their excess is a restart's cost, not the speed)."""
+    def _steady_reference(self, training: probe.LoaderRecord | None) -> tuple[list[float], list[float]]:
+        """The steady reference steps so far, their wall and data-wait ms: the refill transient after the export left
+        out, and the steps settling after an epoch start or the fork probe (their excess is a restart's cost, not the
+        speed)."""
         rows = [row for row in self.all_steps if row[0] == manifest.PHASE_AFTER]
         wall_ms = [row[1] / 1e6 for row in rows]
         wait_ms = [row[4] / 1e6 for row in rows]
@@ -408,7 +413,12 @@ class Recorder:
         for i, row in enumerate(rows):
             if row[6] or row[7]:  # an epoch start, the fork probe
                 settling.update(range(i, i + manifest.EPOCH_SETTLE_STEPS))
-        return throughput.measure([ms for i, ms in enumerate(wall_ms) if i >= transient and i not in settling])
+        steady = [i for i in range(len(rows)) if i >= transient and i not in settling]
+        return [wall_ms[i] for i in steady], [wait_ms[i] for i in steady]
+
+    def _reference_speed(self, training: probe.LoaderRecord | None) -> Throughput | None:
+        """The steady speed of the reference steps so far (:meth:`_steady_reference`)."""
+        return throughput.measure(self._steady_reference(training)[0])
 
     def _loader_facts(self, training: probe.LoaderRecord | None) -> LoaderFacts | None:
         """What planning the trials needs to know of the training DataLoader."""

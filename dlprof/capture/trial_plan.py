@@ -136,11 +136,20 @@ def steps_bound(request: TrialRequest, prefetch_factor: int | None = None, batch
     return RANK_MARGIN_STEPS + segments + len(order) * trial_steps
 
 
-def default_trial_steps(step_s: float | None) -> int:
-    """Steps timed per segment: throughput.MIN_STEPS, and at least throughput.MIN_SECONDS at the measured step time."""
+def default_trial_steps(step_s: float | None, fastest_s: float | None = None, rounds: int = 1) -> int:
+    """Steps timed per segment: throughput.MIN_STEPS, at least throughput.MIN_SECONDS at the measured step time, and
+    enough that a setting training at ``fastest_s`` a step (the measured step without its data wait: no setting is
+    faster) still makes throughput.MIN_SECONDS over all ``rounds``.
+
+    Without the last rule, trials started from a slow, input-bound count timed the fast counts too briefly to trust
+    (40 steps of 21 ms: 0.85 s a segment at 6 workers, when the recorded count took 140 ms a step).
+    """
     if not step_s or step_s <= 0:
         return FALLBACK_TRIAL_STEPS
-    return max(throughput.MIN_STEPS, math.ceil(throughput.MIN_SECONDS / step_s))
+    steps = max(throughput.MIN_STEPS, math.ceil(throughput.MIN_SECONDS / step_s))
+    if fastest_s is not None and fastest_s > 0:
+        steps = max(steps, math.ceil(throughput.MIN_SECONDS / max(1, rounds) / fastest_s))
+    return steps
 
 
 @dataclass(frozen=True)
@@ -229,6 +238,7 @@ def plan_trials(
     step_s: float | None,
     decided: tuple[int, int],
     deterministic: bool = False,
+    fastest_s: float | None = None,
 ) -> Plan:
     """The plan from ``start`` (steps done when the reference phase ends): the trials' segments and the stop step.
 
@@ -237,11 +247,14 @@ def plan_trials(
         step_s: the measured unprofiled step time (None: unknown), for the default ``--trial-steps``.
         decided: the step the decision was taken at, and the deciding rank.
         deterministic: decide by step counts alone (each machine of a multi-machine job decides for itself).
+        fastest_s: the measured step time without its data wait (None: unknown), for the default ``--trial-steps``.
     """
     at, rank = decided
     if request is None:
         return Plan(start, start, at, rank)
-    trial_steps = request.trial_steps or (FALLBACK_TRIAL_STEPS if deterministic else default_trial_steps(step_s))
+    trial_steps = request.trial_steps or (
+        FALLBACK_TRIAL_STEPS if deterministic else default_trial_steps(step_s, fastest_s, request.rounds)
+    )
     if facts is None:
         return Plan(start, start, at, rank, trial_steps, skipped="no DataLoader was iterated: none could be switched")
     order = rounds_order(request.counts, request.persistent, request.rounds)

@@ -77,8 +77,13 @@ def test_trial_steps_default_to_enough_steps_and_seconds():
     assert trial_plan.default_trial_steps(0.5) == throughput.MIN_STEPS  # 40 steps take 20 s
     assert trial_plan.default_trial_steps(0.01) == round(throughput.MIN_SECONDS / 0.01)  # 40 steps would take 0.4 s
     assert trial_plan.default_trial_steps(None) == trial_plan.FALLBACK_TRIAL_STEPS
+    # Recorded at a slow, input-bound count (140 ms a step, 21 ms of it training): a setting that removes the wait
+    # must still make 2 s over the 2 rounds, 1 s a segment: 48 steps, not 40 (0.84 s a segment).
+    assert trial_plan.default_trial_steps(0.14, 0.021, rounds=2) == 48
+    assert trial_plan.default_trial_steps(0.01, 0.01, rounds=2) == 200  # never fewer than at the measured step time
     facts = LoaderFacts(num_workers=0, prefetch_factor=None, batches_per_step=1.0)
     assert plan_trials(TrialRequest((0,)), facts, 10, 0.01, (10, 0)).trial_steps == 200
+    assert plan_trials(TrialRequest((0, 2), rounds=2), facts, 10, 0.14, (10, 0), fastest_s=0.021).trial_steps == 48
     # Deciding by step counts alone (several machines): the clocks are not used.
     assert plan_trials(TrialRequest((0,)), facts, 10, 0.01, (10, 0), deterministic=True).trial_steps == 40
 
