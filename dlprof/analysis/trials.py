@@ -252,9 +252,11 @@ def _notes(
         if speed is None:
             notes.append(f"{name}: no steady steps (every step was refill transient); raise --trial-steps")
         elif not throughput.enough(speed.steps, speed.seconds):
+            short = [f"fewer than {throughput.MIN_STEPS} steps"] if speed.steps < throughput.MIN_STEPS else []
+            short += [f"less than {throughput.MIN_SECONDS:g} s"] if speed.seconds < throughput.MIN_SECONDS else []
             notes.append(
-                f"{name}: {speed.steps} steady steps in {speed.seconds:.2f} s, fewer than {throughput.MIN_STEPS} steps"
-                f" or {throughput.MIN_SECONDS:g} s: too short to trust; raise --trial-steps"
+                f"{name}: {speed.steps} steady steps in {speed.seconds:.2f} s, {' and '.join(short)}: too short to"
+                " trust; raise --trial-steps"
             )
         elif speed.spread_pct > throughput.MAX_SPREAD_PCT:
             notes.append(

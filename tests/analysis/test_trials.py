@@ -160,7 +160,7 @@ def test_incomplete_trials_and_settings_without_steady_steps_are_noted():
     assert result.notes[:3] == (
         "the trials ended early (the training ended): 0 of 2 round(s) ran to their end",
         "num_workers=4: not tried (no segment ran)",
-        "num_workers=0: 48 steady steps in 1.92 s, fewer than 40 steps or 2 s: too short to trust; raise --trial-steps",
+        "num_workers=0: 48 steady steps in 1.92 s, less than 2 s: too short to trust; raise --trial-steps",
     )
     assert "num_workers=2: no steady steps (every step was refill transient); raise --trial-steps" in result.notes
     assert result.basis == BASIS_WHOLE_EPOCHS  # among the settings measured
