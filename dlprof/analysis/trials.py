@@ -93,7 +93,9 @@ def _pieces(clock: StepClock, segment: TrialSegment, first_queue: int, queue: in
     starts = [segment.first_step] + [i for i in range(segment.first_step + 1, stop) if clock.epoch_start[i]]
     pieces = []
     for k, (a, b) in enumerate(zip(starts, [*starts[1:], stop])):
-        left = throughput.transient_steps(clock.wall_ms[a:b], clock.wait_ms[a:b], first_queue if k == 0 else queue)
+        left = throughput.transient_steps(
+            clock.wall_ms[a:b], clock.wait_ms[a:b], first_queue if k == 0 else queue, segment.num_workers
+        )
         if segment.num_workers and (k == 0 or not segment.persistent_workers):
             left = max(left, min(EPOCH_SETTLE_STEPS, b - a))  # workers were started: forking slows the next steps
         pieces.append(_Piece(a, b, left, k > 0))

@@ -408,7 +408,7 @@ class Recorder:
             queue = throughput.queue_steps(
                 config.get("num_workers"), config.get("prefetch_factor"), self._batches_per_step(training)
             )
-            transient = throughput.transient_steps(wall_ms, wait_ms, queue)
+            transient = throughput.transient_steps(wall_ms, wait_ms, queue, config.get("num_workers") or 1)
         settling = set()
         for i, row in enumerate(rows):
             if row[6] or row[7]:  # an epoch start, the fork probe
