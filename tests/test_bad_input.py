@@ -305,13 +305,17 @@ ANALYZE_AND_DIFF = [["analyze"], ["analyze", "--redact"], ["diff"], ["diff", "--
 
 
 def _deep_trace(tmp_path: Path, depth: int, where: str, gzipped: bool) -> Path:
-    """The tiny trace with JSON nested ``depth`` levels deep: the whole document, or in an event's ``args``."""
+    """The tiny trace with JSON nested ``depth`` levels deep: the whole document, in an event's ``args``, or in the
+    manifest (``clock``, which ``--redact`` reads)."""
     nested = "[" * depth + "]" * depth
     if where == "document":
         text = nested
     else:
         document = json.loads(TINY_TRACE.read_text())
-        next(e for e in document["traceEvents"] if e.get("cat") == "cpu_op")["args"] = {"deep": "@DEEP@"}
+        if where == "manifest":
+            document["dlprof"]["clock"] = {"deep": "@DEEP@"}
+        else:
+            next(e for e in document["traceEvents"] if e.get("cat") == "cpu_op")["args"] = {"deep": "@DEEP@"}
         text = json.dumps(document).replace('"@DEEP@"', nested)
     path = tmp_path / ("deep.json.gz" if gzipped else "deep.json")
     path.write_bytes(gzip.compress(text.encode()) if gzipped else text.encode())
@@ -343,10 +347,15 @@ def test_a_trace_nested_too_deep_is_one_line(tmp_path, command, depth, where, gz
 
 
 @pytest.mark.parametrize("command", ANALYZE_AND_DIFF, ids=" ".join)
-def test_a_trace_nested_hundreds_of_levels_in_args_is_reported(tmp_path, command):
-    result = _run(command, _deep_trace(tmp_path, 500, "args", gzipped=False))
+@pytest.mark.parametrize("where", ["args", "manifest"])
+def test_a_trace_nested_hundreds_of_levels_is_reported(tmp_path, command, where):
+    """Within the parser's reach, a deep value in an event is never walked, and one in the manifest is read as unknown
+    (``--redact`` walks the manifest)."""
+    result = _run(command, _deep_trace(tmp_path, 500, where, gzipped=False))
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("dlprof analyze: " if command[0] == "analyze" else "dlprof diff: ")
+    if command[0] == "analyze" and where == "manifest":
+        assert "  - manifest.clock is nested more than 32 levels deep: read as unknown" in result.stdout.splitlines()
 
 
 #: Every format of each command (dlprof diff has no HTML).
