@@ -365,9 +365,9 @@ MAX_INT = 2**63 - 1
 #: Larger floats are no duration (ms: 30,000 years), size (MiB) or rate this manifest holds; they would
 #: overflow to infinity once summed or multiplied downstream.
 MAX_FLOAT = 1e15
-#: The deepest a free-form value (``clock``, ``overrides``) may nest: dlprof writes them 1 level deep. Deeper ones are
-#: read as unknown, so that the code that walks a manifest recursively (``dataclasses.asdict``, redaction, ``repr``)
-#: stays far below Python's recursion limit (1,000) whatever the trace holds.
+#: The deepest a free-form value (``clock``, ``overrides``) may nest: dlprof writes them 3 levels deep at most.
+#: Deeper ones are read as unknown, so that the code that walks a manifest recursively (``dataclasses.asdict``,
+#: redaction, ``repr``) stays far below Python's recursion limit (1,000) whatever the trace holds.
 MAX_NESTING = 32
 #: How a non-finite number is spelled as text (what ``float()`` and JavaScript accept): a problem never quotes it,
 #: so that no report prints NaN or infinity, not even as the bad value it names.
@@ -535,15 +535,11 @@ def parse_manifest(document: Any) -> tuple[Manifest | None, tuple[str, ...]]:
     if not isinstance(version, int) or isinstance(version, bool) or version not in READABLE_VERSIONS:
         newer = isinstance(version, int) and not isinstance(version, bool) and version > MANIFEST_VERSION
         fix = "upgrade dlprof to read it" if newer else "record the run again with this dlprof"
-        # The version quoted, unless it is a NaN or infinity (as a number or as text) or a deep value.
-        unfit = None if isinstance(version, int) else _unfit(version)
-        shown = (
-            f"({unfit.removeprefix('is ')})"
-            if unfit
-            else version
-            if isinstance(version, int)
-            else repr(str(version)[:40])
-        )
+        if isinstance(version, int):
+            shown = str(version)
+        else:  # quoted (text, not a number), unless it is a NaN or infinity (a number or text) or a deep value
+            unfit = _unfit(version)
+            shown = f"({unfit.removeprefix('is ')})" if unfit else repr(str(version)[:40])
         return None, (
             (
                 f"manifest version {shown} is not one this dlprof reads ({', '.join(map(str, READABLE_VERSIONS))}): "
