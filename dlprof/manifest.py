@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -356,12 +357,49 @@ class _Invalid(Exception):
 #: Integer fields that may be negative (a process killed by a signal exits with -N); every other
 #: integer is a count, size, id or time and is read as unknown when negative.
 SIGNED_INTS = frozenset({"exit_code"})
+#: Text fields that hold a version number: text naming a NaN or an infinity is none (nor is it printed).
+VERSION_STRS = frozenset({"dlprof_version", "cuda", "hip"})
 #: Larger integers are no count, size or nanosecond time (int64 is what JSON writers produce), and would
 #: overflow a float downstream.
 MAX_INT = 2**63 - 1
 #: Larger floats are no duration (ms: 30,000 years), size (MiB) or rate this manifest holds; they would
 #: overflow to infinity once summed or multiplied downstream.
 MAX_FLOAT = 1e15
+#: The deepest a free-form value (``clock``, ``overrides``) may nest: dlprof writes them 3 levels deep at most.
+#: Deeper ones are read as unknown, so that the code that walks a manifest recursively (``dataclasses.asdict``,
+#: redaction, ``repr``) stays far below Python's recursion limit (1,000) whatever the trace holds.
+MAX_NESTING = 32
+#: How a non-finite number is spelled as text (what ``float()`` and JavaScript accept): a problem never quotes it,
+#: so that no report prints NaN or infinity, not even as the bad value it names.
+_NON_FINITE_TEXT = re.compile(r"(?<![\w.])[+-]?(nan|inf|infinity)(?!\w)", re.IGNORECASE)
+
+
+def _unfit(value: Any) -> str | None:
+    """Why a JSON value may not be kept or quoted as it is (nested too deep, or a non-finite number in it), else None.
+
+    Iterative: a value nested deeper than Python's recursion limit is judged without a RecursionError.
+    """
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return "is a non-finite number" if item is value else "holds a non-finite number"
+        if isinstance(item, str) and _NON_FINITE_TEXT.search(item):
+            return "is text naming a non-finite number" if item is value else "holds text naming a non-finite number"
+        if isinstance(item, (dict, list, tuple)):
+            if depth >= MAX_NESTING:
+                return f"is nested more than {MAX_NESTING} levels deep"
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list, tuple, float, str)))
+    return None
+
+
+def _invalid(value: Any, where: str, expected: str) -> _Invalid:
+    """The problem of ``where`` holding ``value`` where ``expected`` is due, the value quoted when it may be."""
+    unfit = _unfit(value)
+    if unfit is not None:
+        return _Invalid(f"{where} {unfit}, not a valid {expected}")
+    return _Invalid(f"{where} = {str(value)[:40]!r} is not a valid {expected}")
 
 
 def _convert(value: Any, hint: Any, where: str, problems: list[str]) -> Any:
@@ -390,7 +428,17 @@ def _convert(value: Any, hint: Any, where: str, problems: list[str]) -> Any:
         if not isinstance(value, dict):
             raise _Invalid(f"{where} is not an object")
         if typing.get_args(inner)[1] is str:
-            return {str(k): str(v) for k, v in value.items()}
+            texts = {}
+            for k, v in value.items():
+                # A version (the only such dict): text, or a number read as its text; never a NaN, either way.
+                if isinstance(v, (str, int, float)) and _unfit(v) is None:
+                    texts[str(k)] = str(v)
+                else:
+                    problems.append(f"{_invalid(v, f'{where}.{k}', 'str')}: entry skipped")
+            return texts
+        unfit = _unfit(value)
+        if unfit is not None:
+            raise _Invalid(f"{where} {unfit}")
         return dict(value)
     if inner is bool:
         if isinstance(value, bool):
@@ -414,11 +462,14 @@ def _convert(value: Any, hint: Any, where: str, problems: list[str]) -> Any:
         ):
             return float(value)
     elif inner is str:
-        if isinstance(value, str):
+        if isinstance(value, str) and not (where.rsplit(".", 1)[-1] in VERSION_STRS and _unfit(value)):
             return value
     elif inner is Any:
-        return value
-    raise _Invalid(f"{where} = {str(value)[:40]!r} is not a valid {getattr(inner, '__name__', inner)}")
+        unfit = _unfit(value)
+        if unfit is None:
+            return value
+        raise _Invalid(f"{where} {unfit}")
+    raise _invalid(value, where, getattr(inner, "__name__", str(inner)))
 
 
 def _build(cls: type, document: dict, where: str, problems: list[str]) -> Any:
@@ -484,9 +535,11 @@ def parse_manifest(document: Any) -> tuple[Manifest | None, tuple[str, ...]]:
     if not isinstance(version, int) or isinstance(version, bool) or version not in READABLE_VERSIONS:
         newer = isinstance(version, int) and not isinstance(version, bool) and version > MANIFEST_VERSION
         fix = "upgrade dlprof to read it" if newer else "record the run again with this dlprof"
-        shown = (
-            version if isinstance(version, int) else repr(str(version)[:40])
-        )  # quoted: a NaN read as text, not a number
+        if isinstance(version, int):
+            shown = str(version)
+        else:  # quoted (text, not a number), unless it is a NaN or infinity (a number or text) or a deep value
+            unfit = _unfit(version)
+            shown = f"({unfit.removeprefix('is ')})" if unfit else repr(str(version)[:40])
         return None, (
             (
                 f"manifest version {shown} is not one this dlprof reads ({', '.join(map(str, READABLE_VERSIONS))}): "

@@ -1,13 +1,19 @@
 """Every bad input to ``dlprof record``: one stderr line naming the problem and the fix, exit code 2,
-no traceback, and no run directory left behind."""
+no traceback, and no run directory left behind; and the traces that broke the reader, through ``dlprof analyze``
+and ``dlprof diff``: one line, or a report that never prints NaN."""
 
 from __future__ import annotations
 
+import gzip
+import html
+import json
+import re
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import run_dlprof
+from conftest import DATA_DIR, run_dlprof
 
 from dlprof.capture import record as record_module
 from dlprof.cli import cli
@@ -288,3 +294,107 @@ def test_script_that_fails_at_once(tmp_path, out, source, reason):
     assert reason in last and "failed before the profiler recorded a step" in last
     assert "Traceback" not in done.stdout
     assert_no_run_left(out)
+
+
+# --- traces that broke the reader (issue 14): dlprof analyze, diff and --redact -------------------------------------
+
+TINY_TRACE = DATA_DIR / "tiny_dlprof_trace.json"
+#: How a report must never print a number (tests/test_fuzz_analyze.py's rule).
+NOT_A_NUMBER = re.compile(r"(?<![\w.])-?(nan|inf|infinity)(?!\w)", re.IGNORECASE)
+ANALYZE_AND_DIFF = [["analyze"], ["analyze", "--redact"], ["diff"], ["diff", "--redact"]]
+
+
+def _deep_trace(tmp_path: Path, depth: int, where: str, gzipped: bool) -> Path:
+    """The tiny trace with JSON nested ``depth`` levels deep: the whole document, in an event's ``args``, or in the
+    manifest (``clock``, which ``--redact`` reads)."""
+    nested = "[" * depth + "]" * depth
+    if where == "document":
+        text = nested
+    else:
+        document = json.loads(TINY_TRACE.read_text())
+        if where == "manifest":
+            document["dlprof"]["clock"] = {"deep": "@DEEP@"}
+        else:
+            next(e for e in document["traceEvents"] if e.get("cat") == "cpu_op")["args"] = {"deep": "@DEEP@"}
+        text = json.dumps(document).replace('"@DEEP@"', nested)
+    path = tmp_path / ("deep.json.gz" if gzipped else "deep.json")
+    path.write_bytes(gzip.compress(text.encode()) if gzipped else text.encode())
+    return path
+
+
+def _run(command: list[str], path: Path, *options: str):
+    """``dlprof analyze PATH`` or ``dlprof diff PATH TINY`` with ``command``'s options."""
+    return invoke(command[0], str(path), *([str(TINY_TRACE)] if command[0] == "diff" else []), *command[1:], *options)
+
+
+@pytest.mark.parametrize("command", ANALYZE_AND_DIFF, ids=" ".join)
+@pytest.mark.parametrize(
+    ("depth", "where", "gzipped"),
+    [(1_000, "args", False), (1_000, "document", False), (100_000, "args", True), (100_000, "document", False)],
+    ids=["1000-args", "1000-document", "100000-args-gzip", "100000-document"],
+)
+def test_a_trace_nested_too_deep_is_one_line(tmp_path, command, depth, where, gzipped):
+    path = _deep_trace(tmp_path, depth, where, gzipped)
+    result = _run(command, path)
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    last = assert_one_line_error(result.stderr, result.output, str(path))
+    assert last == (
+        f"dlprof: error: {path}: JSON nested too deep to read (more than Python's recursion limit allows, about"
+        f" {sys.getrecursionlimit()} levels; a profiler's trace nests fewer than 10); record the trace again, or give"
+        " the file torch.profiler wrote"
+    )
+
+
+@pytest.mark.parametrize("command", ANALYZE_AND_DIFF, ids=" ".join)
+@pytest.mark.parametrize("where", ["args", "manifest"])
+def test_a_trace_nested_hundreds_of_levels_is_reported(tmp_path, command, where):
+    """Within the parser's reach, a deep value in an event is never walked, and one in the manifest is read as unknown
+    (``--redact`` walks the manifest)."""
+    result = _run(command, _deep_trace(tmp_path, 500, where, gzipped=False))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("dlprof analyze: " if command[0] == "analyze" else "dlprof diff: ")
+    if command[0] == "analyze" and where == "manifest":
+        assert "  - manifest.clock is nested more than 32 levels deep: read as unknown" in result.stdout.splitlines()
+
+
+#: Every format of each command (dlprof diff has no HTML).
+COMMAND_FORMATS = [
+    (c, f) for c in ANALYZE_AND_DIFF for f in ("text", "markdown", "json", "html")[: 4 - (c[0] == "diff")]
+]
+
+
+@pytest.mark.parametrize(("command", "fmt"), COMMAND_FORMATS, ids=[f"{' '.join(c)}-{f}" for c, f in COMMAND_FORMATS])
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_a_manifest_number_given_as_nan_text_never_prints_nan(tmp_path, command, fmt, value):
+    """``steps.run`` (and every other number of the manifest: tests/test_manifest.py) given as the text "NaN" is read
+    as unknown, and the report says so without printing NaN, in every format."""
+    document = json.loads(TINY_TRACE.read_text())
+    document["dlprof"]["steps"]["run"] = value
+    document["dlprof"]["host"]["usable_cores"] = value
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(document))
+    result = _run(command, path, "--format", fmt)
+    assert result.exit_code == 0, result.output
+    found = NOT_A_NUMBER.search(html.unescape(result.stdout))
+    assert found is None, f"{found.group(0)!r} in the {fmt} report"
+    if command[0] == "analyze" and fmt == "text":
+        lines = result.stdout.splitlines()
+        for field in ("steps.run", "host.usable_cores"):
+            assert f"  - manifest.{field} is text naming a non-finite number, not a valid int: read as unknown" in lines
+
+
+def test_a_dataset_nested_too_deep_is_one_line(tmp_path, out):
+    for name, text, where in [
+        ("deep.json", "[" + "[" * 100_000 + "]" * 100_000 + "]", ""),
+        ("deep.jsonl", '{"a": ' * 5_000 + "1" + "}" * 5_000 + "\n", " line 1:"),
+    ]:
+        dataset = tmp_path / name
+        dataset.write_text(text)
+        last = assert_cli_error(
+            invoke("record", "--out", str(out), "--name", RUN, "--dataset", str(dataset)), out, str(dataset)
+        )
+        assert last == (
+            f"dlprof: error: {dataset}:{where} JSON nested too deep to read (more than Python's recursion limit"
+            ' allows); give each record as one object of texts, such as {"instruction": ..., "output": ...}'
+        )

@@ -2,10 +2,11 @@
 
 Valid traces (hand-written, with and without dlprof's manifest, and a real ROCm trace from HTA) are
 mutated: keys dropped, fields given the wrong type (str, null, list, object, bool, huge, negative,
-NaN, Infinity), events duplicated, the event list truncated, manifest fields broken. Every mutant must
-either give a report or raise a :class:`~dlprof.errors.DlprofError`; a report must render in every
-format, its JSON must parse with a strict parser, and no time, size or count in it may be negative
-or non-finite.
+NaN, Infinity, values nested 40, 1,000 and 100,000 levels deep), events duplicated, the event list truncated,
+manifest fields broken, the manifest's numbers given as NaN or infinity (as text, and in memory as numbers), the
+whole document nested 1,000 or 100,000 levels deep. Every mutant must either give a report or raise a
+:class:`~dlprof.errors.DlprofError`; a report must render in every format, its JSON must parse with a strict
+parser, no time, size or count in it may be negative or non-finite, and no format may print NaN or infinity.
 
 Two searches: through a file (``dlprof.analyze``, the JSON parser included) and in memory (straight into
 ``build_run``, so that NaN, Infinity and integers beyond 64 bits, which the parser refuses, reach the
@@ -22,6 +23,7 @@ import json
 import math
 import re
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -57,8 +59,9 @@ SIGNED_KEYS = frozenset(
     {"worker", "overhead_pct", "pss_growth_mib_per_min", "extra_data_wait_ms", "speed_change_pct", "delta", "delta_pct"}
 )
 
-#: How Python prints a non-finite float: never in a report (but quoted, where a problem names the bad value).
-NOT_A_NUMBER = re.compile(r"(?<![\w.'])-?(nan|inf|infinity)(?![\w'])", re.IGNORECASE)
+#: How Python (and JavaScript) print a non-finite float: never in a report, not even where a problem names the bad
+#: value.
+NOT_A_NUMBER = re.compile(r"(?<![\w.])-?(nan|inf|infinity)(?!\w)", re.IGNORECASE)
 
 
 def _load(path: Path) -> dict:
@@ -112,6 +115,58 @@ MANIFEST_PATHS = [
     ("status",),
 ]
 TOP_LEVEL = ["distributedInfo", "baseTimeNanoseconds", schema.MANIFEST_KEY, "traceEvents"]
+#: Numbers of the manifest (and entries of its lists), given NaN or infinity: never printed (tests/test_manifest.py
+#: gives it to every numeric field).
+NUMERIC_MANIFEST_PATHS = [
+    ("manifest_version",),
+    ("rank",),
+    ("world_size",),
+    ("exit_code",),
+    ("span_records_skipped",),
+    ("steps", "run"),
+    ("steps", "recorded"),
+    ("schedule", "wait"),
+    ("schedule", "active"),
+    ("main_process_cpu", "steps"),
+    ("main_process_cpu", "wall_ms_per_step"),
+    ("loader", "num_workers"),
+    ("loader", "batch_size"),
+    ("loader", "length"),
+    ("loader", "epochs", 0, "first_batch_ms"),
+    ("host", "usable_cores"),
+    ("host", "cpu_count"),
+    ("host", "ram_available_mib"),
+    ("host", "handoff", "per_batch_ms"),
+    ("host", "worker_startup", "per_worker_ms"),
+    ("memory", "interval_ms"),
+    ("step_clock", "wall_ms", 0),
+    ("step_clock", "wait_ms", 3),
+    ("workers", 0, "start_ns"),
+]
+#: NaN and infinity as a trace can hold them (JSON has no NaN: text), and in memory as ``json.loads`` returns them.
+NON_FINITE_TEXT = ["NaN", "Infinity", "-Infinity", "nan", "-inf"]
+NON_FINITE_NUMBERS = [math.nan, math.inf, -math.inf]
+
+
+@dataclass(frozen=True)
+class Deep:
+    """A value nested ``depth`` levels deep: written into a file as text (``json.dumps`` recurses, and so would
+    hypothesis's report of a failing example), built without recursion for the search in memory."""
+
+    depth: int
+
+    def text(self) -> str:
+        return "[" * self.depth + "]" * self.depth
+
+    def value(self) -> list:
+        nested: list = []
+        for _ in range(self.depth - 1):
+            nested = [nested]
+        return nested
+
+
+#: Within the parser's reach (but past the manifest's bound of 32 levels), at Python's recursion limit, far past it.
+DEEP = [Deep(40), Deep(1_000), Deep(100_000)]
 
 #: Values of the wrong type or impossible: JSON-representable ones, and (in memory only) those the parser refuses.
 JSON_BAD = [
@@ -134,20 +189,18 @@ JSON_BAD = [
     1e-320,
     "123",
 ]
-MEMORY_BAD = [math.nan, math.inf, -math.inf, 10**400]
+MEMORY_BAD = [*NON_FINITE_NUMBERS, 10**400]
 
 
 def _bad_values(in_memory: bool):
-    return st.sampled_from(JSON_BAD + (MEMORY_BAD if in_memory else []))
+    return st.sampled_from(JSON_BAD + DEEP + (MEMORY_BAD if in_memory else []))
 
 
 @st.composite
 def mutation(draw, in_memory: bool):
-    kind = draw(
-        st.sampled_from(
-            ["event_field", "event_field", "args_field", "drop_key", "duplicate", "truncate", "manifest", "top_level"]
-        )
-    )
+    kinds = ["event_field", "event_field", "args_field", "drop_key", "duplicate", "truncate", "manifest", "top_level"]
+    kinds += ["manifest_number"] + ([] if in_memory else ["deep_document"])  # a document is a dict in memory
+    kind = draw(st.sampled_from(kinds))
     bad = _bad_values(in_memory)
     if kind in ("event_field", "args_field", "drop_key", "duplicate"):
         index = draw(st.integers(min_value=0, max_value=10**6))
@@ -162,6 +215,11 @@ def mutation(draw, in_memory: bool):
         return kind, draw(st.floats(min_value=0, max_value=1)), None, None
     if kind == "manifest":
         return kind, draw(st.sampled_from(MANIFEST_PATHS)), None, draw(bad)
+    if kind == "manifest_number":
+        values = NON_FINITE_TEXT + (NON_FINITE_NUMBERS if in_memory else [])
+        return "manifest", draw(st.sampled_from(NUMERIC_MANIFEST_PATHS)), None, draw(st.sampled_from(values))
+    if kind == "deep_document":
+        return kind, None, None, draw(st.sampled_from(DEEP[1:]))
     return kind, draw(st.sampled_from(TOP_LEVEL)), None, draw(bad)
 
 
@@ -192,11 +250,41 @@ def _apply(document: dict, change: tuple) -> None:
     elif kind == "manifest":
         node = document.get(schema.MANIFEST_KEY)
         for key in where[:-1]:
-            node = node.get(key) if isinstance(node, dict) else None
-        if isinstance(node, dict):
+            node = _child(node, key)
+        if isinstance(node, dict) or _child(node, where[-1]) is not None:
             node[where[-1]] = value
-    else:
+    elif kind == "top_level":
         document[where] = value
+    # "deep_document" replaces the whole file: _write does it.
+
+
+def _child(node, key):
+    """``node[key]`` of a manifest's object or list, None when there is none."""
+    if isinstance(node, dict):
+        return node.get(key)
+    return node[key] if isinstance(node, list) and isinstance(key, int) and key < len(node) else None
+
+
+def _dumps(document) -> str:
+    """The document as JSON, each :class:`Deep` written out as text."""
+    deep = {f'"@deep-{d.depth}@"': d.text() for d in DEEP}
+    text = json.dumps(document, default=lambda value: f"@deep-{value.depth}@")
+    for placeholder, nested in deep.items():
+        text = text.replace(placeholder, nested)
+    return text
+
+
+def _materialize(document: dict) -> dict:
+    """The document in memory, each :class:`Deep` built (the mutations put them at most a few levels down)."""
+    stack = [document]
+    while stack:
+        node = stack.pop()
+        for key, value in node.items() if isinstance(node, dict) else enumerate(node):
+            if type(value) is Deep:
+                node[key] = value.value()
+            elif isinstance(value, (dict, list)):
+                stack.append(value)
+    return document
 
 
 def _strict_loads(text: str):
@@ -253,7 +341,8 @@ def _search_files(tmp_path_factory, counts, base, changes):
     for change in changes:
         _apply(document, change)
     path = tmp_path_factory.mktemp("fuzz") / "mutant.json"
-    path.write_text(json.dumps(document))
+    whole = [value for kind, _, _, value in changes if kind == "deep_document"]
+    path.write_text(whole[-1].text() if whole else _dumps(document))
     _outcome(counts, lambda: dlprof.analyze(path))
 
 
@@ -264,12 +353,12 @@ def _search_in_memory(tmp_path_factory, counts, base, changes):
     document = copy.deepcopy(DOCUMENTS[base])
     for change in changes:
         _apply(document, change)
-    if not isinstance(document.get("traceEvents"), list):
+    if not isinstance(document.get("traceEvents"), (list, Deep)):
         # Never reaches build_run: the reader refuses it (and the search through files analyses what it reads).
         with pytest.raises(TraceFormatError):
-            parse_trace(BASES[base], json.dumps(document).encode())
+            parse_trace(BASES[base], _dumps(document).encode())
         return
-    _outcome(counts, lambda: Report([analyze_run(build_run(document, BASES[base], base))]))
+    _outcome(counts, lambda: Report([analyze_run(build_run(_materialize(document), BASES[base], base))]))
 
 
 #: The counts of each search that has run in this session (a search that failed has none, and runs again).

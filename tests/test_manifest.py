@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
+import re
+import typing
 
+import pytest
 from conftest import DATA_DIR
 
 from dlprof import schema
-from dlprof.manifest import MANIFEST_VERSION, Manifest, StepClock, parse_manifest
+from dlprof.manifest import MANIFEST_VERSION, MAX_NESTING, Manifest, StepClock, parse_manifest
 
 
 def _fixture_manifest() -> dict:
@@ -96,3 +101,140 @@ def test_trials_read_back_unchanged():
     assert problems == () and manifest.trials.counts == (0, 2) and manifest.trials.segments[1].first_batch_ms == 40.0
     again, problems = parse_manifest(json.loads(json.dumps(manifest.to_dict())))
     assert problems == () and again == manifest
+
+
+# --- NaN, infinity and deep nesting: never kept, never quoted ---------------------------------------------------
+
+#: Non-finite numbers as a trace can spell them (text; JSON has no NaN) and as ``json.loads`` returns its NaN literal.
+NON_FINITE = ["NaN", "-Infinity", " inf ", float("nan"), float("-inf")]
+#: How a report must never print a number (the fuzz suite's rule, tests/test_fuzz_analyze.py).
+NOT_A_NUMBER = re.compile(r"(?<![\w.])-?(nan|inf|infinity)(?!\w)", re.IGNORECASE)
+
+
+def _full_manifest() -> dict:
+    """The fixture's manifest with every optional part present, so that every numeric field has a parent."""
+    document = {**_fixture_manifest(), "manifest_version": MANIFEST_VERSION}
+    document["loaders"] = [copy.deepcopy(document["loader"])]
+    document["memory"]["processes"] = [{"pid": 1, "role": "main"}]
+    document["host"]["gpu"] = {"name": "GPU"}
+    segment = {"num_workers": 0, "persistent_workers": False, "round": 0, "first_step": 8, "steps": 3}
+    document["trials"] = {"counts": [0, 2], "rounds": 1, "trial_steps": 3, "segments": [segment]}
+    return document
+
+
+def _numeric_fields(cls: type, where: str) -> list[tuple[str, str]]:
+    """Every int and float field of ``cls`` (the first entry of each list), as (path, type name)."""
+    found = []
+    for name, hint in typing.get_type_hints(cls).items():
+        inner = next((a for a in typing.get_args(hint) if a is not type(None)), hint) if typing.get_args(hint) else hint
+        path = f"{where}.{name}"
+        if typing.get_origin(hint) is tuple or typing.get_origin(inner) is tuple:
+            item = typing.get_args(inner if typing.get_origin(inner) is tuple else hint)[0]
+            if dataclasses.is_dataclass(item):
+                found += _numeric_fields(item, f"{path}[0]")
+            elif item in (int, float):
+                found.append((f"{path}[0]", item.__name__))
+        elif dataclasses.is_dataclass(inner):
+            found += _numeric_fields(inner, path)
+        elif inner in (int, float):
+            found.append((path, inner.__name__))
+    return found
+
+
+NUMERIC_FIELDS = [f for f in _numeric_fields(Manifest, "manifest") if f[0] != "manifest.manifest_version"]
+
+
+def _set(document: dict, path: str, value) -> None:
+    node = document
+    *parents, last = re.findall(r"\w+|\[0\]", path.removeprefix("manifest."))
+    for key in parents:
+        node = node[0] if key == "[0]" else node[key]
+    if last == "[0]":
+        node[0] = value
+    else:
+        node[last] = value
+
+
+def test_every_numeric_field_is_covered():
+    assert len(NUMERIC_FIELDS) > 80 and ("manifest.steps.run", "int") in NUMERIC_FIELDS
+    for path, _ in NUMERIC_FIELDS:
+        _set(_full_manifest(), path, 1)  # every path has its parent
+
+
+@pytest.mark.parametrize("value", NON_FINITE, ids=repr)
+@pytest.mark.parametrize(("path", "kind"), NUMERIC_FIELDS, ids=[p for p, _ in NUMERIC_FIELDS])
+def test_a_non_finite_number_in_any_numeric_field_is_unknown_and_never_printed(path, kind, value):
+    """A NaN or infinity, as text or as a number, is read as unknown (or its entry skipped), and the problem names the
+    field without quoting the value: no report prints NaN, not even as the bad value a problem names."""
+    document = _full_manifest()
+    _set(document, path, value)
+    manifest, problems = parse_manifest(document)
+    said = "is text naming a non-finite number" if isinstance(value, str) else "is a non-finite number"
+    expected = f"{path} {said}, not a valid {kind}: "
+    assert any(p.startswith(expected) and p.endswith(("read as unknown", "entry skipped")) for p in problems), problems
+    assert not any(NOT_A_NUMBER.search(p) for p in problems), problems
+    kept = json.dumps(manifest.to_dict(), allow_nan=False)  # no non-finite number kept
+    assert not NOT_A_NUMBER.search(kept)
+
+
+@pytest.mark.parametrize("value", NON_FINITE, ids=repr)
+def test_a_non_finite_version_is_not_quoted(value):
+    manifest, problems = parse_manifest({**_fixture_manifest(), "manifest_version": value})
+    said = "text naming a non-finite number" if isinstance(value, str) else "a non-finite number"
+    fix = "record the run again with this dlprof"
+    assert manifest is None and problems == (
+        f"manifest version ({said}) is not one this dlprof reads (1, 2, 3): analysed as a trace without dlprof's"
+        f" manifest; {fix}",
+    )
+
+
+def test_non_finite_versions_and_free_form_values_are_unknown():
+    document = _fixture_manifest()
+    document["dlprof_version"] = "NaN"
+    document["host"]["gpu"] = {"name": "GPU", "cuda": "Infinity", "hip": "6.1"}
+    document["versions"] = {"torch": "NaN", "python": float("inf"), "numpy": 2, "msgspec": [1], "peft": "0.13"}
+    document["clock"] = {"offset_ns": float("nan")}
+    document["overrides"] = {"num_workers": "-Infinity"}
+    manifest, problems = parse_manifest(document)
+    assert manifest.dlprof_version is None and manifest.host.gpu.cuda is None and manifest.host.gpu.hip == "6.1"
+    assert manifest.versions == {"numpy": "2", "peft": "0.13"} and manifest.clock == {} and manifest.overrides == {}
+    assert problems == (
+        "manifest.dlprof_version is text naming a non-finite number, not a valid str: read as unknown",
+        "manifest.host.gpu.cuda is text naming a non-finite number, not a valid str: read as unknown",
+        "manifest.versions.torch is text naming a non-finite number, not a valid str: entry skipped",
+        "manifest.versions.python is a non-finite number, not a valid str: entry skipped",
+        "manifest.versions.msgspec = '[1]' is not a valid str: entry skipped",
+        "manifest.clock holds a non-finite number: read as unknown",
+        "manifest.overrides holds text naming a non-finite number: read as unknown",
+    )
+
+
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def test_free_form_values_nest_at_most_max_nesting_levels():
+    """``clock`` and ``overrides`` keep what nests MAX_NESTING levels (the object itself counted) and read one level
+    more as unknown; 100,000 levels (no parser reads that, but ``build_run`` takes dicts) is no RecursionError, and
+    neither is a deep value where a number is due."""
+    assert MAX_NESTING == 32
+    document = _fixture_manifest()
+    document["clock"] = {"a": _nested(MAX_NESTING - 1)}
+    document["overrides"] = {"a": _nested(MAX_NESTING)}
+    manifest, problems = parse_manifest(document)
+    assert manifest.clock == document["clock"] and manifest.overrides == {}
+    assert problems == (f"manifest.overrides is nested more than {MAX_NESTING} levels deep: read as unknown",)
+    document["clock"] = {"a": _nested(100_000)}
+    document["steps"]["run"] = _nested(100_000)
+    document["versions"] = {"torch": _nested(100_000)}
+    manifest, problems = parse_manifest(document)
+    assert manifest.clock == {} and manifest.steps is None and manifest.versions == {}
+    assert problems == (
+        f"manifest.steps.run is nested more than {MAX_NESTING} levels deep, not a valid int: read as unknown",
+        f"manifest.versions.torch is nested more than {MAX_NESTING} levels deep, not a valid str: entry skipped",
+        f"manifest.clock is nested more than {MAX_NESTING} levels deep: read as unknown",
+        f"manifest.overrides is nested more than {MAX_NESTING} levels deep: read as unknown",
+    )

@@ -26,7 +26,16 @@ from dlprof import schema
 from dlprof.errors import NoStepsError, TraceFormatError
 from dlprof.manifest import parse_manifest
 from dlprof.trace import events as ev
-from dlprof.trace.reader import ABSENT, Event, NotAnEvent, TraceEvents, decode_raw, is_raw, raw_is_object
+from dlprof.trace.reader import (
+    ABSENT,
+    TOO_DEEP,
+    Event,
+    NotAnEvent,
+    TraceEvents,
+    decode_raw,
+    is_raw,
+    raw_is_object,
+)
 from dlprof.trace.run import (
     MAX_COPY_BYTES,
     MAX_COUNT,
@@ -98,6 +107,8 @@ def _args(args: object) -> dict:
             args = decode_raw(args)
         except msgspec.DecodeError:  # valid JSON (the split checked it), so a number beyond a double
             raise _Malformed("'args' holding a number beyond a double") from None
+        except RecursionError:  # the split followed it, a few frames up the stack: at the parser's limit
+            raise _Malformed(f"'args' {TOO_DEEP}") from None
     if not isinstance(args, dict):
         raise _Malformed("'args' not an object")
     return args
@@ -140,9 +151,10 @@ def _metadata_or_counter(event: Event, kept: _Kept) -> int:
     if event.ph == "M":
         if event.name != "process_name":
             return 0
-        kept.process_names[_ident(None if event.pid is ABSENT else event.pid, "pid")] = str(
-            _args(event.args).get("name", "")
-        )
+        name = _args(event.args).get("name", "")
+        if isinstance(name, (list, dict)):  # never turned into text: it may nest deeper than ``str`` recurses
+            raise _Malformed("'args.name' of a process not a string")
+        kept.process_names[_ident(None if event.pid is ABSENT else event.pid, "pid")] = str(name)
         return 1
     if event.name != schema.MEMORY_COUNTER:
         return 0
@@ -441,7 +453,7 @@ def _collect(all_events: Iterable, release: bool) -> _Kept:
                 if ph == "M" or ph == "C":
                     used += _metadata_or_counter(event, kept)
                 continue
-            is_step = ev.is_profiler_step(str(event.name))
+            is_step = type(event.name) is str and ev.is_profiler_step(event.name)
             step_events += is_step
             cat, name, start, end, pid, tid, args = _complete(event, is_step)
         except _Malformed as malformed:

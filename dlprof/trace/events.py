@@ -46,8 +46,13 @@ def category(event: dict) -> str:
 
 
 def category_of(cat: object) -> str:
-    """An event's ``cat`` as compared: lower-cased (old traces write ``Kernel``, ``Memcpy``, ``Runtime``)."""
-    return cat.lower() if type(cat) is str else str(cat).lower()
+    """An event's ``cat`` as compared: lower-cased (old traces write ``Kernel``, ``Memcpy``, ``Runtime``).
+
+    A list or object is no category (and is never turned into text: it may nest deeper than ``str`` recurses).
+    """
+    if type(cat) is str:
+        return cat.lower()
+    return "" if isinstance(cat, (list, dict)) else str(cat).lower()
 
 
 def is_profiler_step(name: str) -> bool:

@@ -92,8 +92,28 @@ class NotAnEvent(ValueError):
     """One element of ``traceEvents`` that is not an event object; the message is the reason to count."""
 
 
+#: Why an element is skipped when it nests deeper than the parser follows on the stack left where it is decoded.
+TOO_DEEP = "nesting too deep to read"
+
+
+def _too_deep(path: Path) -> TraceFormatError:
+    """The error of a trace nested deeper than the JSON parser follows: msgspec recurses on Python's stack, so it stops
+    near Python's recursion limit (1,000 levels by default). Profilers' traces nest 4 to 7 levels (every trace in
+    tests/data, dlprof's manifest included)."""
+    return TraceFormatError(
+        f"{path}: JSON nested too deep to read (more than Python's recursion limit allows, about"
+        f" {sys.getrecursionlimit()} levels; a profiler's trace nests fewer than 10); record the trace again, or give"
+        " the file torch.profiler wrote"
+    )
+
+
 def decode_raw(raw: msgspec.Raw) -> Any:
-    """A raw JSON value decoded (already checked for syntax when the trace was split)."""
+    """A raw JSON value decoded (already checked for syntax when the trace was split).
+
+    Raises:
+        msgspec.DecodeError: a number beyond a double.
+        RecursionError: nested deeper than the parser follows from here.
+    """
     return _ANY.decode(raw)
 
 
@@ -106,7 +126,10 @@ def raw_is_object(raw: msgspec.Raw) -> bool:
     return memoryview(raw)[0] == 0x7B  # "{": a Raw starts at its value, never at whitespace
 
 
-def _not_an_event(error: msgspec.DecodeError) -> NotAnEvent:
+def _not_an_event(error: msgspec.DecodeError | RecursionError) -> NotAnEvent:
+    if isinstance(error, RecursionError):
+        # The split followed it, a few frames up the stack: within a few levels of the parser's limit.
+        return NotAnEvent(TOO_DEEP)
     if not isinstance(error, msgspec.ValidationError):
         return NotAnEvent("not valid JSON")  # the split checked the syntax: never seen, but never a traceback
     # The only ways a syntactically valid element fails the loosely typed struct.
@@ -117,7 +140,7 @@ class TraceEvents:
     """``traceEvents`` of a trace read from a file: a sized, iterable sequence that decodes each event as it is reached.
 
     Iteration yields :class:`Event` structs, and :class:`NotAnEvent` instances (never raised) for the
-    elements that are not objects or hold a number beyond a double, which ``build_run`` counts.
+    elements that are not objects, hold a number beyond a double or nest too deep, which ``build_run`` counts.
     :meth:`drain` iterates once and frees as it goes.
     """
 
@@ -133,7 +156,7 @@ class TraceEvents:
         for raw in self._raws:
             try:
                 yield decode(raw)
-            except msgspec.DecodeError as error:  # its subclass ValidationError: valid JSON, not an event
+            except (msgspec.DecodeError, RecursionError) as error:  # ValidationError: valid JSON, not an event
                 yield _not_an_event(error)
 
     def drain(self) -> Iterator[Event | NotAnEvent]:
@@ -146,7 +169,7 @@ class TraceEvents:
             raws[i] = None
             try:
                 yield decode(raw)
-            except msgspec.DecodeError as error:  # its subclass ValidationError: valid JSON, not an event
+            except (msgspec.DecodeError, RecursionError) as error:  # ValidationError: valid JSON, not an event
                 yield _not_an_event(error)
 
 
@@ -201,7 +224,20 @@ def read_bytes(path: Path) -> bytes | bytearray:
 
 
 def parse_trace(path: Path, text: bytes | bytearray) -> dict:
-    """The trace document of JSON ``text``: its top-level values decoded, ``traceEvents`` a :class:`TraceEvents`."""
+    """The trace document of JSON ``text``: its top-level values decoded, ``traceEvents`` a :class:`TraceEvents`.
+
+    Nesting is bounded here, where the file enters: msgspec recurses on Python's stack, and what nests deeper than it
+    follows (RecursionError, near Python's recursion limit) is one error. Past the reader nothing walks an event's
+    values recursively (they are read field by field), and the manifest's parser bounds its free-form values
+    (:data:`dlprof.manifest.MAX_NESTING`).
+    """
+    try:
+        return _parse(path, text)
+    except RecursionError:
+        raise _too_deep(path) from None
+
+
+def _parse(path: Path, text: bytes | bytearray) -> dict:
     not_json = "give a trace written by torch.profiler (export_chrome_trace or tensorboard_trace_handler)"
     try:
         top = _TOP.decode(text)
@@ -236,7 +272,7 @@ def read_trace(path: Path) -> dict:
 
     Raises:
         TraceNotFoundError: no such file.
-        TraceFormatError: not gzip where gzip is expected, not JSON, or no ``traceEvents``.
+        TraceFormatError: not gzip where gzip is expected, not JSON, nested too deep, or no ``traceEvents``.
     """
     return parse_trace(path, read_bytes(path))
 

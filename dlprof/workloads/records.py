@@ -67,6 +67,13 @@ def to_example(record: object) -> Example | None:
     return Example(system if isinstance(system, str) else "", prompt, response)
 
 
+#: json.loads recurses on Python's stack: a record nested deeper than that is one error, not a RecursionError.
+_TOO_DEEP = (
+    "JSON nested too deep to read (more than Python's recursion limit allows); give each record as one object of"
+    ' texts, such as {"instruction": ..., "output": ...}'
+)
+
+
 def _parse(path: Path, text: str) -> list:
     stripped = text.lstrip()
     if not stripped:
@@ -79,6 +86,8 @@ def _parse(path: Path, text: str) -> list:
                 f"{path}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg}); fix the file or"
                 " convert it to JSON lines"
             ) from None
+        except RecursionError:
+            raise InputError(f"{path}: {_TOO_DEEP}") from None
         return data
     records = []
     for number, line in enumerate(text.splitlines(), 1):
@@ -91,6 +100,8 @@ def _parse(path: Path, text: str) -> list:
                 f"{path}: line {number} is not valid JSON ({error.msg}); a dataset is a JSON array or one JSON object"
                 " per line"
             ) from None
+        except RecursionError:
+            raise InputError(f"{path}: line {number}: {_TOO_DEEP}") from None
     return records
 
 

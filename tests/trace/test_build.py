@@ -13,6 +13,7 @@ from conftest import DATA_DIR, assert_one_line_error, invoke, render_all, write_
 import dlprof
 from dlprof import schema
 from dlprof.errors import NoStepsError, TraceFormatError
+from dlprof.results.report import Report
 from dlprof.trace.build import build_run
 from dlprof.trace.events import is_backward
 from dlprof.workflows.analyze import analyze_run
@@ -116,6 +117,33 @@ def test_duplicated_profiler_steps_count_once():
     run = build_run(document, TINY, "tiny")
     assert len(run.steps) == len(steps) == 2
     assert any("4 duplicated events" in p for p in run.trace_problems)
+
+
+def _nested(depth: int) -> list:
+    """A list nested ``depth`` levels deep, built without recursion."""
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_values_nested_deeper_than_python_recurses_are_never_walked():
+    """In memory (``build_run`` of dicts: no parser bounds them), an event's name, category, process name and
+    arguments nested 100,000 levels deep skip their events or are read as any other value, never a RecursionError."""
+    document = _doc()
+    deep = _nested(100_000)
+    _event(document, "aten::linear", "cpu_op")["name"] = deep
+    _event(document, "Optimizer.step#AdamW.step")["cat"] = deep
+    _event(document, "process_name")["args"]["name"] = deep
+    _event(document, "batch", "dlprof")["args"]["deep"] = deep
+    document["distributedInfo"] = {"rank": deep}
+    run = build_run(document, TINY, "tiny")
+    assert run.trace_problems == (
+        "2 of 22 trace events skipped as malformed (1 with 'args.name' of a process not a string, 1 with 'name' missing"
+        " or not a string)",
+    )
+    assert run.rank is None and len(run.loader_spans) == len(build_run(_doc(), TINY, "tiny").loader_spans)
+    render_all(Report([analyze_run(run)]))
 
 
 def test_top_level_fields_of_the_wrong_type():

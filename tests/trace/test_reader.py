@@ -15,9 +15,10 @@ import pytest
 from conftest import DATA_DIR
 
 from dlprof.errors import TraceFormatError
+from dlprof.trace import reader
 from dlprof.trace.build import build_run
 from dlprof.trace.discover import load_run
-from dlprof.trace.reader import Progress, TraceEvents, read_trace
+from dlprof.trace.reader import TOO_DEEP, NotAnEvent, Progress, TraceEvents, read_trace
 
 TRACES = sorted(p for p in DATA_DIR.rglob("*") if p.name.endswith((".json", ".json.gz")) and "golden" not in p.parts)
 TINY = DATA_DIR / "tiny_dlprof_trace.json"
@@ -160,6 +161,98 @@ def test_a_bare_event_array_and_the_top_level_values_are_read(tmp_path):
     assert {k: v for k, v in read.items() if k != "traceEvents"} == {
         k: v for k, v in document.items() if k != "traceEvents"
     }
+
+
+def _nested(depth: int, kind: str = "list") -> str:
+    """JSON text nested ``depth`` levels deep (written as text: ``json.dumps`` itself recurses)."""
+    if kind == "list":
+        return "[" * depth + "1" + "]" * depth
+    return '{"a": ' * depth + "1" + "}" * depth
+
+
+def _deep_trace(depth: int, where: str) -> str:
+    """The tiny trace with a value nested ``depth`` levels deep: the whole document, in an event's ``args``, in an
+    event's ``name``, or in the manifest."""
+    if where in ("list", "object"):
+        return _nested(depth, where)
+    document = _dicts(TINY)
+    if where == "args":
+        event = next(e for e in document["traceEvents"] if e.get("cat") == "cpu_op")
+        event["args"]["deep"] = "@DEEP@"
+    elif where == "name":
+        event = next(e for e in document["traceEvents"] if e.get("cat") == "cpu_op")
+        event["name"] = "@DEEP@"
+    else:
+        document["dlprof"]["clock"] = {"deep": "@DEEP@"}
+    return json.dumps(document).replace('"@DEEP@"', _nested(depth))
+
+
+def _too_deep_error(path: Path) -> str:
+    return (
+        f"{path}: JSON nested too deep to read (more than Python's recursion limit allows, about"
+        f" {sys.getrecursionlimit()} levels; a profiler's trace nests fewer than 10); record the trace again, or give"
+        " the file torch.profiler wrote"
+    )
+
+
+@pytest.mark.parametrize("gzipped", [False, True], ids=["json", "gzip"])
+@pytest.mark.parametrize("depth", [1_000, 100_000])
+@pytest.mark.parametrize("where", ["list", "object", "args", "name", "manifest"])
+def test_json_nested_deeper_than_the_parser_follows_is_one_error(tmp_path, where, depth, gzipped):
+    """msgspec recurses on Python's stack: at 1,000 levels and beyond, one error naming the file, not a
+    RecursionError."""
+    text = _deep_trace(depth, where).encode()
+    path = tmp_path / ("t.json.gz" if gzipped else "t.json")
+    path.write_bytes(gzip.compress(text) if gzipped else text)
+    with pytest.raises(TraceFormatError) as error:
+        load_run(path, "x")
+    assert str(error.value) == _too_deep_error(path)
+
+
+@pytest.mark.parametrize("where", ["args", "name", "manifest"])
+def test_json_nested_hundreds_of_levels_deep_is_read(tmp_path, where):
+    """Under the parser's limit, a deep value is read as any other: an event's arguments are read field by field
+    (never walked), a deep name skips its event, the manifest's free-form values are bounded by its parser."""
+    path = tmp_path / "t.json"
+    path.write_text(_deep_trace(500, where))
+    run = load_run(path, "x")
+    expected = load_run(TINY, "x")
+    assert run.steps == expected.steps
+    if where == "name":
+        assert run.trace_problems[0].startswith("1 of 22 trace events skipped as malformed (1 with 'name' missing")
+    elif where == "manifest":
+        assert run.manifest.clock == {} and run.manifest_problems == (
+            "manifest.clock is nested more than 32 levels deep: read as unknown",
+        )
+    else:
+        assert run.trace_problems == expected.trace_problems and run.manifest == expected.manifest
+
+
+def test_an_event_nested_deeper_than_the_stack_left_is_skipped_and_counted(tmp_path, monkeypatch):
+    """The split follows the whole document; an event decoded a few frames further down the stack may still meet the
+    parser's limit (RecursionError): it is skipped and counted, and so are ``args`` decoded further down."""
+    document = read_trace(TINY)
+    real_event, real_any = reader._EVENT, reader._ANY
+
+    class Limited:
+        """A decoder that meets the stack's limit on the values of dlprof's worker spans (their ``args`` are read)."""
+
+        def __init__(self, decoder):
+            self.decoder = decoder
+
+        def decode(self, raw):
+            if b'"dlprof"' in bytes(raw) or b'"cpu_us"' in bytes(raw):
+                raise RecursionError("maximum recursion depth exceeded while deserializing an object")
+            return self.decoder.decode(raw)
+
+    monkeypatch.setattr(reader, "_EVENT", Limited(real_event))
+    events = list(document["traceEvents"])
+    assert [str(e) for e in events if isinstance(e, NotAnEvent)] == [TOO_DEEP] * 10  # 8 spans, 2 memory samples
+    monkeypatch.setattr(reader, "_EVENT", real_event)
+    document = read_trace(TINY)
+    monkeypatch.setattr(reader, "_ANY", Limited(real_any))
+    run = build_run(document, TINY, "x")
+    assert run.trace_problems == (f"8 of 22 trace events skipped as malformed (8 with 'args' {TOO_DEEP})",)
 
 
 def test_drained_events_are_gone_and_counted():
