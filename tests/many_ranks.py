@@ -116,6 +116,7 @@ def replicate_tiny(directory: Path, ranks: int, ranks_per_node: int, factor=lamb
             for key in ("ts", "dur"):
                 if key in event:
                     event[key] = round(event[key] * scale, 3)
-        name = f"{host}_{2000 + rank}.1700000000000.pt.trace.json"
+        # Named rank<R>_...: the host in the name is not the manifest's, which is the one to read.
+        name = f"rank{rank}_{2000 + rank}.1700000000000.pt.trace.json"
         (directory / name).write_text(json.dumps(document), encoding="utf-8")
     return directory

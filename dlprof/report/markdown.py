@@ -4,20 +4,32 @@ collapsed."""
 from __future__ import annotations
 
 from dlprof.report.common import (
+    NODES_HEADER,
+    NODES_SHOWN,
     PREDICTED_HEADER,
     RANKS_HEADER,
+    SLOWEST_HEADER,
+    SPREAD_HEADER,
     TRIALS_HEADER,
     breakdown_rows,
     epoch_line,
     known,
     loader_rows,
+    node_rows,
+    nodes_heading,
     predicted_rows,
     rank_rows,
+    ranks_heading,
     ranks_line,
+    reason_rule,
     recommendation_line,
     rests_on_line,
     setting,
     skipped_line,
+    slowest_heading,
+    slowest_rows,
+    spread_rows,
+    summarized,
     trials_heading,
     trials_rows,
     unprofiled_line,
@@ -65,7 +77,9 @@ def _run(run: RunReport) -> list[str]:
             ],
         ],
     )
-    if run.ranks is not None:
+    if run.ranks is not None and summarized(run.ranks):
+        lines += _ranks_summary(run)
+    elif run.ranks is not None:
         lines += [
             "",
             f"**Ranks** ({len(run.ranks.ranks)}; ms per step, profiled; ★ the slowest, which sets the job's pace):",
@@ -130,6 +144,24 @@ def _run(run: RunReport) -> list[str]:
         ]
     if advice.basis:
         lines += ["", "What this rests on:", ""] + [f"- {b}" for b in advice.basis]
+    lines += ["", "</details>"]
+    return lines
+
+
+def _ranks_summary(run: RunReport) -> list[str]:
+    """A job of many ranks summed up, with every rank's row collapsed."""
+    ranks = run.ranks
+    summary = ranks.summary
+    shown = summary.nodes[:NODES_SHOWN]
+    lines = ["", f"**Ranks** ({ranks_heading(ranks)}):", ""]
+    lines += _table(SPREAD_HEADER, spread_rows(summary))
+    lines += ["", f"{slowest_heading(summary)}, ★ the slowest:", ""]
+    lines += _table(SLOWEST_HEADER, slowest_rows(summary, " ★"))
+    lines += ["", f"_{reason_rule()}._", "", f"{nodes_heading(summary, len(shown))}:", ""]
+    lines += _table(NODES_HEADER, node_rows(shown))
+    lines += ["", f"**{ranks_line(ranks, compact=True)}.** The rest of this report is rank {ranks.slowest_rank}'s."]
+    lines += ["", f"<details><summary>Every rank ({len(ranks.ranks)})</summary>", ""]
+    lines += _table(RANKS_HEADER, rank_rows(ranks, " ★"))
     lines += ["", "</details>"]
     return lines
 

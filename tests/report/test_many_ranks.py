@@ -6,14 +6,18 @@ The jobs are written by tests/many_ranks.py (hand-made traces, every number set 
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 from conftest import DATA_DIR
-from many_ranks import uniform_job
+from many_ranks import replicate_tiny, uniform_job
 
 from dlprof.report import renderer
+from dlprof.report.common import NODES_SHOWN, RANKS_TABLE_MAX
 from dlprof.results.report import Report
 from dlprof.workflows.analyze import build_report
 
@@ -22,7 +26,24 @@ EXTENSIONS = {"text": "txt", "markdown": "md", "json": "json", "html": "html"}
 #: Golden file stem -> (ranks, ranks per node, the slow ranks: rank -> (extra data µs, extra compute µs)).
 JOBS = {
     "ranks4": (4, 2, {2: (300, 0)}),
+    "ranks20": (20, 4, {3: (500, 0), 17: (0, 400), 9: (250, 0), 12: (0, 150)}),
 }
+
+
+#: The pictures are inline SVG in HTML, without a namespace.
+SVG = ""
+
+
+def pictures(page: str) -> dict[str, ET.Element]:
+    """Each ``<svg data-picture=...>`` of the page, parsed as XML (so it must be well-formed)."""
+    return {
+        m.group(1): ET.fromstring(m.group(0))
+        for m in re.finditer(r'<svg\b[^>]*\bdata-picture="([a-z]+)".*?</svg>', page, re.S)
+    }
+
+
+def with_class(svg: ET.Element, tag: str, cls: str) -> list[ET.Element]:
+    return [e for e in svg.iter(tag) if cls in (e.get("class") or "").split()]
 
 
 def _report(tmp_path: Path, stem: str) -> Report:
@@ -49,3 +70,85 @@ def test_renderer_matches_golden_file(reports, stem, fmt):
     if os.environ.get("UPDATE_GOLDEN"):
         golden.write_text(rendered, encoding="utf-8")
     assert rendered == golden.read_text(encoding="utf-8")
+
+
+#: The text report of 64 ranks stays this short (issue 14): the per-rank table alone was 64 lines.
+TEXT_LINES_MAX_64 = 150
+
+
+@pytest.mark.parametrize("per_node", [8, 1])
+def test_the_text_of_64_ranks_stays_short(tmp_path, per_node):
+    """64 ranks of a dlprof trace with its manifest, on 8 nodes, and on 64 (the most node lines)."""
+    report = build_report(replicate_tiny(tmp_path / "job", 64, per_node))
+    text = renderer(Report, "text")(report)
+    assert len(text.splitlines()) <= TEXT_LINES_MAX_64
+    assert "Ranks (64 ranks on " in text and "The 5 slowest ranks" in text
+    nodes = 64 // per_node
+    listed = [line for line in text.splitlines() if line.startswith("    host")]
+    assert len(listed) == min(nodes, NODES_SHOWN)
+    if nodes > NODES_SHOWN:
+        assert f"Nodes ({nodes}, the slowest first, the {NODES_SHOWN} slowest shown)" in text
+    # Each rank is one trace at a factor 1 + rank / 100 of the template's times: rank 63 is the slowest.
+    assert text.splitlines()[0].endswith("rank63_2063.1700000000000.pt.trace.json)")
+
+
+def test_up_to_the_threshold_every_rank_has_a_row_and_beyond_it_the_ranks_are_summed_up(tmp_path):
+    for ranks in (RANKS_TABLE_MAX, RANKS_TABLE_MAX + 1):
+        report = build_report(uniform_job(tmp_path / str(ranks), ranks, 4, {1: (300, 0)}))
+        text, markdown = renderer(Report, "text")(report), renderer(Report, "markdown")(report)
+        table = f"Ranks ({ranks}; ms per step, profiled; * the slowest"
+        summed = f"Ranks ({ranks} ranks on {-(-ranks // 4)} nodes; ms per step, profiled"
+        small = ranks <= RANKS_TABLE_MAX
+        assert (table in text, summed in text) == (small, not small)
+        assert ("The 5 slowest ranks" in markdown, "<details><summary>Every rank" in markdown) == (not small,) * 2
+        html = renderer(Report, "html")(report)
+        assert ("histogram" in pictures(html), "heatmap" in pictures(html)) == (not small,) * 2
+
+
+def test_the_json_keeps_every_rank_and_adds_the_summary(reports):
+    document = json.loads(renderer(Report, "json")(reports["ranks20"]))
+    ranks = document["ranks"]
+    assert [r["rank"] for r in ranks["ranks"]] == list(range(20))
+    assert [r["host"] for r in ranks["ranks"]] == [f"node{r // 4}" for r in range(20)]
+    summary = ranks["summary"]
+    assert set(summary) == {
+        "step_ms",
+        "data_wait_ms",
+        "collective_ms",
+        "slowest",
+        "nodes",
+        "data_wait_histogram",
+        "step_ms_per_step",
+    }
+    assert set(summary["data_wait_ms"]) == {"p50", "p90", "max", "max_rank"}
+    assert [s["rank"] for s in summary["slowest"]] == [3, 17, 9, 12, 13]
+    assert [s["reason"] for s in summary["slowest"][:3]] == ["data", "compute", "data"]
+    assert summary["slowest"][0]["waited_by"] == [r for r in range(20) if r != 3]
+    assert sorted(r for n in summary["nodes"] for r in n["ranks"]) == list(range(20))
+    assert sum(len(b["ranks"]) for b in summary["data_wait_histogram"]) == 20
+    heat = summary["step_ms_per_step"]
+    assert heat["steps"] == [5, 6] and len(heat["step_ms"]) == 20 and all(len(row) == 2 for row in heat["step_ms"])
+
+
+def test_the_html_pictures_of_many_ranks(reports):
+    run = reports["ranks20"].runs[0]
+    summary = run.ranks.summary
+    found = pictures(renderer(Report, "html")(reports["ranks20"]))
+    histogram, heat = found["histogram"], found["heatmap"]
+    for svg in (histogram, heat):  # titled as the other pictures: role img, a <title> it is labelled by
+        assert svg.get("role") == "img" and svg.get("aria-labelledby") == svg.find(f"{SVG}title").get("id")
+    bins = with_class(histogram, f"{SVG}g", "bin")
+    assert len(bins) == len(summary.data_wait_histogram) == 20
+    assert [int(b.get("data-ranks")) for b in bins] == [len(b.ranks) for b in summary.data_wait_histogram]
+    assert len(histogram.findall(f".//{SVG}g[@class='bin']/{SVG}rect")) == sum(
+        1 for b in summary.data_wait_histogram if b.ranks
+    )
+    assert "Histogram of data wait per step over 20 ranks, in 20 bins" in histogram.find(f"{SVG}title").text
+    cells = with_class(heat, f"{SVG}rect", "cell")
+    assert len(cells) == 20 * 2  # ranks x steps
+    assert {(c.get("data-rank"), c.get("data-step")) for c in cells} == {
+        (str(r), str(s)) for r in range(20) for s in (5, 6)
+    }
+    # Step 5 lasts rank 3's data wait (100 + 30 + 500 µs) and compute (400 + 30) + 200 µs, on every rank.
+    assert cells[0].find(f"{SVG}title").text == "rank 0, step 5: 1.26 ms"
+    assert "Heat map of step time for 20 ranks by 2 steps" in heat.find(f"{SVG}title").text
