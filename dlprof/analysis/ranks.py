@@ -6,6 +6,10 @@ shows up inside the collective, not in the DataLoader. So each rank's step is sp
 collectives and the rest, its *own* work; the rank with the most own work per step is the one the
 others wait for, and what each other rank spends in collectives beyond that rank's own collective
 time is waiting for it.
+
+For a job of many ranks, :func:`summarize_ranks` sums the ranks up (``RankSummary``): how step time, data
+wait and collectives spread over them, the few slowest ranks with why and who waited for each, the ranks
+by machine, and the data of the HTML report's histogram and heat map.
 """
 
 from __future__ import annotations

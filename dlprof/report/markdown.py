@@ -77,16 +77,7 @@ def _run(run: RunReport) -> list[str]:
             ],
         ],
     )
-    if run.ranks is not None and summarized(run.ranks):
-        lines += _ranks_summary(run)
-    elif run.ranks is not None:
-        lines += [
-            "",
-            f"**Ranks** ({len(run.ranks.ranks)}; ms per step, profiled; ★ the slowest, which sets the job's pace):",
-            "",
-        ]
-        lines += _table(RANKS_HEADER, rank_rows(run.ranks, " ★"))
-        lines += ["", f"**{ranks_line(run.ranks)}.** The rest of this report is rank {run.ranks.slowest_rank}'s."]
+    lines += _ranks(run)
     lines += ["", "**Recommendation:** `" + recommendation_line(advice) + "`", ""]
     if advice.trainer_arguments:  # a Trainer (or ms-swift, LLaMA-Factory) created the DataLoader
         lines += ["**Trainer arguments:** `" + advice.trainer_arguments + "`", ""]
@@ -146,6 +137,21 @@ def _run(run: RunReport) -> list[str]:
         lines += ["", "What this rests on:", ""] + [f"- {b}" for b in advice.basis]
     lines += ["", "</details>"]
     return lines
+
+
+def _ranks(run: RunReport) -> list[str]:
+    """Every rank side by side, or for a job of many ranks the ranks summed up; nothing for one rank."""
+    if run.ranks is None:
+        return []
+    if summarized(run.ranks):
+        return _ranks_summary(run)
+    lines = [
+        "",
+        f"**Ranks** ({len(run.ranks.ranks)}; ms per step, profiled; ★ the slowest, which sets the job's pace):",
+        "",
+    ]
+    lines += _table(RANKS_HEADER, rank_rows(run.ranks, " ★"))
+    return lines + ["", f"**{ranks_line(run.ranks)}.** The rest of this report is rank {run.ranks.slowest_rank}'s."]
 
 
 def _ranks_summary(run: RunReport) -> list[str]:
