@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import DATA_DIR
+from conftest import DATA_DIR, invoke
 from many_ranks import replicate_tiny, uniform_job
 
 from dlprof.report import renderer
@@ -152,3 +152,14 @@ def test_the_html_pictures_of_many_ranks(reports):
     # Step 5 lasts rank 3's data wait (100 + 30 + 500 µs) and compute (400 + 30) + 200 µs, on every rank.
     assert cells[0].find(f"{SVG}title").text == "rank 0, step 5: 1.26 ms"
     assert "Heat map of step time for 20 ranks by 2 steps" in heat.find(f"{SVG}title").text
+
+
+def test_redact_hides_every_ranks_host(tmp_path):
+    """A report of many ranks names their hosts; --redact hides every one, not only the reported rank's."""
+    run_dir = replicate_tiny(tmp_path / "job", RANKS_TABLE_MAX + 4, 4)  # hosts host0..host4, in the manifests only
+    assert "host3" in invoke("analyze", run_dir, "--format", "text").stdout
+    for fmt in ("text", "markdown", "json", "html"):
+        result = invoke("analyze", run_dir, "--format", fmt, "--redact")
+        assert result.exit_code == 0, result.output
+        assert not re.search(r"\bhost\d\b", result.stdout), fmt
+        assert "[host-" in result.stdout or "host-" in result.stdout, fmt
