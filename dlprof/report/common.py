@@ -304,8 +304,12 @@ def summarized(ranks) -> bool:
 
 def ranks_heading(ranks) -> str:
     """What the summary of many ranks covers."""
-    nodes = len(ranks.summary.nodes)
-    return f"{len(ranks.ranks)} ranks on {nodes} node{'s' if nodes != 1 else ''}; ms per step, profiled"
+    nodes = ranks.summary.nodes
+    if all(n.host is None for n in nodes):
+        where = ", hosts unknown"
+    else:
+        where = f" on {len(nodes)} node{'s' if len(nodes) != 1 else ''}"
+    return f"{len(ranks.ranks)} ranks{where}; ms per step, profiled"
 
 
 SPREAD_HEADER = ["over the ranks", "p50", "p90", "max", "rank with the max"]

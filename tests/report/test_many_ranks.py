@@ -163,3 +163,13 @@ def test_redact_hides_every_ranks_host(tmp_path):
         assert result.exit_code == 0, result.output
         assert not re.search(r"\bhost\d\b", result.stdout), fmt
         assert "[host-" in result.stdout or "host-" in result.stdout, fmt
+
+
+def test_ranks_of_unknown_hosts(tmp_path):
+    """Traces named neither with a host nor carrying a manifest: one group, said to be of unknown hosts."""
+    run_dir = uniform_job(tmp_path / "job", RANKS_TABLE_MAX + 1, 4)
+    for trace in run_dir.iterdir():
+        trace.rename(run_dir / f"trace{trace.name.split('_')[1].split('.')[0]}.json")
+    text = renderer(Report, "text")(build_report(run_dir))
+    assert f"Ranks ({RANKS_TABLE_MAX + 1} ranks, hosts unknown; ms per step" in text
+    assert re.search(r"^    unknown +0-16 ", text, re.M)  # the one node line
