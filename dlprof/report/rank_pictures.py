@@ -66,7 +66,8 @@ def histogram_svg(summary: RankSummary, title_id: str) -> str:
     end = CHART_LEFT + plot_w
     labels.append(f'<text x="{coord(end)}" y="{base + 18}" text-anchor="end">{bins[-1].hi_ms:.2f}</text>')
     labels.append(
-        f'<text x="{CHART_LEFT + plot_w / 2}" y="{base + 36}" text-anchor="middle">data wait, ms per step</text></g>'
+        f'<text x="{coord(CHART_LEFT + plot_w / 2)}" y="{base + 36}" text-anchor="middle">data wait, ms per step'
+        "</text></g>"
     )
     body += labels
     label = (
@@ -114,8 +115,8 @@ def heat_map_svg(summary: RankSummary, title_id: str) -> str:
             x = HM_LEFT + (j + 0.5) * col_w
             body.append(f'<text x="{coord(x)}" y="{coord(base + 16)}" text-anchor="middle">{step}</text>')
     body.append(
-        f'<text x="{HM_LEFT + plot_w / 2}" y="{coord(base + 34)}" text-anchor="middle">step (ProfilerStep number)'
-        "</text>"
+        f'<text x="{coord(HM_LEFT + plot_w / 2)}" y="{coord(base + 34)}" text-anchor="middle">'
+        "step (ProfilerStep number)</text>"
     )
     mid = top + rows * row_h / 2
     body.append(
