@@ -15,6 +15,7 @@ from dlprof.report import page, svg
 from dlprof.report.common import (
     CATEGORY_LABELS,
     NODES_HEADER,
+    NODES_SHOWN,
     PREDICTED_HEADER,
     RANKS_HEADER,
     SLOWEST_HEADER,
@@ -596,8 +597,6 @@ def _ranks_summary(run: RunReport, rid: str) -> list[str]:
         f'<p class="reason-rule">{esc(reason_rule())}.</p>',
         f'<p class="ranks-line">{esc(ranks_line(ranks, compact=True))}. The rest of this report is rank'
         f" {ranks.slowest_rank}'s: num_workers is set per rank, and the slowest sets the pace.</p>",
-        f"<h3>{esc(nodes_heading(summary, len(summary.nodes)))}</h3>",
-        page.table(NODES_HEADER, node_rows(summary.nodes), cls="nodes"),
         page.figure(
             histogram_svg(summary, f"{rid}-histogram-title"),
             f"How many ranks waited how long for data per step (mean over each rank's recorded steps), in"
@@ -608,6 +607,7 @@ def _ranks_summary(run: RunReport, rid: str) -> list[str]:
             f"Step time of each of the {len(summary.heat_map.ranks)} ranks (rows) in each recorded step (columns):"
             " darker is slower. A dark row is a rank slow in every step; a dark column, a step slow on every rank.",
         ),
+        _nodes(summary),
         f"<details><summary>Every rank ({len(ranks.ranks)})</summary>",
         page.table(
             RANKS_HEADER,
@@ -617,6 +617,15 @@ def _ranks_summary(run: RunReport, rid: str) -> list[str]:
         ),
         "</details>",
     ]
+
+
+def _nodes(summary) -> str:
+    """The ranks by machine; collapsed when there are more machines than the text report lists."""
+    table = page.table(NODES_HEADER, node_rows(summary.nodes), cls="nodes")
+    heading = esc(nodes_heading(summary, len(summary.nodes)))
+    if len(summary.nodes) <= NODES_SHOWN:
+        return f"<h3>{heading}</h3>{table}"
+    return f"<details><summary>{heading}</summary>{table}</details>"
 
 
 def _throughput(run: RunReport, rid: str) -> list[str]:

@@ -45,7 +45,7 @@ def histogram_svg(summary: RankSummary, title_id: str) -> str:
     body[-1] += "</g>"
     labels = ['<g class="axis">']
     slot = plot_w / len(bins)
-    every = max(1, math.ceil((len(bins) + 1) * 40 / plot_w))  # keep the edge labels from overlapping
+    every = max(1, math.ceil((len(bins) + 1) * 48 / plot_w))  # keep the edge labels from overlapping
     for i, b in enumerate(bins):
         x = CHART_LEFT + i * slot
         if i % every == 0:

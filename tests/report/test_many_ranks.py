@@ -10,6 +10,7 @@ import json
 import os
 import re
 import xml.etree.ElementTree as ET
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,11 @@ from many_ranks import replicate_tiny, uniform_job
 
 from dlprof.report import renderer
 from dlprof.report.common import NODES_SHOWN, RANKS_TABLE_MAX
+from dlprof.report.rank_pictures import HIST_COLOUR, HM_PALETTE
 from dlprof.results.report import Report
 from dlprof.workflows.analyze import build_report
+
+from .test_html import chromium, png_pixels
 
 GOLDEN_DIR = DATA_DIR / "golden"
 EXTENSIONS = {"text": "txt", "markdown": "md", "json": "json", "html": "html"}
@@ -173,3 +177,22 @@ def test_ranks_of_unknown_hosts(tmp_path):
     text = renderer(Report, "text")(build_report(run_dir))
     assert f"Ranks ({RANKS_TABLE_MAX + 1} ranks, hosts unknown; ms per step" in text
     assert re.search(r"^    unknown +0-16 ", text, re.M)  # the one node line
+
+
+def test_chromium_draws_the_rank_pictures(reports, tmp_path):
+    """A real browser draws the histogram's bars and the heat map's cells (their colours fill whole rectangles)."""
+    path = tmp_path / "report.html"
+    path.write_text(renderer(Report, "html")(reports["ranks20"]), encoding="utf-8")
+    dom = chromium("--dump-dom", path.as_uri(), tmp_path=tmp_path).stdout
+    assert re.search(r'<svg\b[^>]*data-picture="histogram"', dom) and re.search(
+        r'<svg\b[^>]*data-picture="heatmap"', dom
+    )
+    shot = tmp_path / "page.png"
+    # Tall enough for the ranks' part: summary tables, the histogram and the heat map, above the step breakdown.
+    chromium(f"--screenshot={shot}", "--window-size=1200,3200", path.as_uri(), tmp_path=tmp_path)
+    _, _, rgb = png_pixels(shot)
+    pixels = Counter(rgb[i : i + 3] for i in range(0, len(rgb), 3))
+    assert pixels[bytes.fromhex(HIST_COLOUR[1:])] >= 500, "no histogram bars in the screenshot"
+    # Step 5 is the fastest on every rank, step 6 the slowest: the lightest and the darkest colour, a column each.
+    for colour in (HM_PALETTE[0], HM_PALETTE[-1]):
+        assert pixels[bytes.fromhex(colour[1:])] >= 5000, f"no heat map cells of {colour} in the screenshot"
