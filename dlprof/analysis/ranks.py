@@ -6,20 +6,43 @@ shows up inside the collective, not in the DataLoader. So each rank's step is sp
 collectives and the rest, its *own* work; the rank with the most own work per step is the one the
 others wait for, and what each other rank spends in collectives beyond that rank's own collective
 time is waiting for it.
+
+For a job of many ranks, :func:`summarize_ranks` sums the ranks up (``RankSummary``): how step time, data
+wait and collectives spread over them, the few slowest ranks with why and who waited for each, the ranks
+by machine, and the data of the HTML report's histogram and heat map.
 """
 
 from __future__ import annotations
 
+import re
 import statistics
+from collections.abc import Sequence
 
 from dlprof.analysis.intervals import Timeline
+from dlprof.analysis.stats import percentile
 from dlprof.errors import display
-from dlprof.results.analysis import LoaderStats, RankComparison, RankStats, StepBreakdown
+from dlprof.results.analysis import (
+    DATA_REASON_SHARE,
+    HistogramBin,
+    LoaderStats,
+    NodeGroup,
+    RankComparison,
+    RankSpread,
+    RankStats,
+    RankSummary,
+    SlowRank,
+    StepBreakdown,
+    StepHeatMap,
+)
 from dlprof.trace.run import TraceRun
 
-#: The slowest rank is called data-starved when its extra data wait (over the other ranks' median)
-#: explains at least this share of its extra own work per step; else the extra is its compute.
-DATA_REASON_SHARE = 0.5
+#: The slowest ranks a summary names (each with why, and who waited for it): few enough to read at any scale.
+SLOWEST_RANKS = 5
+#: At most this many bins in the histogram of data wait per rank (fewer with fewer ranks: one per rank).
+DATA_WAIT_BINS = 20
+#: torch.profiler's tensorboard_trace_handler names a trace ``<host>_<pid>.<ms>.pt.trace.json[.gz]``, and so does
+#: dlprof: the host of a trace without a manifest.
+_TRACE_NAME = re.compile(r"^(?P<host>.+)_\d+\.\d+\.pt\.trace\.json(\.gz)?$")
 
 
 def collective_ms_per_step(run: TraceRun) -> tuple[float, list[str]]:
@@ -57,20 +80,135 @@ def rank_stats(
         num_workers=config.num_workers if config else None,
         unprofiled_step_ms=unprofiled_step_ms,
         collective_kinds=tuple(kinds),
+        host=_host(run),
+        per_step_ms=tuple((s.number, s.step_ms) for s in steps.steps),
     )
 
 
-def compare_ranks(rows: list[RankStats]) -> RankComparison:
-    """The slowest rank, why, and how long each other rank waited for it per step."""
-    rows = sorted(rows, key=lambda r: r.rank)
-    collectives = list(dict.fromkeys(kind for r in rows for kind in r.collective_kinds))  # rank by rank, each once
-    slowest = max(rows, key=lambda r: r.own_ms)
-    others = [r for r in rows if r.rank != slowest.rank]
+def _host(run: TraceRun) -> str | None:
+    """The machine a rank ran on: its manifest's hostname, else the host in the trace's name."""
+    host = run.manifest.host if run.manifest else None
+    if host is not None and host.hostname:
+        return host.hostname
+    match = _TRACE_NAME.match(run.path.name)
+    return match.group("host") if match else None
+
+
+def _excess(row: RankStats, rows: Sequence[RankStats]) -> tuple[float, float, str]:
+    """``row``'s data wait and own work per step beyond the other ranks' medians, and why it is slow: "data" when the
+    extra data wait is at least :data:`DATA_REASON_SHARE` of the extra own work, else "compute"."""
+    others = [r for r in rows if r.rank != row.rank]
     if others:
-        extra_wait = max(0.0, slowest.data_wait_ms - statistics.median(r.data_wait_ms for r in others))
-        extra_own = max(0.0, slowest.own_ms - statistics.median(r.own_ms for r in others))
+        extra_wait = max(0.0, row.data_wait_ms - statistics.median(r.data_wait_ms for r in others))
+        extra_own = max(0.0, row.own_ms - statistics.median(r.own_ms for r in others))
     else:
         extra_wait = extra_own = 0.0
     reason = "data" if extra_own > 0 and extra_wait >= DATA_REASON_SHARE * extra_own else "compute"
-    waited = {r.rank: max(0.0, r.collective_ms - slowest.collective_ms) for r in others}
-    return RankComparison(rows, slowest.rank, reason, extra_wait, waited, collectives)
+    return extra_wait, extra_own, reason
+
+
+def _slowness(row: RankStats) -> tuple[float, int]:
+    """Most own work first; the lower rank first on a tie."""
+    return (-row.own_ms, row.rank)
+
+
+def compare_ranks(rows: list[RankStats]) -> RankComparison:
+    """The slowest rank, why, how long each other rank waited for it per step, and the ranks summed up."""
+    rows = sorted(rows, key=lambda r: r.rank)
+    collectives = list(dict.fromkeys(kind for r in rows for kind in r.collective_kinds))  # rank by rank, each once
+    slowest = min(rows, key=_slowness)
+    extra_wait, _, reason = _excess(slowest, rows)
+    waited = {r.rank: max(0.0, r.collective_ms - slowest.collective_ms) for r in rows if r.rank != slowest.rank}
+    return RankComparison(rows, slowest.rank, reason, extra_wait, waited, collectives, summarize_ranks(rows))
+
+
+def _spread(rows: Sequence[RankStats], value) -> RankSpread:
+    values = [value(r) for r in rows]
+    top = max(values)
+    return RankSpread(
+        percentile(values, 50), percentile(values, 90), top, next(r.rank for r in rows if value(r) == top)
+    )
+
+
+def _slow_rank(row: RankStats, rows: Sequence[RankStats]) -> SlowRank:
+    extra_wait, extra_own, reason = _excess(row, rows)
+    # A rank with less own work reaches the collective first and waits there for this one: its time in collectives
+    # beyond this rank's own is that wait (for the slowest rank, RankComparison.waited_ms).
+    waits = {
+        r.rank: r.collective_ms - row.collective_ms
+        for r in rows
+        if r.own_ms < row.own_ms and r.collective_ms > row.collective_ms
+    }
+    values = list(waits.values())
+    return SlowRank(
+        row,
+        reason,
+        extra_wait,
+        extra_own,
+        tuple(sorted(waits)),
+        sum(values) / len(values) if values else None,
+        max(values) if values else None,
+    )
+
+
+def _nodes(rows: Sequence[RankStats]) -> list[NodeGroup]:
+    by_host: dict[str | None, list[RankStats]] = {}
+    for r in rows:
+        by_host.setdefault(r.host, []).append(r)
+    groups = []
+    for host, members in by_host.items():
+        slowest = min(members, key=_slowness)
+        groups.append(
+            NodeGroup(
+                host,
+                tuple(r.rank for r in members),
+                statistics.median(r.step_ms for r in members),
+                slowest.rank,
+                slowest.own_ms,
+            )
+        )
+    return sorted(groups, key=lambda g: (-g.slowest_own_ms, g.ranks[0]))
+
+
+def _histogram(rows: Sequence[RankStats]) -> list[HistogramBin]:
+    """Data wait per rank in equal bins from 0 to the largest wait: one bin per rank up to :data:`DATA_WAIT_BINS`."""
+    count = min(len(rows), DATA_WAIT_BINS)
+    top = max(r.data_wait_ms for r in rows)
+    if top <= 0:
+        return [HistogramBin(0.0, 0.0, tuple(r.rank for r in rows))]
+    width = top / count
+    members: list[list[int]] = [[] for _ in range(count)]
+    for r in rows:
+        members[min(count - 1, int(r.data_wait_ms / width))].append(r.rank)
+    return [HistogramBin(i * width, (i + 1) * width, tuple(m)) for i, m in enumerate(members)]
+
+
+def _heat_map(rows: Sequence[RankStats]) -> StepHeatMap:
+    steps = sorted({number for r in rows for number, _ in r.per_step_ms})
+    cells = []
+    for r in rows:
+        by_step = dict(r.per_step_ms)
+        cells.append(tuple(by_step.get(number) for number in steps))
+    known = [v for row in cells for v in row if v is not None]
+    return StepHeatMap(
+        tuple(r.rank for r in rows),
+        tuple(steps),
+        tuple(cells),
+        min(known, default=0.0),
+        max(known, default=0.0),
+    )
+
+
+def summarize_ranks(rows: Sequence[RankStats]) -> RankSummary:
+    """The ranks summed up (at least one): the spread of step time, data wait and collectives over them, the
+    :data:`SLOWEST_RANKS` slowest with why and who waited for each, the ranks by machine, and the pictures' data."""
+    rows = sorted(rows, key=lambda r: r.rank)
+    return RankSummary(
+        step=_spread(rows, lambda r: r.step_ms),
+        data_wait=_spread(rows, lambda r: r.data_wait_ms),
+        collectives=_spread(rows, lambda r: r.collective_ms),
+        slowest=[_slow_rank(r, rows) for r in sorted(rows, key=_slowness)[:SLOWEST_RANKS]],
+        nodes=_nodes(rows),
+        data_wait_histogram=_histogram(rows),
+        heat_map=_heat_map(rows),
+    )

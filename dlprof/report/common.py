@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dlprof.report.format import NOT_APPLICABLE, UNKNOWN, fixed, ms, pct
 from dlprof.results.advice import RESTS_ON_MEASURED
-from dlprof.results.analysis import CATEGORIES
+from dlprof.results.analysis import CATEGORIES, DATA_REASON_SHARE
 
 CATEGORY_LABELS = {
     "data_wait": "data wait",
@@ -250,8 +250,20 @@ def rank_rows(ranks, mark: str = "") -> list[list[str]]:
     ]
 
 
-def ranks_line(ranks) -> str:
-    """The cross-rank effect in one line: who is slowest, why, and who waited for it where."""
+def rank_set(ranks) -> str:
+    """Rank numbers (ascending) as runs: ``0-2, 4, 6-19``."""
+    runs: list[list[int]] = []
+    for rank in ranks:
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def ranks_line(ranks, compact: bool = False) -> str:
+    """The cross-rank effect in one line: who is slowest, why, and who waited for it where (``compact``: the ranks that
+    waited as runs, ``0-2, 4-63``, for a job of many ranks)."""
     slowest = next(r for r in ranks.ranks if r.rank == ranks.slowest_rank)
     if ranks.slowest_reason == "data":
         why = (
@@ -271,7 +283,112 @@ def ranks_line(ranks) -> str:
         ((rank, value),) = waited
         return f"{why}; rank {rank} waited {value:.2f} ms per step for rank {slowest.rank} {where}"
     values = [v for _, v in waited]
+    who = rank_set(r for r, _ in waited) if compact else ", ".join(str(r) for r, _ in waited)
     return (
-        f"{why}; ranks {', '.join(str(r) for r, _ in waited)} waited {min(values):.2f}-{max(values):.2f} ms per step "
+        f"{why}; ranks {who} waited {min(values):.2f}-{max(values):.2f} ms per step "
         f"(mean {sum(values) / len(values):.2f}) for rank {slowest.rank} {where}"
     )
+
+
+#: Up to this many ranks a report shows every rank in a table; beyond, it shows the ranks summed up
+#: (``RankComparison.summary``): a table of 64 rows is not read, and the JSON report keeps every rank.
+RANKS_TABLE_MAX = 16
+#: The text and Markdown reports list at most this many machines (the slowest first; the HTML and JSON reports all).
+NODES_SHOWN = 16
+
+
+def summarized(ranks) -> bool:
+    """Whether a report shows ``ranks`` summed up rather than rank by rank."""
+    return ranks.summary is not None and len(ranks.ranks) > RANKS_TABLE_MAX
+
+
+def ranks_heading(ranks) -> str:
+    """What the summary of many ranks covers."""
+    nodes = ranks.summary.nodes
+    if all(n.host is None for n in nodes):
+        where = ", hosts unknown"
+    else:
+        where = f" on {len(nodes)} node{'s' if len(nodes) != 1 else ''}"
+    return f"{len(ranks.ranks)} ranks{where}; ms per step, profiled"
+
+
+SPREAD_HEADER = ["over the ranks", "p50", "p90", "max", "rank with the max"]
+
+
+def spread_rows(summary) -> list[list[str]]:
+    """p50, p90 and max over the ranks of step time, data wait and time in collectives."""
+    return [
+        [label, ms(s.p50_ms), ms(s.p90_ms), ms(s.max_ms), str(s.max_rank)]
+        for label, s in (
+            ("step", summary.step),
+            ("data wait", summary.data_wait),
+            ("in collectives", summary.collectives),
+        )
+    ]
+
+
+SLOWEST_HEADER = [
+    "rank",
+    "host",
+    "step ms",
+    "own work ms",
+    "data wait ms",
+    "wait %",
+    "collectives ms",
+    "reason",
+    "ranks that waited for it (ms per step)",
+]
+
+
+def waited_cell(slow) -> str:
+    """The ranks that waited for a slow rank, and how long."""
+    if not slow.waited_by:
+        return "none"
+    return f"{rank_set(slow.waited_by)} ({slow.waited_ms_mean:.2f} mean, {slow.waited_ms_max:.2f} max)"
+
+
+def slowest_rows(summary, mark: str = "") -> list[list[str]]:
+    """One row per slow rank, the slowest first; ``mark`` is appended to the first, which sets the job's pace."""
+    return [
+        [
+            str(s.stats.rank) + (mark if i == 0 else ""),
+            known(s.stats.host),
+            ms(s.stats.step_ms),
+            ms(s.stats.own_ms),
+            ms(s.stats.data_wait_ms),
+            f"{s.stats.data_wait_pct:.1f}",
+            ms(s.stats.collective_ms),
+            s.reason,
+            waited_cell(s),
+        ]
+        for i, s in enumerate(summary.slowest)
+    ]
+
+
+def slowest_heading(summary) -> str:
+    return f"The {len(summary.slowest)} slowest ranks (most own work per step; the first sets the job's pace)"
+
+
+def reason_rule() -> str:
+    """How a slow rank's reason is decided."""
+    share = "half" if DATA_REASON_SHARE == 0.5 else f"{100 * DATA_REASON_SHARE:g} %"
+    return (
+        f"reason: data when the rank's data wait beyond the other ranks' median is at least {share} of its own work"
+        " beyond theirs, else compute"
+    )
+
+
+NODES_HEADER = ["node", "ranks", "median step ms", "slowest rank", "its own work ms"]
+
+
+def node_rows(nodes) -> list[list[str]]:
+    """One row per machine."""
+    return [
+        [known(n.host), rank_set(n.ranks), ms(n.step_ms_p50), str(n.slowest_rank), ms(n.slowest_own_ms)] for n in nodes
+    ]
+
+
+def nodes_heading(summary, shown: int) -> str:
+    nodes = len(summary.nodes)
+    more = f", the {shown} slowest shown" if shown < nodes else ""
+    return f"Nodes ({nodes}, the slowest first{more})"

@@ -14,21 +14,33 @@ import math
 from dlprof.report import page, svg
 from dlprof.report.common import (
     CATEGORY_LABELS,
+    NODES_HEADER,
+    NODES_SHOWN,
     PREDICTED_HEADER,
     RANKS_HEADER,
+    SLOWEST_HEADER,
+    SPREAD_HEADER,
     TRIALS_HEADER,
     breakdown_rows,
     epoch_line,
     is_recommended_trial,
     known,
     loader_rows,
+    node_rows,
+    nodes_heading,
     predicted_rows,
     rank_rows,
+    ranks_heading,
     ranks_line,
+    reason_rule,
     recommendation_line,
     rests_on_line,
     setting,
     skipped_line,
+    slowest_heading,
+    slowest_rows,
+    spread_rows,
+    summarized,
     trials_heading,
     trials_rows,
     unprofiled_line,
@@ -36,6 +48,7 @@ from dlprof.report.common import (
 )
 from dlprof.report.format import finite, ms, per_s
 from dlprof.report.page import esc
+from dlprof.report.rank_pictures import heat_map_svg, histogram_svg
 from dlprof.report.svg import CHAR_W, CHART_LEFT, CHART_LINE, CHART_PLOT_H, CHART_RIGHT, CHART_TOP, WIDTH, coord
 from dlprof.results.advice import RESTS_ON_MEASURED, Prediction
 from dlprof.results.analysis import CATEGORIES
@@ -509,7 +522,9 @@ def _run(run: RunReport, index: int) -> str:
         parts.append(f'<p class="note">Note: the recording is {esc(info.status)}.</p>')
     parts.append(f'<p class="verdict {VERDICT_CLASS.get(advice.verdict, "warn")}">{esc(verdict_line(run))}</p>')
     parts.append(_facts(run))
-    if run.ranks is not None:
+    if run.ranks is not None and summarized(run.ranks):
+        parts += _ranks_summary(run, rid)
+    elif run.ranks is not None:
         ranks = run.ranks
         parts.append(f"<h3>Ranks ({len(ranks.ranks)}; ms per step, profiled)</h3>")
         parts.append(
@@ -562,6 +577,55 @@ def _run(run: RunReport, index: int) -> str:
     parts.append(_gpu_table(run))
     parts.append("</details></section>")
     return "\n".join(parts)
+
+
+def _ranks_summary(run: RunReport, rid: str) -> list[str]:
+    """A job of many ranks summed up: the spread over the ranks, the slowest ranks, the machines, the pictures, and
+    every rank's row collapsed."""
+    ranks = run.ranks
+    summary = ranks.summary
+    return [
+        f"<h3>Ranks ({esc(ranks_heading(ranks))})</h3>",
+        page.table(SPREAD_HEADER, spread_rows(summary), cls="rank-spread"),
+        f"<h3>{esc(slowest_heading(summary))}</h3>",
+        page.table(
+            SLOWEST_HEADER,
+            slowest_rows(summary, " (slowest)"),
+            ["slowest"] + [""] * (len(summary.slowest) - 1),
+            cls="ranks-slowest",
+        ),
+        f'<p class="reason-rule">{esc(reason_rule())}.</p>',
+        f'<p class="ranks-line">{esc(ranks_line(ranks, compact=True))}. The rest of this report is rank'
+        f" {ranks.slowest_rank}'s: num_workers is set per rank, and the slowest sets the pace.</p>",
+        page.figure(
+            histogram_svg(summary, f"{rid}-histogram-title"),
+            f"How many ranks waited how long for data per step (mean over each rank's recorded steps), in"
+            f" {len(summary.data_wait_histogram)} bins. A rank alone far to the right is starved of data.",
+        ),
+        page.figure(
+            heat_map_svg(summary, f"{rid}-heatmap-title"),
+            f"Step time of each of the {len(summary.heat_map.ranks)} ranks (rows) in each recorded step (columns):"
+            " darker is slower. A dark row is a rank slow in every step; a dark column, a step slow on every rank.",
+        ),
+        _nodes(summary),
+        f"<details><summary>Every rank ({len(ranks.ranks)})</summary>",
+        page.table(
+            RANKS_HEADER,
+            rank_rows(ranks, " (slowest)"),
+            ["slowest" if r.rank == ranks.slowest_rank else "" for r in ranks.ranks],
+            cls="ranks",
+        ),
+        "</details>",
+    ]
+
+
+def _nodes(summary) -> str:
+    """The ranks by machine; collapsed when there are more machines than the text report lists."""
+    table = page.table(NODES_HEADER, node_rows(summary.nodes), cls="nodes")
+    heading = esc(nodes_heading(summary, len(summary.nodes)))
+    if len(summary.nodes) <= NODES_SHOWN:
+        return f"<h3>{heading}</h3>{table}"
+    return f"<details><summary>{heading}</summary>{table}</details>"
 
 
 def _throughput(run: RunReport, rid: str) -> list[str]:

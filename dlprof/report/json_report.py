@@ -11,6 +11,8 @@ from dlprof.results.analysis import (
     GpuStats,
     LoaderStats,
     RankComparison,
+    RankSpread,
+    RankSummary,
     StepTime,
     Summary,
     UnprofiledStats,
@@ -73,6 +75,7 @@ def _ranks(ranks: RankComparison) -> dict:
         "ranks": [
             {
                 "rank": r.rank,
+                "host": r.host,
                 "trace_file": r.trace_file,
                 "steps": r.steps,
                 "step_ms": rounded(r.step_ms),
@@ -88,6 +91,57 @@ def _ranks(ranks: RankComparison) -> dict:
             }
             for r in ranks.ranks
         ],
+        "summary": None if ranks.summary is None else _rank_summary(ranks.summary),
+    }
+
+
+def _spread(spread: RankSpread) -> dict:
+    return {
+        "p50": rounded(spread.p50_ms),
+        "p90": rounded(spread.p90_ms),
+        "max": rounded(spread.max_ms),
+        "max_rank": spread.max_rank,
+    }
+
+
+def _rank_summary(summary: RankSummary) -> dict:
+    heat = summary.heat_map
+    return {
+        "step_ms": _spread(summary.step),
+        "data_wait_ms": _spread(summary.data_wait),
+        "collective_ms": _spread(summary.collectives),
+        "slowest": [
+            {
+                "rank": s.stats.rank,
+                "host": s.stats.host,
+                "reason": s.reason,
+                "extra_data_wait_ms": rounded(s.extra_data_wait_ms),
+                "extra_own_ms": rounded(s.extra_own_ms),
+                "waited_by": list(s.waited_by),
+                "waited_ms_mean": rounded(s.waited_ms_mean),
+                "waited_ms_max": rounded(s.waited_ms_max),
+            }
+            for s in summary.slowest
+        ],
+        "nodes": [
+            {
+                "host": n.host,
+                "ranks": list(n.ranks),
+                "step_ms_p50": rounded(n.step_ms_p50),
+                "slowest_rank": n.slowest_rank,
+                "slowest_own_ms": rounded(n.slowest_own_ms),
+            }
+            for n in summary.nodes
+        ],
+        "data_wait_histogram": [
+            {"lo_ms": rounded(b.lo_ms), "hi_ms": rounded(b.hi_ms), "ranks": list(b.ranks)}
+            for b in summary.data_wait_histogram
+        ],
+        "step_ms_per_step": {
+            "ranks": list(heat.ranks),
+            "steps": list(heat.steps),
+            "step_ms": [[rounded(v) for v in row] for row in heat.step_ms],
+        },
     }
 
 

@@ -4,20 +4,32 @@ collapsed."""
 from __future__ import annotations
 
 from dlprof.report.common import (
+    NODES_HEADER,
+    NODES_SHOWN,
     PREDICTED_HEADER,
     RANKS_HEADER,
+    SLOWEST_HEADER,
+    SPREAD_HEADER,
     TRIALS_HEADER,
     breakdown_rows,
     epoch_line,
     known,
     loader_rows,
+    node_rows,
+    nodes_heading,
     predicted_rows,
     rank_rows,
+    ranks_heading,
     ranks_line,
+    reason_rule,
     recommendation_line,
     rests_on_line,
     setting,
     skipped_line,
+    slowest_heading,
+    slowest_rows,
+    spread_rows,
+    summarized,
     trials_heading,
     trials_rows,
     unprofiled_line,
@@ -65,14 +77,7 @@ def _run(run: RunReport) -> list[str]:
             ],
         ],
     )
-    if run.ranks is not None:
-        lines += [
-            "",
-            f"**Ranks** ({len(run.ranks.ranks)}; ms per step, profiled; ★ the slowest, which sets the job's pace):",
-            "",
-        ]
-        lines += _table(RANKS_HEADER, rank_rows(run.ranks, " ★"))
-        lines += ["", f"**{ranks_line(run.ranks)}.** The rest of this report is rank {run.ranks.slowest_rank}'s."]
+    lines += _ranks(run)
     lines += ["", "**Recommendation:** `" + recommendation_line(advice) + "`", ""]
     if advice.trainer_arguments:  # a Trainer (or ms-swift, LLaMA-Factory) created the DataLoader
         lines += ["**Trainer arguments:** `" + advice.trainer_arguments + "`", ""]
@@ -130,6 +135,39 @@ def _run(run: RunReport) -> list[str]:
         ]
     if advice.basis:
         lines += ["", "What this rests on:", ""] + [f"- {b}" for b in advice.basis]
+    lines += ["", "</details>"]
+    return lines
+
+
+def _ranks(run: RunReport) -> list[str]:
+    """Every rank side by side, or for a job of many ranks the ranks summed up; nothing for one rank."""
+    if run.ranks is None:
+        return []
+    if summarized(run.ranks):
+        return _ranks_summary(run)
+    lines = [
+        "",
+        f"**Ranks** ({len(run.ranks.ranks)}; ms per step, profiled; ★ the slowest, which sets the job's pace):",
+        "",
+    ]
+    lines += _table(RANKS_HEADER, rank_rows(run.ranks, " ★"))
+    return lines + ["", f"**{ranks_line(run.ranks)}.** The rest of this report is rank {run.ranks.slowest_rank}'s."]
+
+
+def _ranks_summary(run: RunReport) -> list[str]:
+    """A job of many ranks summed up, with every rank's row collapsed."""
+    ranks = run.ranks
+    summary = ranks.summary
+    shown = summary.nodes[:NODES_SHOWN]
+    lines = ["", f"**Ranks** ({ranks_heading(ranks)}):", ""]
+    lines += _table(SPREAD_HEADER, spread_rows(summary))
+    lines += ["", f"{slowest_heading(summary)}, ★ the slowest:", ""]
+    lines += _table(SLOWEST_HEADER, slowest_rows(summary, " ★"))
+    lines += ["", f"_{reason_rule()}._", "", f"{nodes_heading(summary, len(shown))}:", ""]
+    lines += _table(NODES_HEADER, node_rows(shown))
+    lines += ["", f"**{ranks_line(ranks, compact=True)}.** The rest of this report is rank {ranks.slowest_rank}'s."]
+    lines += ["", f"<details><summary>Every rank ({len(ranks.ranks)})</summary>", ""]
+    lines += _table(RANKS_HEADER, rank_rows(ranks, " ★"))
     lines += ["", "</details>"]
     return lines
 

@@ -3,20 +3,32 @@
 from __future__ import annotations
 
 from dlprof.report.common import (
+    NODES_HEADER,
+    NODES_SHOWN,
     PREDICTED_HEADER,
     RANKS_HEADER,
+    SLOWEST_HEADER,
+    SPREAD_HEADER,
     TRIALS_HEADER,
     breakdown_rows,
     epoch_line,
     loader_rows,
+    node_rows,
+    nodes_heading,
     predicted_rows,
     rank_rows,
+    ranks_heading,
     ranks_line,
+    reason_rule,
     recommendation_line,
     rests_on_line,
     run_line,
     setting,
     skipped_line,
+    slowest_heading,
+    slowest_rows,
+    spread_rows,
+    summarized,
     trials_heading,
     trials_rows,
     unprofiled_line,
@@ -123,12 +135,37 @@ def _run(run: RunReport) -> list[str]:
 def _ranks(run: RunReport) -> list[str]:
     if run.ranks is None:
         return []
+    if summarized(run.ranks):
+        return _ranks_summary(run)
     lines = ["", f"Ranks ({len(run.ranks.ranks)}; ms per step, profiled; * the slowest, which sets the job's pace)"]
     lines += _table(rank_rows(run.ranks, "*"), RANKS_HEADER)
     lines += [
         f"  {ranks_line(run.ranks)}",
         (
             f"  The rest of this report is rank {run.ranks.slowest_rank}'s: num_workers is set per rank, and the"
+            " slowest sets the pace."
+        ),
+    ]
+    return lines
+
+
+def _ranks_summary(run: RunReport) -> list[str]:
+    """A job of many ranks summed up: the spread over the ranks, the slowest ranks, the machines."""
+    ranks = run.ranks
+    summary = ranks.summary
+    lines = ["", f"Ranks ({ranks_heading(ranks)}; every rank in the JSON and HTML reports)"]
+    lines += _table(spread_rows(summary), SPREAD_HEADER)
+    lines += ["", f"  {slowest_heading(summary)}"]
+    lines += ["  " + line for line in _table(slowest_rows(summary, "*"), SLOWEST_HEADER)]
+    lines += [f"    {reason_rule()}"]
+    shown = summary.nodes[:NODES_SHOWN]
+    lines += ["", f"  {nodes_heading(summary, len(shown))}"]
+    lines += ["  " + line for line in _table(node_rows(shown), NODES_HEADER)]
+    lines += [
+        "",
+        f"  {ranks_line(ranks, compact=True)}",
+        (
+            f"  The rest of this report is rank {ranks.slowest_rank}'s: num_workers is set per rank, and the"
             " slowest sets the pace."
         ),
     ]

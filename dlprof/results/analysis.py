@@ -277,6 +277,95 @@ class RankStats:
     unprofiled_step_ms: float | None
     #: The collectives this rank ran (``all_reduce``, ...), most time first.
     collective_kinds: tuple[str, ...] = ()
+    #: The machine it ran on: the manifest's hostname, else the host in the trace's name (None: unknown).
+    host: str | None = None
+    #: Each profiled step: (ProfilerStep number, step ms).
+    per_step_ms: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class RankSpread:
+    """How a per-rank quantity (ms per step) is spread over the ranks: median, 90th percentile, the largest, and the
+    rank that has it (the lowest such rank on a tie)."""
+
+    p50_ms: float
+    p90_ms: float
+    max_ms: float
+    max_rank: int
+
+
+#: A slow rank is called data-starved when its extra data wait (over the other ranks' median) explains at least this
+#: share of its extra own work per step; else the extra is its compute. Here, beside the results, because the analysis
+#: applies it and every report states it.
+DATA_REASON_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class SlowRank:
+    """One of the slowest ranks (most own work per step), why it is slow, and the ranks that waited for it."""
+
+    stats: RankStats
+    #: "data" or "compute", decided as for the slowest rank (by :data:`DATA_REASON_SHARE`).
+    reason: str
+    #: Its data wait and its own work per step beyond the median of the other ranks'.
+    extra_data_wait_ms: float
+    extra_own_ms: float
+    #: The ranks that did less own work and spent longer in collectives: they arrived first and waited for it.
+    waited_by: tuple[int, ...]
+    #: Their time per step in collectives beyond this rank's own (None when no rank waited).
+    waited_ms_mean: float | None
+    waited_ms_max: float | None
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """The ranks of one machine."""
+
+    #: Hostname (None: unknown, for traces that do not say).
+    host: str | None
+    ranks: tuple[int, ...]
+    #: Median over its ranks of their mean step.
+    step_ms_p50: float
+    #: Its rank with the most own work per step, and that work.
+    slowest_rank: int
+    slowest_own_ms: float
+
+
+@dataclass(frozen=True)
+class HistogramBin:
+    """The ranks whose mean data wait per step is in [lo_ms, hi_ms) (the last bin includes hi_ms)."""
+
+    lo_ms: float
+    hi_ms: float
+    ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class StepHeatMap:
+    """Step time per rank per profiled step: ``step_ms[i][j]`` is rank ``ranks[i]``'s step ``steps[j]`` (None: that
+    rank did not record that step); ``lo_ms``/``hi_ms`` the smallest and largest cell."""
+
+    ranks: tuple[int, ...]
+    steps: tuple[int, ...]
+    step_ms: tuple[tuple[float | None, ...], ...]
+    lo_ms: float
+    hi_ms: float
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    """A job of many ranks at a glance: how step time, data wait and collectives spread over the ranks, the slowest
+    ranks and why, the ranks by machine, and the pictures' data (data wait per rank, step time per rank and step)."""
+
+    step: RankSpread
+    data_wait: RankSpread
+    collectives: RankSpread
+    #: The slowest ranks, slowest first (at most ``dlprof.analysis.ranks.SLOWEST_RANKS``).
+    slowest: list[SlowRank]
+    #: One group per host, the slowest first (by its slowest rank's own work).
+    nodes: list[NodeGroup]
+    data_wait_histogram: list[HistogramBin]
+    heat_map: StepHeatMap
 
 
 @dataclass(frozen=True)
@@ -294,3 +383,5 @@ class RankComparison:
     waited_ms: dict[int, float]
     #: The collectives seen (``all_reduce``, ``broadcast``, ...), most time first.
     collectives: list[str]
+    #: The ranks summed up: distributions, the slowest ranks, the machines (what a report of many ranks shows).
+    summary: RankSummary | None = None

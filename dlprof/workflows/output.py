@@ -79,10 +79,12 @@ def check_output(
 def runs_redactor(runs: Sequence[RunReport], inputs: Sequence[Path] = (), names: Sequence[str] = ()) -> redact.Redactor:
     """The Redactor of a report on ``runs``: what they hold about their machines, users and commands.
 
-    Their manifests (host names, command lines, paths), the host in each trace file's name (every rank's
-    and ``names``), this machine's host, user and home directory, and each input given as an absolute path.
+    Their manifests (host names, command lines, paths), every rank's host, the host in each trace file's name (every
+    rank's and ``names``), this machine's host, user and home directory, and each input given as an absolute path.
     """
     manifests = [run.manifest.to_dict() for run in runs if run.manifest is not None]
+    # Every rank's host (a report of many ranks names them), not only the reported rank's.
+    manifests += [{"host": {"hostname": r.host}} for run in runs if run.ranks for r in run.ranks.ranks if r.host]
     traces = [run.info.trace_file for run in runs]
     traces += [row.trace_file for run in runs if run.ranks is not None for row in run.ranks.ranks]
     given = [str(path if path.is_dir() else path.parent) for path in inputs if path.is_absolute()]
