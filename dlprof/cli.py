@@ -267,6 +267,26 @@ def _parse_try_workers(ctx: click.Context, param: click.Parameter, value: str | 
         raise click.BadParameter(str(error).removeprefix("--try-workers ")) from None
 
 
+def _trial_length_options(condition: str) -> tuple:
+    """``--trial-steps`` and ``--trial-rounds`` (``record``'s and ``sweep``'s), their help starting with
+    ``condition`` (e.g. ``"With --try-workers: "``)."""
+    steps = (
+        "steps timed per trial segment, after its refill [default: 40, at least 2 s at the measured step time, and 2 s"
+        " over the rounds at that step without its data wait]."
+    )
+    rounds = "rounds, each trying every setting, every other one in reverse order [default: 2]."
+    say = lambda text: f"{condition}{text}" if condition else text[0].upper() + text[1:]
+    return (
+        click.option("--trial-steps", type=click.IntRange(min=1), default=None, help=say(steps)),
+        click.option("--trial-rounds", type=click.IntRange(min=1), default=None, help=say(rounds)),
+    )
+
+
+def _trial_lengths_given(steps: int | None, rounds: int | None) -> list[str]:
+    """Which of ``--trial-steps`` and ``--trial-rounds`` were given."""
+    return [name for name, value in (("--trial-steps", steps), ("--trial-rounds", rounds)) if value is not None]
+
+
 #: ``record``'s options for the in-process trials.
 _TRIAL_OPTIONS = (
     click.option(
@@ -284,21 +304,7 @@ _TRIAL_OPTIONS = (
         default=False,
         help="With --try-workers: also try persistent_workers=True at the counts with workers.",
     ),
-    click.option(
-        "--trial-steps",
-        type=click.IntRange(min=1),
-        default=None,
-        help=(
-            "With --try-workers: steps timed per segment, after its refill [default: 40, at least 2 s at the measured"
-            " step time, and 2 s over the rounds at that step without its data wait]."
-        ),
-    ),
-    click.option(
-        "--trial-rounds",
-        type=click.IntRange(min=1),
-        default=None,
-        help="With --try-workers: rounds, each trying every setting, every other one in reverse order [default: 2].",
-    ),
+    *_trial_length_options("With --try-workers: "),
 )
 
 
@@ -310,7 +316,7 @@ def _trial_request(options: dict):
     counts = options.pop("try_workers")
     persistent, steps, rounds = options.pop("try_persistent"), options.pop("trial_steps"), options.pop("trial_rounds")
     if counts is None:
-        given = [name for name, value in (("--trial-steps", steps), ("--trial-rounds", rounds)) if value is not None]
+        given = _trial_lengths_given(steps, rounds)
         if persistent or given:
             given = given or ["--try-persistent"]
             raise click.UsageError(f"{given[0]}: only with --try-workers; add --try-workers 0,1,2,4 or drop it")
@@ -524,6 +530,13 @@ def _parse_counts(ctx: click.Context, param: click.Parameter, value: str) -> tup
         raise click.BadParameter(str(error).removeprefix("--workers: ")) from None
 
 
+def _trials_length_options(command):
+    """``sweep``'s ``--trial-steps`` and ``--trial-rounds``."""
+    for option in reversed(_trial_length_options("")):
+        command = option(command)
+    return command
+
+
 def _sweep_trials(counts: tuple[int, ...], launches: bool, options: dict):
     """The TrialRequest of a sweep measured in process (None with ``--launches``); ``--trial-*`` taken out of
     ``options``."""
@@ -532,7 +545,7 @@ def _sweep_trials(counts: tuple[int, ...], launches: bool, options: dict):
 
     steps, rounds = options.pop("trial_steps"), options.pop("trial_rounds")
     if launches:
-        given = [name for name, value in (("--trial-steps", steps), ("--trial-rounds", rounds)) if value is not None]
+        given = _trial_lengths_given(steps, rounds)
         if given:
             raise click.UsageError(f"{given[0]}: the trials' option, not --launches'; drop one of them")
         return None
@@ -571,21 +584,7 @@ def _sweep_trials(counts: tuple[int, ...], launches: bool, options: dict):
         " inside one launch: how the model is checked across processes."
     ),
 )
-@click.option(
-    "--trial-steps",
-    type=click.IntRange(min=1),
-    default=None,
-    help=(
-        "Steps timed per trial segment, after its refill [default: 40, at least 2 s at the measured step time, and 2 s"
-        " over the rounds at that step without its data wait]."
-    ),
-)
-@click.option(
-    "--trial-rounds",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Rounds of trials, each trying every count, every other one in reverse order [default: 2].",
-)
+@_trials_length_options
 @_record_options(
     "Sweep directory name under --out (default: sweep-<script>-<date>-<time>); with --launches, each run goes to"
     " <name>/<num_workers>/.",

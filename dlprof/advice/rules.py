@@ -381,7 +381,8 @@ def advise(
     recorded_persistent = bool(loader_config is not None and loader_config.persistent_workers)
     if trials is not None:
         trials = with_predictions(trials, predicted, recorded_persistent)
-    choice = _choice(inputs, predicted, loader.bound == "cpu" if loader else True, trials, recorded_persistent)
+    cpu_bound_loading = loader.bound == "cpu" if loader else True
+    choice = _choice(inputs, predicted, cpu_bound_loading, trials, recorded_persistent)
     num_workers = choice.num_workers if choice else None
     bound = choice.bound if choice else None
     if choice is not None and inputs is not None and num_workers < len(predicted):
@@ -402,7 +403,8 @@ def advise(
         evidence.append(_restarts_line(predicted, choice, trials))
     evidence += _tokenizer_evidence(loader)
     advice = Advice(verdict, num_workers, pin_memory, prefetch, persistent, bound, predicted, evidence, basis)
-    model = _choice(inputs, predicted, loader.bound == "cpu" if loader else True, None, recorded_persistent)
+    # The model's own pick, the trials left out: the same choice when there were none.
+    model = choice if trials is None else _choice(inputs, predicted, cpu_bound_loading, None, recorded_persistent)
     advice = replace(
         advice,
         rests_on=choice.rests_on if choice else RESTS_ON_PREDICTED,

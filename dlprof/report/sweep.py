@@ -87,7 +87,7 @@ def verdict_line(result: SweepResult) -> str:
     if result.outcome == OUTCOME_NO_RECOMMENDATION:
         return (
             f"dlprof made no num_workers recommendation from the num_workers={result.from_run}"
-            f" {'window' if result.mode == MODE_IN_PROCESS else 'run'}, so there is nothing to check; the best"
+            f" {_advised_by(result)}, so there is nothing to check; the best"
             f" measured was {best}"
         )
     head = (
@@ -121,6 +121,11 @@ def verdict_line(result: SweepResult) -> str:
         )
         return f"{head}: it held, because {measured}, {where}, and no fewer workers came within {within} of the best"
     return f"{head}: {result.outcome}"
+
+
+def _advised_by(result: SweepResult) -> str:
+    """What made the advice: the first count's profiled window (in-process trials) or its run (launches)."""
+    return "window" if result.mode == MODE_IN_PROCESS else "run"
 
 
 def mode_line(result: SweepResult) -> str:
@@ -332,7 +337,7 @@ def render_html(result: SweepResult) -> str:
     classes = ["chosen" if r.num_workers == result.recommended else "" for r in result.runs]
     caption = (
         f"Measured steps/s (solid) against the predictions (dashed) from the num_workers={result.from_run}"
-        f" {'window' if result.mode == MODE_IN_PROCESS else 'run'} for each swept count."
+        f" {_advised_by(result)} for each swept count."
         + (
             ""
             if result.recommended is None
