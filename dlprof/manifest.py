@@ -120,13 +120,19 @@ class StepClock:
     epoch_start: tuple[bool, ...] = ()
     #: The step after which the training process forked once (runs without workers: what forking workers costs).
     fork_probe: tuple[bool, ...] = ()
+    #: Batches already made when the step asked for its first one (that one included: kept by a switch, or queued by
+    #: the workers), -1 where unknown; empty in recordings made before it was kept. A queue that shrinks over timed
+    #: steps tells a surplus being used up (:func:`dlprof.throughput.surplus_steps`).
+    ready: tuple[int, ...] = ()
 
     def __len__(self) -> int:
         return len(self.phase)
 
     def columns_agree(self) -> bool:
-        """Whether every column has one entry per step (a parser that skipped an invalid entry breaks this)."""
-        return len({len(getattr(self, f.name)) for f in dataclasses.fields(self)}) <= 1
+        """Whether every column has one entry per step (a parser that skipped an invalid entry breaks this); ``ready``
+        may be empty (older recordings)."""
+        lengths = {len(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "ready" or self.ready}
+        return len(lengths) <= 1
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,12 @@ MAX_SPREAD_PCT = 10.0
 #: pipeline whose steady waits stay under it runs within about this share of its consumer's own speed, so a
 #: surplus left unseen biases the rate by less).
 WAITED_SHARE = 0.04
+#: ... and by this share of the mean wait of the segment's later half (its steady state). The hand-off of a ready
+#: batch varies by itself: 0.0-2.2 ms on this machine (io-heavy trials at 4 workers, a 23 ms step), enough to pass
+#: for a wait at 4 % of the step, so that four "waits" came within a queue's surplus and it was timed (+7.7 %). In
+#: a pipeline bound by its workers, the real waits carry each round's whole shortfall: there the steady mean wait
+#: was 8 ms, its real waits 7-30 ms, its hand-offs at most 2.2 ms.
+STEADY_WAIT_SHARE = 0.5
 #: After the queue's worth of steps, look this many queues' worth further for the steps that waited; a
 #: pipeline that has not waited once per worker by then is bound by its consumer (the queue stays full: steady
 #: already). A surplus of a queue lasts ``queue / gap`` steps when the producers are slower than the consumer
@@ -87,30 +93,66 @@ def queue_steps(num_workers: int | None, prefetch_factor: int | None, batches_pe
     return math.ceil(batches / max(1.0, batches_per_step))
 
 
-def transient_steps(wall_ms: Sequence[float], wait_ms: Sequence[float], queue: int, workers: int = 1) -> int:
+def all_busy_below(num_workers: int | None, prefetch_factor: int | None) -> int:
+    """At most this many batches ready, every worker has one in progress (each holds ``prefetch_factor`` tasks, and
+    the DataLoader hands them out in turn): ``num_workers × (prefetch_factor - 1)``."""
+    return (num_workers or 0) * ((prefetch_factor or DEFAULT_PREFETCH_FACTOR) - 1)
+
+
+def transient_steps(
+    wall_ms: Sequence[float],
+    wait_ms: Sequence[float],
+    queue: int,
+    workers: int = 1,
+    ready: Sequence[int] = (),
+    busy_at: int | None = None,
+) -> int:
     """How many steps at the start of a segment (the steps after one pause, in order) are its refill transient.
 
     At least ``queue`` steps (:func:`queue_steps`), then up to the step after which ``workers`` steps have
-    waited for their batch: the DataLoader takes batches from its workers in turn, so one wait tells that one
-    worker's surplus is used up, and after one per worker the surplus the pause left in the queue is gone (on
-    an I/O-bound loader at 2 workers, stopping at the first wait kept a surplus worth +1.8 % over the next 40
-    steps; at the second, +0.8 %: scripts/measure_variation.py). When fewer steps wait within
-    :data:`WAIT_SEARCH_QUEUES` queues' worth of steps, the queue never empties (the consumer is the slower
-    side) and the segment is steady after ``queue`` steps.
+    waited for their batch (:data:`WAITED_SHARE`, :data:`STEADY_WAIT_SHARE`): the DataLoader takes batches from
+    its workers in turn, so one wait tells that one worker's surplus is used up, and after one per worker the
+    surplus the pause left in the queue is gone (on an I/O-bound loader at 2 workers, stopping at the first
+    wait kept a surplus worth +1.8 % over the next 40 steps; at the second, +0.8 %: scripts/measure_variation.py).
+
+    When fewer steps wait within :data:`WAIT_SEARCH_QUEUES` queues' worth of steps, the queue never empties (the
+    consumer is the slower side) and the segment is steady after ``queue`` steps. With ``ready`` (the step clock's
+    batches already made at each step, :func:`surplus_steps`) and ``busy_at`` (:func:`all_busy_below`), when the
+    waits do not come, or leave fewer than :data:`MIN_STEPS` steps, the transient ends at the first step from
+    ``queue`` on at which every worker is busy again: the surplus left there is measured and taken out of the rate
+    instead. Workers a little slower than training leave a pause's surplus for the whole segment (5 workers at 41
+    steps/s against a 45 steps/s step: their waits came 80 steps after the switch).
     """
     count = len(wall_ms)
     start = min(queue, count)
     if queue == 0 or start >= count:
         return start
-    threshold = min(wait_ms) + WAITED_SHARE * statistics.median(wall_ms)
+    margin_ms = max(WAITED_SHARE * statistics.median(wall_ms), STEADY_WAIT_SHARE * _steady_wait(wait_ms))
+    threshold = min(wait_ms) + margin_ms
     limit = min(count, start + WAIT_SEARCH_QUEUES * queue)
+    found = _last_of_waits(wait_ms, threshold, range(start, limit), max(1, workers))
+    measured = busy_at is not None and len(ready) == count and all(r >= 0 for r in ready[start:])
+    if measured and (found is None or count - found < MIN_STEPS):
+        return next((i for i in range(start, count) if ready[i] <= busy_at), start)
+    return start if found is None else found
+
+
+def _last_of_waits(wait_ms: Sequence[float], threshold: float, steps: range, waits: int) -> int | None:
+    """The step among ``steps`` at which the ``waits``-th wait over ``threshold`` came (None: fewer came)."""
     waited = 0
-    for i in range(start, limit):
+    for i in steps:
         if wait_ms[i] > threshold:
             waited += 1
-            if waited >= max(1, workers):
+            if waited >= waits:
                 return i
-    return start
+    return None
+
+
+def _steady_wait(wait_ms: Sequence[float]) -> float:
+    """The mean wait of the later half of a segment's steps above its smallest: its steady state's, once the transient
+    is over (0 when the segment is too short to tell)."""
+    later = wait_ms[len(wait_ms) // 2 :]
+    return max(0.0, statistics.fmean(later) - min(wait_ms)) if len(later) >= 2 else 0.0
 
 
 def enough(steps: int, seconds: float) -> bool:
@@ -129,8 +171,29 @@ def whole_periods(steps: int, period: int) -> int:
     return steps - steps % period if steps >= period else steps
 
 
-def measure(wall_ms: Sequence[float], transient: int = 0, period: int = 1) -> Throughput | None:
-    """The rate of ``wall_ms`` (consecutive steps' wall times) after leaving out its first ``transient`` steps.
+def surplus_steps(ready: Sequence[int], first: int, last: int, batches_per_step: float = 1.0) -> float:
+    """How many of the timed steps ``first`` to ``last`` (indices into ``ready``, the step clock's column of batches
+    already made when each step asked for its first) a surplus made before them carried, in steps: how far the queue
+    of made batches shrank between the two.
+
+    The refill transient (:func:`transient_steps`) ends where every worker has waited; when the workers are only a
+    little slower than training, none waits for long after a pause, and the surplus the pause left (the previous
+    setting's batches and a full queue, up to 22 batches after a switch to 5 workers) lasts the whole segment: timed
+    as it is, the rate is training's own (io-heavy at 5 workers: 43.2 steps/s against 40.8 without dlprof). A
+    shrinking queue says so, and the steps it carried come out of the count. 0 when the queue grew or held (training
+    is the slower side, and its own speed is the rate), or is unknown.
+    """
+    if last <= first or first < 0 or last >= len(ready):
+        return 0.0
+    before, after = ready[first], ready[last]
+    if before < 0 or after < 0:
+        return 0.0
+    return max(0, before - after) / max(1.0, batches_per_step)
+
+
+def measure(wall_ms: Sequence[float], transient: int = 0, period: int = 1, surplus: float = 0.0) -> Throughput | None:
+    """The rate of ``wall_ms`` (consecutive steps' wall times) after leaving out its first ``transient`` steps, and
+    the ``surplus`` steps a surplus carried (:func:`surplus_steps`) out of the count.
 
     ``period``: the steps of one round of the workers' delivery (``num_workers`` batches; 1 without workers). With a
     few workers, steps come in a repeating pattern (one that waited for two workers' batches, one that found the
@@ -143,9 +206,11 @@ def measure(wall_ms: Sequence[float], transient: int = 0, period: int = 1) -> Th
     seconds = sum(timed) / 1000
     if not timed or seconds <= 0:
         return None
-    rate = len(timed) / seconds
+    surplus = min(max(0.0, surplus), len(timed) - 1)
+    rate = (len(timed) - surplus) / seconds
     spread = _spread_pct([len(p) * 1000 / sum(p) for p in _parts(timed, period) if p and sum(p) > 0], rate)
-    return Throughput(rate, len(timed), seconds, spread, transient, _trusted(len(timed), seconds, spread))
+    trusted = _trusted(len(timed), seconds, spread)
+    return Throughput(rate, len(timed), seconds, spread, transient, trusted, surplus)
 
 
 def _parts(timed: list[float], period: int) -> list[list[float]]:
@@ -166,10 +231,11 @@ def combine(parts: Sequence[Throughput]) -> Throughput | None:
         return parts[0]
     steps = sum(p.steps for p in parts)
     seconds = sum(p.seconds for p in parts)
-    rate = steps / seconds
+    surplus = sum(p.surplus_steps for p in parts)
+    rate = (steps - surplus) / seconds
     spread = _spread_pct([p.steps_per_s for p in parts], rate)
     transient = sum(p.transient_steps for p in parts)
-    return Throughput(rate, steps, seconds, spread, transient, _trusted(steps, seconds, spread))
+    return Throughput(rate, steps, seconds, spread, transient, _trusted(steps, seconds, spread), surplus)
 
 
 def _trusted(steps: int, seconds: float, spread_pct: float) -> bool:

@@ -119,6 +119,7 @@ def _full_manifest() -> dict:
     document["host"]["gpu"] = {"name": "GPU"}
     segment = {"num_workers": 0, "persistent_workers": False, "round": 0, "first_step": 8, "steps": 3}
     document["trials"] = {"counts": [0, 2], "rounds": 1, "trial_steps": 3, "segments": [segment]}
+    document["step_clock"]["ready"] = [1] * len(document["step_clock"]["phase"])
     return document
 
 

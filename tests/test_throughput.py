@@ -63,6 +63,38 @@ def test_the_transient_lasts_until_every_worker_has_waited():
     assert throughput.measure(wall, 8).steps_per_s == pytest.approx(163 / 4.954)
 
 
+# A switch from 3 to 4 workers of an I/O-bound loader (30 ms of blocking read per sample, batch 4, a 22 ms step),
+# as recorded: the first batch (417 ms: the old workers drained and shut down, the new ones forked), six kept batches
+# served from memory (no wait at all), then the new queue's surplus, handed over in 0.7-2.0 ms, until the workers'
+# rounds show: a wait of 22-23 ms and one of 7-9 ms every four steps (121 ms a round: 33 steps/s).
+SWITCH_TO_4_WORKERS = [
+    *[(417.4, 394.6), (22.4, 0.0), (22.1, 0.0), (22.0, 0.0), (22.5, 0.0), (22.5, 0.0), (22.5, 0.0)],
+    *[(23.9, 1.6), (23.7, 1.3), (23.5, 1.2), (23.3, 1.1), (23.8, 1.8), (23.0, 0.9), (23.5, 0.8), (23.1, 1.0)],
+    *[(22.9, 1.0), (22.9, 0.8), (23.0, 0.9), (23.2, 0.8), (23.5, 1.1), (23.3, 1.1), (23.3, 0.9), (23.4, 1.2)],
+    *[(23.3, 1.2), (23.3, 1.1), (23.2, 1.0), (24.2, 1.9), (44.7, 22.5), (24.0, 2.0), (23.0, 0.9), (29.5, 7.4)],
+    *[(44.8, 22.8), (24.0, 2.0), (22.5, 0.7), (30.6, 8.6), (45.1, 22.9), (24.1, 2.0), (23.0, 1.0), (28.9, 7.0)],
+    *[(45.2, 23.3), (27.9, 1.8), (22.6, 0.7), (26.4, 4.4), (45.4, 23.3), (23.6, 1.7), (22.7, 0.6), (29.5, 7.6)],
+    *[(45.5, 23.4), (24.4, 2.6), (22.7, 0.6), (29.5, 7.5), (46.0, 24.0), (23.6, 1.7), (22.6, 0.7), (29.3, 7.3)],
+    *[(45.8, 23.6), (24.4, 2.6), (22.7, 0.7), (29.4, 7.3), (45.6, 23.5), (24.0, 2.1), (22.7, 0.7), (28.9, 6.9)],
+    *[(46.3, 24.4), (23.9, 2.0), (22.8, 0.8), (29.4, 7.3)],
+]
+
+
+def test_the_hand_off_of_a_ready_batch_is_no_wait():
+    wall, wait = series(*SWITCH_TO_4_WORKERS)
+    # Hand-offs of 0.7-2.0 ms pass 4 % of the step (0.9 ms over the kept batches' 0.0): counted as waits, the four
+    # came at steps 8-11, inside the surplus, and the segment was timed 7.7 % too fast.
+    assert throughput.WAITED_SHARE * 23.3 < 1.0
+    # The later half's mean wait is 8.1 ms: only waits over half of it count; the fourth is at step 34.
+    assert throughput.transient_steps(wall, wait, 8, workers=4) == 34
+    steady = throughput.measure(wall, 34)
+    assert steady.steps == 33 and steady.steps_per_s == pytest.approx(33 / (sum(wall[34:]) / 1000))
+    assert 32.5 < steady.steps_per_s < 33.5  # 4 batches every 121 ms
+    # With the surplus: 56 steps in 1.59 s, 7 % too fast (as the trials were).
+    assert throughput.measure(wall, 11).steps_per_s == pytest.approx(56 / 1.5899)
+    assert throughput.measure(wall, 11).steps_per_s > 1.07 * steady.steps_per_s
+
+
 def test_the_transient_is_at_least_the_queue():
     # The surplus lasted 2 steps only (a short pause): still a queue's worth is left out.
     wall, wait = bursty(80, surplus=2)
@@ -131,3 +163,38 @@ def test_whole_rounds_of_the_workers_delivery():
     rounds = throughput.measure(wall, period=2)
     assert (rounds.steps, rounds.steps_per_s, rounds.spread_pct) == (34, pytest.approx(2000 / 61), pytest.approx(0.0))
     assert throughput.whole_periods(35, 2) == 34 and throughput.whole_periods(1, 2) == 1
+
+
+def test_a_shrinking_queue_is_a_surplus_taken_out_of_the_rate():
+    ready = [12, 10, 8, 7, 7, 6, 5, 5, 4, 3]
+    assert throughput.surplus_steps(ready, 2, 9) == 5  # from 8 made to 3: 5 batches the workers made before
+    assert throughput.surplus_steps(ready, 2, 9, batches_per_step=2.0) == 2.5
+    assert throughput.surplus_steps([1, 2, 3], 0, 2) == 0  # the queue grew: training is the slower side
+    assert throughput.surplus_steps([4, -1, 2], 0, 1) == throughput.surplus_steps([], 0, 5) == 0  # unknown
+    speed = throughput.measure([25.0] * 40, surplus=4)
+    assert (speed.steps, speed.surplus_steps) == (40, 4) and speed.steps_per_s == pytest.approx(36 / 1.0)
+    # Parts combined: all their steps less all their surplus, over all their time.
+    both = throughput.combine([speed, throughput.measure([25.0] * 40)])
+    assert both.steps_per_s == pytest.approx(76 / 2.0) and both.surplus_steps == 4
+
+
+def test_workers_a_little_slower_than_training_leave_a_surplus_that_is_measured():
+    # 5 workers a little slower than training: after a switch, 17 batches are made, and the queue shrinks by one
+    # every 5 steps (22 ms each, hand-offs of 0.3 ms) until it is empty at step 80; from step 90 every fifth step
+    # waits 11 ms for its batch. The segment ends at step 100: not five waits.
+    ready = [max(1, 17 - i // 5) for i in range(90)] + [0, 1, 1, 1, 1] * 2
+    wall = [22.0] * 90 + [33.0, 22.0, 22.0, 22.0, 22.0] * 2
+    wait = [0.3] * 90 + [11.3, 0.3, 0.3, 0.3, 0.3] * 2
+    busy_at = throughput.all_busy_below(5, 2)
+    assert busy_at == 5
+    # Without the ready column: steady after the queue, the surplus timed.
+    assert throughput.transient_steps(wall, wait, 10, workers=5) == 10
+    # With it: from the first step at which every worker is busy again (5 made), the 4 batches of surplus still
+    # there (5 at step 60, 1 at step 99) taken out of the count.
+    first = throughput.transient_steps(wall, wait, 10, 5, ready, busy_at)
+    assert first == 60 and ready[first] == 5
+    surplus = throughput.surplus_steps(ready, first, len(ready) - 1)
+    assert surplus == 4
+    speed = throughput.measure(wall[first:], surplus=surplus)
+    assert speed.steps_per_s == pytest.approx((40 - 4) / (sum(wall[60:]) / 1000))
+    assert speed.steps_per_s < 0.95 * throughput.measure(wall[first:]).steps_per_s

@@ -86,7 +86,9 @@ class _Piece:
     boundary: bool
 
 
-def _pieces(clock: StepClock, segment: TrialSegment, first_queue: int, queue: int) -> list[_Piece]:
+def _pieces(clock: StepClock, segment: TrialSegment, queues: tuple[int, int], busy_at: int) -> list[_Piece]:
+    """``queues``: the queue after the switch, and after an epoch start; ``busy_at``: ready batches at or below which
+    every worker is busy (:func:`dlprof.throughput.all_busy_below`)."""
     stop = min(segment.first_step + segment.steps, len(clock))
     if segment.first_step >= stop:
         return []
@@ -94,7 +96,12 @@ def _pieces(clock: StepClock, segment: TrialSegment, first_queue: int, queue: in
     pieces = []
     for k, (a, b) in enumerate(zip(starts, [*starts[1:], stop])):
         left = throughput.transient_steps(
-            clock.wall_ms[a:b], clock.wait_ms[a:b], first_queue if k == 0 else queue, segment.num_workers
+            clock.wall_ms[a:b],
+            clock.wait_ms[a:b],
+            queues[0] if k == 0 else queues[1],
+            segment.num_workers,
+            clock.ready[a:b],
+            busy_at,
         )
         if segment.num_workers and (k == 0 or not segment.persistent_workers):
             left = max(left, min(EPOCH_SETTLE_STEPS, b - a))  # workers were started: forking slows the next steps
@@ -102,9 +109,12 @@ def _pieces(clock: StepClock, segment: TrialSegment, first_queue: int, queue: in
     return pieces
 
 
-def _speed(clock: StepClock, pieces: list[_Piece]) -> Throughput | None:
+def _speed(clock: StepClock, pieces: list[_Piece], batches_per_step: float) -> Throughput | None:
     steady = [ms for p in pieces for ms in clock.wall_ms[p.start + p.left_out : p.stop]]
-    measured = throughput.measure(steady)
+    surplus = sum(
+        throughput.surplus_steps(clock.ready, p.start + p.left_out, p.stop - 1, batches_per_step) for p in pieces
+    )
+    measured = throughput.measure(steady, surplus=surplus)
     return None if measured is None else replace(measured, transient_steps=sum(p.left_out for p in pieces))
 
 
@@ -300,8 +310,9 @@ def trials_result(
     for setting in _settings(trials):
         mine = [i for i, s in enumerate(trials.segments) if (s.num_workers, s.persistent_workers) == setting]
         queue = throughput.queue_steps(setting[0], prefetch, batches_per_step)
-        pieces = [_pieces(clock, trials.segments[i], first_queues[i], queue) for i in mine]
-        speed = throughput.combine([s for s in (_speed(clock, p) for p in pieces) if s is not None])
+        busy_at = throughput.all_busy_below(setting[0], prefetch)
+        pieces = [_pieces(clock, trials.segments[i], (first_queues[i], queue), busy_at) for i in mine]
+        speed = throughput.combine([s for s in (_speed(clock, p, batches_per_step) for p in pieces) if s is not None])
         pauses: tuple[list[float], list[float]] = ([], [])
         if speed is not None:
             steady_ms = 1000 / speed.steps_per_s

@@ -77,11 +77,12 @@ def _segments(clock: StepClock, steps: range) -> list[range]:
     return segments
 
 
-def _left_out(clock: StepClock, segment: range, queue: int, workers: int) -> int:
+def _left_out(clock: StepClock, segment: range, queue: int, workers: int, busy_at: int) -> int:
     """How many of ``segment``'s first steps are not steady: its refill transient, and at least the settling steps
     after an epoch start or the fork probe."""
     a, b = segment.start, segment.stop
-    transient = throughput.transient_steps(clock.wall_ms[a:b], clock.wait_ms[a:b], queue, workers)
+    ready = clock.ready[a:b]
+    transient = throughput.transient_steps(clock.wall_ms[a:b], clock.wait_ms[a:b], queue, workers, ready, busy_at)
     if _flagged(clock.epoch_start, a) or _flagged(clock.fork_probe, a):
         transient = max(transient, EPOCH_SETTLE_STEPS)
     return min(transient, len(segment))
@@ -112,10 +113,11 @@ def _steady(manifest: Manifest) -> _Steady:
     clock = manifest.step_clock
     whole = _whole_epochs(clock)
     queue, workers, period = _delivery(manifest)
+    busy_at = throughput.all_busy_below(workers, manifest.loader.prefetch_factor if manifest.loader else None)
     segments: list[list[int]] = []
     left_out: dict[int, int] = {}
     for segment in _segments(clock, whole if whole is not None else range(len(clock))):
-        skip = _left_out(clock, segment, queue, workers)
+        skip = _left_out(clock, segment, queue, workers, busy_at)
         left_out[segment.start] = skip
         kept = list(segment[skip:])
         segments.append(kept[: throughput.whole_periods(len(kept), period)])
@@ -128,11 +130,22 @@ def _speed(clock: StepClock, steady: _Steady) -> Throughput | None:
     lengths they drew: 10 consecutive steps of the built-in workload stray 29 % from its long-run rate at p90,
     scripts/measure_variation.py); else the range of the steady steps' sub-windows."""
     walls = [[clock.wall_ms[i] for i in segment] for segment in steady.segments]
+    surpluses = [_surplus(clock, segment) for segment in steady.segments]
     if steady.whole_epochs and sum(1 for w in walls if w) > 1:
-        speed = throughput.combine([m for w in walls if (m := throughput.measure(w, period=steady.period))])
+        measured = (throughput.measure(w, period=steady.period, surplus=x) for w, x in zip(walls, surpluses) if w)
+        speed = throughput.combine([m for m in measured if m is not None])
     else:
-        speed = throughput.measure([ms for w in walls for ms in w], period=steady.period)
+        speed = throughput.measure([ms for w in walls for ms in w], period=steady.period, surplus=sum(surpluses))
     return None if speed is None else replace(speed, transient_steps=sum(steady.left_out.values()))
+
+
+def _surplus(clock: StepClock, segment: list[int]) -> float:
+    """Steps of the contiguous steady ``segment`` that a surplus made before it carried
+    (:func:`dlprof.throughput.surplus_steps`)."""
+    if len(segment) < 2:
+        return 0.0
+    per_step = max(1.0, statistics.fmean(clock.batches[i] for i in segment)) if clock.batches else 1.0
+    return throughput.surplus_steps(clock.ready, segment[0], segment[-1], per_step)
 
 
 def reference_step_indices(manifest: Manifest) -> list[int]:

@@ -167,7 +167,8 @@ class Recorder:
         self.window_start_ns: int | None = None
         # Profiled steps' boundaries (wall, process CPU, run-queue): the main process's CPU per step.
         self.window_clock: list[tuple[int, int, int]] = []
-        # Every step, profiled or not: [phase, wall, cpu, runq, wait, batches, epoch_start, fork_probe] (ns).
+        # Every step, profiled or not: [phase, wall, cpu, runq, wait, batches, epoch_start, fork_probe, ready] (ns;
+        # ready: the batches already made when the step's first batch was asked for, -1 unknown).
         self.all_steps: list[list] = []
         # Run-queue wait of the training thread: time it was ready to run but the cores were busy
         # (with DataLoader workers, say), which stretches the step without being the step's own work.
@@ -175,6 +176,7 @@ class Recorder:
         self._step_begin = self._clocks()
         self._step_wait_ns = 0
         self._step_batches = 0
+        self._step_ready = -1
         self._step_epoch_start = False
         self._steps_after_window = 0
         self._after_epoch_starts = 0
@@ -212,6 +214,8 @@ class Recorder:
         if event == probe.EVENT_EPOCH_START:
             self._step_epoch_start = True
         elif event == probe.EVENT_BATCH:
+            if self._step_batches == 0:
+                self._step_ready = probe.batches_ready()
             self._step_batches += 1
             self._after_batch()
 
@@ -259,9 +263,11 @@ class Recorder:
                 self._step_batches,
                 epoch_started,
                 self._step_fork_probe,
+                self._step_ready,
             ]
         )
         self._step_wait_ns = self._step_batches = 0
+        self._step_ready = -1
         self._step_epoch_start = False
         profiler.step()
         if self.window_start_ns is None and profiler.current_action != torch.profiler.ProfilerAction.NONE:
@@ -523,6 +529,7 @@ class Recorder:
             batches=tuple(r[5] for r in rows),
             epoch_start=tuple(r[6] for r in rows),
             fork_probe=tuple(r[7] for r in rows),
+            ready=tuple(r[8] for r in rows),
         )
 
     def finish(self, status: str, error: str | None) -> RankResult:

@@ -117,10 +117,25 @@ def prefetch_for(num_workers: int, own_prefetch: int | None) -> int | None:
     return own_prefetch or throughput.DEFAULT_PREFETCH_FACTOR
 
 
-def allowance_steps(num_workers: int, prefetch_factor: int | None, batches_per_step: float) -> int:
-    """Steps a segment gives its refill transient before the timed steps: two queues' worth and the settling after
-    starting workers (the analysis finds the real transient inside it)."""
-    return 2 * throughput.queue_steps(num_workers, prefetch_factor, batches_per_step) + EPOCH_SETTLE_STEPS
+def queue_of(num_workers: int, own_prefetch: int | None, batches_per_step: float) -> int:
+    """Steps that consume the queue of a tried count (its prefetch_factor: :func:`prefetch_for`)."""
+    return throughput.queue_steps(num_workers, prefetch_for(num_workers, own_prefetch), batches_per_step)
+
+
+def allowance_steps(
+    num_workers: int, prefetch_factor: int | None, batches_per_step: float, previous_queue: int = 0
+) -> int:
+    """Steps a segment gives its refill transient before the timed steps (the analysis finds the real transient inside
+    it): the settling after starting workers, and twice the surplus a switch leaves: the batches the previous setting
+    had in flight (``previous_queue``, in steps), kept and served first, and the new setting's own queue, filled
+    meanwhile.
+
+    Twice, because the surplus is used up only as fast as training outruns the workers, and the transient ends once
+    every worker has waited: from 3 to 4 workers of an I/O-bound loader (6 batches kept, a queue of 8) it lasted
+    27-36 steps.
+    """
+    surplus = throughput.queue_steps(num_workers, prefetch_factor, batches_per_step) + previous_queue
+    return 2 * surplus + EPOCH_SETTLE_STEPS
 
 
 #: The shortest step the built-in workload is planned for when it makes room for the trials, s.
@@ -132,7 +147,9 @@ def steps_bound(request: TrialRequest, prefetch_factor: int | None = None, batch
     workload must be able to train on for them."""
     trial_steps = request.trial_steps or default_trial_steps(SHORTEST_STEP_S)
     order = rounds_order(request.counts, request.persistent, request.rounds)
-    segments = sum(allowance_steps(n, prefetch_for(n, prefetch_factor), batches_per_step) for _, n, _ in order)
+    # Whatever came before a segment, at most the largest count's queue was in flight.
+    most = max(queue_of(n, prefetch_factor, batches_per_step) for n in request.counts)
+    segments = sum(allowance_steps(n, prefetch_for(n, prefetch_factor), batches_per_step, most) for _, n, _ in order)
     return RANK_MARGIN_STEPS + segments + len(order) * trial_steps
 
 
@@ -264,12 +281,13 @@ def plan_trials(
             return Plan(start, start, at, rank, trial_steps, skipped=planned)
         segments, stop = planned
         return Plan(start, stop, at, rank, trial_steps, segments)
-    segments, step = [], start
+    segments, step, previous = [], start, facts.num_workers
     for round_, n, persistent in order:
         prefetch = prefetch_for(n, facts.prefetch_factor)
-        steps = allowance_steps(n, prefetch, facts.batches_per_step) + trial_steps
+        kept = queue_of(previous, facts.prefetch_factor, facts.batches_per_step)
+        steps = allowance_steps(n, prefetch, facts.batches_per_step, kept) + trial_steps
         segments.append(PlannedSegment(n, persistent, prefetch, round_, step, step, steps))
-        step += steps
+        step, previous = step + steps, n
     return Plan(start, step, at, rank, trial_steps, tuple(segments))
 
 

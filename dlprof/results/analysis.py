@@ -174,6 +174,9 @@ class Throughput:
     transient_steps: int = 0
     #: The spread is narrow enough, and enough steps and seconds were timed, to trust the number.
     trusted: bool = True
+    #: Of the steps timed, how many a surplus made before them carried (batches, in steps): the queue of made batches
+    #: shrank by that much over them. The rate leaves them out: ``(steps - surplus_steps) / seconds``.
+    surplus_steps: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -57,15 +57,22 @@ def test_rounds_alternate_their_order():
 def test_a_segment_is_its_refill_allowance_and_the_trial_steps():
     facts = LoaderFacts(num_workers=2, prefetch_factor=4, batches_per_step=2.0)
     plan = plan_trials(TrialRequest((0, 3), rounds=2, trial_steps=10), facts, 100, 0.05, (97, 0))
-    # 3 workers keep 3 x 4 batches queued, 6 steps at 2 batches a step: two queues and the settling steps.
-    refill = {0: EPOCH_SETTLE_STEPS, 3: 2 * 6 + EPOCH_SETTLE_STEPS}
+    # 3 workers keep 3 x 4 batches queued, 6 steps at 2 batches a step; the recorded 2 workers, 4 steps. A segment's
+    # allowance is the settling steps and twice the surplus its switch leaves: the previous setting's queue, kept and
+    # served first, and its own.
+    previous_queue = [4, 0, 6, 6]  # from the recorded 2 workers, then from 0, 3, 3
+    own_queue = {0: 0, 3: 6}
     assert [(s.round, s.num_workers, s.prefetch_factor) for s in plan.segments] == [
         (0, 0, None),
         (0, 3, 4),
         (1, 3, 4),
         (1, 0, None),
     ]
-    assert [s.steps for s in plan.segments] == [refill[s.num_workers] + 10 for s in plan.segments]
+    assert [s.steps for s in plan.segments] == [
+        2 * (kept + own_queue[s.num_workers]) + EPOCH_SETTLE_STEPS + 10
+        for kept, s in zip(previous_queue, plan.segments)
+    ]
+    assert [s.steps - EPOCH_SETTLE_STEPS for s in plan.segments] == [18, 22, 34, 22]
     starts = [s.first_step for s in plan.segments]
     assert starts[0] == plan.trials_start == 100 and all(s.request_step == s.first_step for s in plan.segments)
     assert all(b == a.first_step + a.steps for a, b in zip(plan.segments, starts[1:]))
@@ -128,19 +135,23 @@ def test_what_the_trials_will_cost_is_said_before_they_start():
     facts = LoaderFacts(num_workers=2, prefetch_factor=None, batches_per_step=1.0)
     request = TrialRequest((0, 1, 2, 4), trial_steps=40)
     plan = plan_trials(request, facts, 10, 0.1, (10, 0))
-    steps = plan.stop_step - plan.trials_start  # 2 x (45 + 49 + 53 + 61) = 416 steps of 0.1 s
+    # Queues of 0, 2, 4 and 8 steps; each segment 40 steps, 5 settling, twice its queue and the one before it's
+    # (from the recorded 2 workers first): 53 + 49 + 57 + 69 + 77 + 69 + 57 + 49 = 480 steps of 0.1 s.
+    steps = plan.stop_step - plan.trials_start
+    assert [s.steps for s in plan.segments] == [53, 49, 57, 69, 77, 69, 57, 49]
     assert trial_plan.describe(request, plan, 0.1) == (
-        "dlprof: trying num_workers 0,1,2,4 in 2 rounds of 4 segments, about 52 steps each: ~42 s"
+        "dlprof: trying num_workers 0,1,2,4 in 2 rounds of 4 segments, about 60 steps each: ~48 s"
     )
-    assert steps == 416 and trial_plan.describe(request, plan, 0.5).endswith("~3 min")
+    assert steps == 480 and trial_plan.describe(request, plan, 0.5).endswith("~4 min")
     both = trial_plan.describe(TrialRequest((0, 2), rounds=1, persistent=True), plan, None)
     assert both.startswith("dlprof: trying num_workers 0,2 (and 2 with persistent workers) in 1 round of 3 segments")
 
 
 def test_the_built_in_workload_gets_room_for_the_trials():
     request = TrialRequest((0, 2), trial_steps=10)
-    # Two rounds of (5 + 10) and (2 x 4 + 5 + 10) steps, and the ranks' margin.
-    assert trial_plan.steps_bound(request) == trial_plan.RANK_MARGIN_STEPS + 2 * (15 + 23)
+    # Two rounds of (2 x 4 + 5 + 10) and (2 x (4 + 4) + 5 + 10) steps (after the largest queue, 2 workers' 4 steps),
+    # and the ranks' margin.
+    assert trial_plan.steps_bound(request) == trial_plan.RANK_MARGIN_STEPS + 2 * (23 + 31)
     assert trial_plan.steps_bound(TrialRequest((0,))) >= throughput.MIN_SECONDS / trial_plan.SHORTEST_STEP_S
 
 

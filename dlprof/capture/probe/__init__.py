@@ -30,6 +30,7 @@ from dlprof.capture.probe.patches import (
     EVENT_EPOCH_END,
     EVENT_EPOCH_START,
     add_loader_callback,
+    batches_ready,
     install,
     uninstall,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "EpochRecord",
     "LoaderRecord",
     "add_loader_callback",
+    "batches_ready",
     "flush",
     "in_worker",
     "install",

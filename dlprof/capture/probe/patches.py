@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from dlprof.capture import spanfile
 from dlprof.capture.probe import settings, switch, timing, worker
@@ -25,6 +26,38 @@ _LOADER_CALLBACKS: list[Callable[[str, int], None]] = []
 EVENT_BATCH = "batch"  # __next__ returned a batch
 EVENT_EPOCH_END = "epoch_end"  # __next__ found the epoch exhausted (non-persistent workers shut down in it)
 EVENT_EPOCH_START = "epoch_start"  # __iter__ created or reset an iterator (workers started)
+
+
+#: Batches already made when the last ``__next__`` began (the one it handed over included), -1 when unknown.
+_READY = [-1]
+#: torch's iterator with worker processes (set by :func:`install`: torch is imported there, not here).
+_MULTIPROCESS_ITER: list[type] = [type(None)]
+
+
+def batches_ready() -> int:
+    """How many batches were already made when the main process's last ``DataLoader.__next__`` began, the one it
+    returned included: kept by a switch of worker settings, received out of order, or queued by the workers; 0
+    without workers (nothing is made ahead); -1 when it cannot be told. Read it in an :data:`EVENT_BATCH` callback.
+
+    The trials and the reference steps use it to tell a surplus the workers made during a pause from their steady
+    output (:mod:`dlprof.throughput`)."""
+    return _READY[0]
+
+
+def _ready(outer: Any) -> int:
+    delegate = outer.__dict__.get("_dlprof_delegate")
+    kept = len(delegate.buffered) if delegate is not None else 0
+    current = delegate.inner if delegate is not None else outer
+    if not isinstance(current, _MULTIPROCESS_ITER[0]):
+        return kept
+    try:
+        queued = current._data_queue.qsize()
+        if current._pin_memory:  # the pin thread's input: made, not pinned yet
+            queued += current._worker_result_queue.qsize()
+        received = sum(1 for info in current._task_info.values() if len(info) == 2)
+    except (AttributeError, NotImplementedError, OSError):  # qsize() is not implemented on macOS
+        return -1
+    return kept + received + queued
 
 
 def add_loader_callback(callback: Callable[[str, int], None]) -> None:
@@ -110,6 +143,7 @@ def _wrap_next(original: Callable) -> Callable:
         try:
             if switch.PENDING:  # the trials asked to switch worker settings: here, inside the step's wait
                 switch.at_next(self, ctx)
+            _READY[0] = _ready(self)
             delegate = self.__dict__.get("_dlprof_delegate")
             if delegate is None:
                 data = original(self)
@@ -169,6 +203,7 @@ def install(spans_dir: str, spans: bool = True, overrides: dict | None = None) -
     state.spans_dir = spans_dir
     state.log = SpanLog(spanfile.path_for(spans_dir, os.getpid()), time.thread_time_ns)
     loader_cls = dataloader_module.DataLoader
+    _MULTIPROCESS_ITER[0] = dataloader_module._MultiProcessingDataLoaderIter
     timing.patch(loader_cls, "__init__", _wrap_init)
     timing.patch(loader_cls, "__iter__", _wrap_iter)
     timing.patch(dataloader_module._BaseDataLoaderIter, "__next__", _wrap_next)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import torch
 from torch.utils.data import DataLoader
 
@@ -70,3 +72,29 @@ def test_spans_false_records_only_settings_and_next_calls(tmp_path):
         assert len(probe.loader_records()) == 1
     finally:
         probe.uninstall()
+
+
+def test_the_batches_already_made_are_counted_at_each_next(spans_dir):
+    ready = []
+    probe.add_loader_callback(
+        lambda event, ns: ready.append(probe.batches_ready()) if event == probe.EVENT_BATCH else 0
+    )
+    # Without workers nothing is made ahead.
+    assert len(list(DataLoader(torch.arange(6.0), batch_size=2))) == 3
+    assert ready == [0, 0, 0]
+    ready.clear()
+    # Two workers, 2 batches each in flight: given time, all 4 are made before the first is asked for.
+    iterator = iter(DataLoader(torch.arange(16.0), batch_size=2, num_workers=2, prefetch_factor=2))
+    deadline = time.monotonic() + 30
+    while iterator._data_queue.qsize() < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    next(iterator)
+    assert ready == [4]
+    # Each batch taken asks for one more: after the next one is made, 4 are ready again (the one handed over included).
+    deadline = time.monotonic() + 30
+    while iterator._data_queue.qsize() < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    next(iterator)
+    assert ready == [4, 4]
+    rest = list(iterator)
+    assert len(rest) == 6 and all(0 <= r <= 4 for r in ready[2:])
