@@ -11,7 +11,8 @@ The trials trained on after the reference steps, switching the training DataLoad
   new setting take batches it did not make. Where workers were started (the switch to a setting with workers, an
   epoch start without persistent workers) at least :data:`~dlprof.manifest.EPOCH_SETTLE_STEPS` are left out as well:
   forking slows the next steps. The steady steps left are measured as steps over time
-  (:func:`dlprof.throughput.measure`).
+  (:func:`dlprof.throughput.measure`), less the steps a surplus still there carried (the queue of batches already
+  made shrank over them: ``StepClock.ready``, :func:`dlprof.throughput.surplus_steps`).
 * **A setting's speed.** Its segments over the rounds combined (:func:`dlprof.throughput.combine`: all steps over all
   their time; the spread is the range of the rounds' rates).
 * **A setting's restart** (what an epoch boundary costs it), in this order of preference:
