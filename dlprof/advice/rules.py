@@ -18,6 +18,11 @@ HIGHLY_INPUT_BOUND_PCT = 20.0
 MODERATELY_INPUT_BOUND_PCT = 5.0
 #: Recommend the smallest num_workers predicted within this fraction of the best prediction.
 WITHIN_BEST = 0.05
+#: With in-process trials, the smallest num_workers measured within this fraction of the best: WITHIN_BEST less what a
+#: trial's speed can stray from the user's own training without dlprof (trials against separate launches on the
+#: synthetic cases of scripts/bench_advice.py: up to 2.6 %). At 5 %, a count measured 1 % fast came within 5 % of one
+#: measured 1 % slow, and was 5.9 % slower than it in truth (I/O-heavy loading, 5 workers against 6).
+WITHIN_BEST_MEASURED = 0.03
 #: Workers may use at most this share of the RAM available when the run was recorded (the model,
 #: optimizer state and the OS need the rest).
 MEMORY_BUDGET_FRACTION = 0.5
@@ -290,8 +295,9 @@ def _choose_with_trials(
     trials: TrialsResult,
     recorded_persistent: bool,
 ) -> _Choice | None:
-    """The fewest workers within WITHIN_BEST of the best speed on the trials' basis: measured where tried, the scaled
-    prediction elsewhere (:mod:`dlprof.advice.measured`). None when nothing was measured or predicted on that basis.
+    """The fewest workers within WITHIN_BEST_MEASURED of the best speed on the trials' basis: measured where tried,
+    the scaled prediction elsewhere (:mod:`dlprof.advice.measured`). None when nothing was measured or predicted on
+    that basis.
 
     The memory bound holds for every count (a trial is too short to show what more workers' memory does over a
     training); the bound of CPU-bound loading at the usable cores only for predicted counts (a measured count's speed
@@ -311,7 +317,7 @@ def _choose_with_trials(
     if not allowed:
         return None
     best = max(allowed, key=lambda c: c.steps_per_s)
-    chosen = next(c for c in allowed if c.steps_per_s >= best.steps_per_s / (1 + WITHIN_BEST))
+    chosen = next(c for c in allowed if c.steps_per_s >= best.steps_per_s * (1 - WITHIN_BEST_MEASURED))
     by_count = {p.num_workers: p for p in predicted}
     bound = by_count[chosen.num_workers].bound if chosen.num_workers in by_count else None
     if max(c.steps_per_s for c in found) > best.steps_per_s * (1 + WITHIN_BEST):  # a limit, not the speeds, stopped us
@@ -388,7 +394,7 @@ def advise(
     if choice is not None and inputs is not None and num_workers < len(predicted):
         evidence += _num_workers_evidence(inputs, predicted, num_workers, bound, loader_config, choice.chosen is None)
     if choice is not None and choice.chosen is not None:
-        evidence += measured_evidence(trials, choice.chosen, choice.best, WITHIN_BEST, trials_tried(manifest))
+        evidence += measured_evidence(trials, choice.chosen, choice.best, WITHIN_BEST_MEASURED, trials_tried(manifest))
     if loader is not None:
         evidence.append(
             f"per batch: fetch {loader.fetch.mean_ms:.2f} ms, tokenizer {loader.tokenize.mean_ms:.2f} ms, collate"
