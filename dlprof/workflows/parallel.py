@@ -17,6 +17,7 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 import os
+import socket
 import sys
 import threading
 import time
@@ -104,6 +105,10 @@ class Counter:
         self._tty = sys.stderr.isatty()
         self._timer = threading.Timer(after_s, self._show)
         self._timer.daemon = True
+
+    def start(self) -> None:
+        """The work begins (a cluster joined): the clock starts."""
+        self._start = self._last = time.perf_counter()
         self._timer.start()
 
     def _line(self) -> str:
@@ -246,6 +251,13 @@ def _connect(ray_module, address: str, jobs: int) -> bool:
     """Join (or, for ``local``, start) a Ray cluster; False when this process was already connected."""
     if ray_module.is_initialized():
         return False
+    if not address.strip():
+        raise UsageError("--ray: give 'auto' (the cluster in RAY_ADDRESS), 'local' or a cluster's address")
+    unreachable = _unreachable(os.environ.get("RAY_ADDRESS", "") if address == "auto" else address)
+    if unreachable:
+        raise UsageError(
+            f"--ray {address}: cannot reach {unreachable}; check the address (and RAY_ADDRESS), or use --ray local"
+        )
     quiet = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False}
     try:
         if address == "local":
@@ -262,12 +274,27 @@ def _connect(ray_module, address: str, jobs: int) -> bool:
     return True
 
 
+def _unreachable(address: str, timeout_s: float = 5.0) -> str | None:
+    """``host:port`` (or ``ray://host:port``) when nothing answers there within ``timeout_s``: Ray itself would
+    retry for minutes. None when it answers, or when ``address`` names no port (``local``, empty)."""
+    host, _, port = address.removeprefix("ray://").removeprefix("http://").rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError:
+        return f"{host}:{port}"
+    return None
+
+
 def _on_ray(task: Callable, calls: Sequence[tuple], order: list[int], address: str, jobs: int, counter):
     try:
         import ray
     except ImportError:
         raise UsageError(RAY_MISSING) from None
     connected = _connect(ray, address, jobs)
+    if counter:
+        counter.start()
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(_ray_call)
         pending = {remote.remote(task, calls[i]): i for i in order}

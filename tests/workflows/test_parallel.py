@@ -148,6 +148,7 @@ def test_a_bad_jobs_value_is_one_line(value):
 
 def test_progress_goes_to_stderr_only_for_long_analyses(capsys):
     counter = parallel.Counter(3, after_s=0.05)
+    counter.start()
     counter.step()
     time.sleep(0.3)
     counter.step()
@@ -157,6 +158,7 @@ def test_progress_goes_to_stderr_only_for_long_analyses(capsys):
     assert captured.out == ""
     assert "dlprof: analyzed 1/3 ranks" in captured.err and "dlprof: analyzed 3/3 ranks" in captured.err
     quick = parallel.Counter(2)
+    quick.start()
     quick.step()
     quick.step()
     quick.close()
@@ -167,6 +169,17 @@ def test_json_to_stdout_stays_json_with_jobs(tmp_path):
     done = run_dlprof("analyze", str(_job(tmp_path)), "--format", "json", "--jobs", "2")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["schema"] == "dlprof.report/1"
+
+
+def test_an_unreachable_ray_address_is_one_line_at_once():
+    started = time.perf_counter()
+    result = invoke("analyze", str(RANKS), "--ray", "127.0.0.1:1")
+    if importlib.util.find_spec("ray") is None:
+        assert_one_line_error(result, 'pip install "dlprof[ray]"')
+    else:
+        assert_one_line_error(result, "--ray 127.0.0.1:1: cannot reach 127.0.0.1:1")
+    assert time.perf_counter() - started < 30  # not Ray's minutes of retrying
+    assert parallel._unreachable("local") is None and parallel._unreachable("") is None
 
 
 def test_ray_missing_is_one_line_naming_the_extra(monkeypatch):
