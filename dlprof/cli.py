@@ -529,9 +529,11 @@ def analyze(
     from dlprof.report import pick_format
     from dlprof.workflows.analyze import build_report
     from dlprof.workflows.output import check_output, redactor_for
+    from dlprof.workflows.parallel import fixed_mmap_threshold
 
     fmt = pick_format(fmt, output)
     check_output(output, [path])
+    fixed_mmap_threshold()  # this process reads traces too (--jobs 1, one trace): each buffer back to the system
     report = build_report(path, jobs=jobs, ray=ray_address)
     _emit(report, fmt, output, redactor_for(report, [path]) if redact else None)
 

@@ -150,12 +150,12 @@ def run_tasks(
     sizes: Sequence[int] = (),
     what: str = "ranks",
 ) -> list:
-    """``task(*call)`` for every call, in order: each in a worker process of its own, ``jobs`` at a time, or on Ray
-    (``ray``: ``auto``, ``local`` or a cluster's address); one call alone runs in this process. ``sizes`` (bytes
-    each call reads) start the biggest first.
+    """``task(*call)`` for every call, in order: with ``jobs`` 1 (or one call) in this process, one after another;
+    else each in a worker process of its own, ``jobs`` at a time; or on Ray (``ray``: ``auto``, ``local`` or a
+    cluster's address). ``sizes`` (bytes each call reads) start the biggest first.
 
-    Worker processes run this process's ``__main__`` module again, as multiprocessing's do: a script that calls
-    this must keep its own work under ``if __name__ == "__main__":``.
+    Worker processes run this process's ``__main__`` module again, as multiprocessing's do: a script that asks for
+    ``jobs`` > 1 must keep its own work under ``if __name__ == "__main__":``.
 
     ``task`` must be a module-level function; its calls and results are pickled.
 
@@ -168,9 +168,16 @@ def run_tasks(
     try:
         if ray is not None:
             return _on_ray(task, calls, order, ray, jobs, counter)
-        if len(calls) == 1:
-            return [task(*calls[0])]
-        return _in_processes(task, calls, order, max(1, min(jobs, len(calls))), counter)
+        if jobs <= 1 or len(calls) == 1:
+            if counter:
+                counter.start()
+            results = []
+            for call in calls:
+                results.append(task(*call))
+                if counter:
+                    counter.step()
+            return results
+        return _in_processes(task, calls, order, min(jobs, len(calls)), counter)
     finally:
         if counter:
             counter.close()
@@ -211,7 +218,7 @@ def _in_processes(task: Callable, calls: Sequence[tuple], order: list[int], jobs
 
 def _worker(sender, task: Callable, call: tuple) -> None:
     """A worker process: ``task(*call)``, sent back; an unexpected exception as its traceback's text."""
-    _fixed_mmap_threshold()
+    fixed_mmap_threshold()
     try:
         result = (True, task(*call))
     except BaseException:  # anything, to the caller, which raises it
@@ -237,10 +244,11 @@ def _received(receiver, process, call: tuple, jobs: int):
     return result
 
 
-def _fixed_mmap_threshold() -> None:
+def fixed_mmap_threshold() -> None:
     """glibc's malloc gives big blocks their own mapping only above a threshold that it raises to the size of each one
     freed: a second trace's buffer then grows in the heap, copied as it grows (77 MB at the second 17 MB trace,
-    54 at the first, measured). A worker fixes it at 1 MiB: every buffer goes back to the system when freed."""
+    54 at the first, measured). Fixed at 1 MiB, every buffer goes back to the system when freed (46 MB at the
+    first, 61 after four). For processes that read traces: dlprof's workers, and ``dlprof analyze``'s own."""
     try:
         ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, 1 << 20)
     except (OSError, AttributeError):  # not glibc
@@ -321,5 +329,5 @@ def _on_ray(task: Callable, calls: Sequence[tuple], order: list[int], address: s
 
 def _ray_call(task: Callable, call: tuple):
     """A Ray task: ``task(*call)`` in a Ray worker, which reads one trace after another (so the mmap threshold)."""
-    _fixed_mmap_threshold()
+    fixed_mmap_threshold()
     return task(*call)
