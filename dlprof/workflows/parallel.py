@@ -1,13 +1,15 @@
-"""One task per trace file, run in this process, in worker processes (``--jobs``) or on a Ray cluster (``--ray``).
+"""One task per trace file: in this process (``--jobs 1``), in worker processes (``--jobs N``) or on Ray (``--ray``).
 
 A task gets a path and hands back a small summary: traces are read where they lie and never travel between
 processes. Results come back in the order of the calls, whichever finished first, so that what is built from
 them is the same however many processes ran them.
 
-Worker processes are started by a fork server (``forkserver``), never forked from the caller: a caller that
-imported torch (a notebook, ``dlprof sweep``) holds threads that a plain ``fork`` would copy half-way. The
-server imports the task's module once; each worker is then forked from it, cheaply (measured: 0.14 s to start
-two, as with ``spawn``; ``fork`` 0.01 s). Ray is imported only for ``--ray``.
+Each call gets a worker process of its own, which ends with it: a process that reads one trace after another
+keeps some of each (fragments of its heap), one that reads one trace peaks at that trace's cost. Workers are
+forked from a fork server (``forkserver``), never from the caller: a caller that imported torch (a notebook,
+``dlprof sweep``) holds threads that a plain ``fork`` would copy half-way. The server imports the task's module
+once (0.14 s, measured); each worker forked from it then starts in about 4 ms. Ray is imported only for
+``--ray``, whose tasks run in Ray's own worker processes.
 """
 
 from __future__ import annotations
@@ -25,11 +27,11 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from dlprof.errors import DlprofError, UsageError
+from dlprof.errors import DlprofError, UsageError, printable
 
 #: A worker's peak memory per byte of trace JSON: measured 1.3-1.6 x (the file's buffer, then the events kept).
 PEAK_PER_JSON_BYTE = 1.6
-#: A worker's memory before it reads a trace (Python and dlprof's analyze path: 20 MB measured), with room.
+#: A worker's memory before it reads a trace (Python and dlprof's analyze path: 22-24 MB measured), with room.
 WORKER_BASE_BYTES = 40 << 20
 #: Progress on stderr only for work that takes longer than this.
 PROGRESS_AFTER_S = 2.0
@@ -188,9 +190,8 @@ def _in_processes(task: Callable, calls: Sequence[tuple], order: list[int], jobs
     ranks there are (a process that reads one trace after another keeps some of each: 1.5 x a 17 MB trace for the
     first, 2.3 x after four, measured), and a process that dies takes only its own call with it."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(
-        [task.__module__, *ENTRY_POINT]
-    )  # imported once, in the server: workers fork from it
+    # Imported once, in the server, which every worker is forked from.
+    context.set_forkserver_preload([task.__module__, *ENTRY_POINT])
     results: list = [None] * len(calls)
     todo = list(order)
     running: dict = {}
@@ -233,7 +234,7 @@ def _received(receiver, process, call: tuple, jobs: int):
     except EOFError:
         process.join()
         raise DlprofError(
-            f"{call[0] if call else 'a task'}: its worker process died (exit code {process.exitcode}; out of memory?);"
+            f"{printable(str(call[0])) if call else 'a task'}: its worker process died (exit code {process.exitcode}; out of memory?);"
             f" run again with fewer --jobs than {jobs}"
         ) from None
     finally:
@@ -316,7 +317,7 @@ def _on_ray(task: Callable, calls: Sequence[tuple], order: list[int], address: s
                 except ray.exceptions.WorkerCrashedError:
                     call = calls[index]
                     raise DlprofError(
-                        f"{call[0] if call else 'a task'}: its Ray worker died (out of memory?); give its nodes more"
+                        f"{printable(str(call[0])) if call else 'a task'}: its Ray worker died (out of memory?); give its nodes more"
                         " memory, or analyse fewer ranks at once"
                     ) from None
                 if counter:

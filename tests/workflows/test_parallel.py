@@ -194,10 +194,12 @@ def test_ray_missing_is_one_line_naming_the_extra(monkeypatch):
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason='Ray is not installed (pip install "dlprof[ray]")')
 def test_ray_local_gives_the_report_of_jobs_1(tmp_path):
     """Starts a local Ray cluster (15-25 s on 2 cores), runs the ranks' tasks there, shuts it down."""
-    run = _job(tmp_path)
+    _job(tmp_path)  # named relative to the caller's directory, as a Ray worker (elsewhere) must find it
     started = time.perf_counter()
-    done = run_dlprof("analyze", str(run), "--format", "json", "--ray", "local", timeout=180)
+    done = run_dlprof("analyze", "job", "--format", "json", "--ray", "local", timeout=180, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == _json_report(str(run), "--jobs", "1")
     assert time.perf_counter() - started < 120
+    one = run_dlprof("analyze", "job", "--format", "json", "--jobs", "1", cwd=tmp_path)
+    assert done.stdout == one.stdout and one.returncode == 0
+    assert json.loads(done.stdout)["run"]["trace_file"].startswith("job/")
     assert "Traceback" not in done.stderr
