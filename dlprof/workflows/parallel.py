@@ -233,9 +233,10 @@ def _received(receiver, process, call: tuple, jobs: int):
         ok, result = receiver.recv()
     except EOFError:
         process.join()
+        what = printable(str(call[0])) if call else "a task"
         raise DlprofError(
-            f"{printable(str(call[0])) if call else 'a task'}: its worker process died (exit code {process.exitcode}; out of memory?);"
-            f" run again with fewer --jobs than {jobs}"
+            f"{what}: its worker process died (exit code {process.exitcode}; out of memory?); run again with fewer"
+            f" --jobs than {jobs}"
         ) from None
     finally:
         receiver.close()
@@ -315,10 +316,10 @@ def _on_ray(task: Callable, calls: Sequence[tuple], order: list[int], address: s
                 try:
                     results[index] = ray.get(ref)
                 except ray.exceptions.WorkerCrashedError:
-                    call = calls[index]
+                    what = printable(str(calls[index][0])) if calls[index] else "a task"
                     raise DlprofError(
-                        f"{printable(str(call[0])) if call else 'a task'}: its Ray worker died (out of memory?); give its nodes more"
-                        " memory, or analyse fewer ranks at once"
+                        f"{what}: its Ray worker died (out of memory?); give its nodes more memory, or analyse fewer"
+                        " ranks at once"
                     ) from None
                 if counter:
                     counter.step()
