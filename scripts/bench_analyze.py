@@ -106,7 +106,7 @@ def _role(process: psutil.Process, root: int, forkservers: set[int]) -> str:
         return "other"
     if "forkserver" in cmdline and parent == root:
         forkservers.add(process.pid)
-        return "other"
+        return "fork server"
     if parent in forkservers or cmdline.startswith("ray::") or forked:
         return "worker"
     return "other"
@@ -127,7 +127,7 @@ def measure_tree(command: list[str], cwd: Path, env: dict, timeout_s: float) -> 
             except psutil.Error:
                 tree = []
             for process in tree:
-                if process.pid not in roles:
+                if roles.get(process.pid, "other") == "other":  # a Ray worker names itself once started
                     roles[process.pid] = _role(process, root, forkservers)
                 hwm = _hwm_mb(process.pid)
                 if hwm is not None:
@@ -177,6 +177,8 @@ def _memory(result: dict, trace_mb: float) -> str:
     if roles.get("worker"):
         workers = roles["worker"]
         parts.append(f"{len(workers)} workers, largest {max(workers):.0f} MB ({max(workers) / trace_mb:.1f} x)")
+    if roles.get("fork server"):
+        parts.append(f"fork server {max(roles['fork server']):.0f} MB")
     if roles.get("other"):
         parts.append(f"{len(roles['other'])} others, largest {max(roles['other']):.0f} MB")
     return "; ".join(parts)
@@ -217,13 +219,19 @@ def ranks_mode(args: argparse.Namespace, base: Path, work: Path, env: dict) -> N
     one = statistics.median(r["wall"] for r in results["--jobs 1"])
     two = statistics.median(r["wall"] for r in results["--jobs 2"])
     print(f"--jobs 2 is {one:.2f} / {two:.2f} = {one / two:.2f} x faster than --jobs 1 (target: at least 1.6 x)")
-    for mode, rs in results.items():
-        largest = max(max(r["roles"].get("command", [0]) + r["roles"].get("worker", [0])) for r in rs)
-        growth = largest - bare["maxrss"]
-        print(
-            f"{mode}: largest dlprof process {largest:.0f} MB = {largest / trace_mb:.1f} x one trace; above a bare"
-            f" process ({bare['maxrss']:.0f} MB) {growth:.0f} MB = {growth / trace_mb:.1f} x (target: at most 2.5 x)"
+    for mode, rs in results.items():  # what each process grew by, above what it started from
+        command = max(max(r["roles"].get("command", [0])) for r in rs)
+        line = (
+            f"{mode}: the command's process {command:.0f} MB, {(command - bare['maxrss']) / trace_mb:.1f} x one trace"
         )
+        line += f" above a bare process's {bare['maxrss']:.0f} MB"
+        workers = [max(r["roles"]["worker"]) for r in rs if r["roles"].get("worker")]
+        servers = [max(r["roles"]["fork server"]) for r in rs if r["roles"].get("fork server")]
+        if workers:
+            start = min(servers) if servers else bare["maxrss"]
+            line += f"; largest worker {max(workers):.0f} MB, {(max(workers) - start) / trace_mb:.1f} x above the"
+            line += f" {start:.0f} MB it starts from ({'the fork server' if servers else 'a bare process'})"
+        print(line + " (target: at most 2.5 x)")
     extrapolate(args.ranks, trace_mb, one - bare["wall"], two - bare["wall"], hta["wall"], bare["wall"])
 
 
