@@ -205,10 +205,10 @@ def ranks_mode(args: argparse.Namespace, base: Path, work: Path, env: dict) -> N
             measure_tree([*dlprof, "--ray", "local"], work, env, 1800) for _ in range(max(1, args.repeat // 2))
         ]
         reports |= {r["stdout"] for r in results["--ray local"]}
-    hta = measure_tree([sys.executable, "-c", HTA_LOAD, str(run)], work, env, args.hta_timeout)
+    hta = None if args.no_hta else measure_tree([sys.executable, "-c", HTA_LOAD, str(run)], work, env, args.hta_timeout)
     print("| analysis | wall (median) | spread | tree's largest process | each process's peak (x one trace) |")
     print("|---|---|---|---|---|")
-    for mode, rs in [*results.items(), ("HTA TraceAnalysis", [hta])]:
+    for mode, rs in [*results.items(), *([("HTA TraceAnalysis", [hta])] if hta else [])]:
         walls = sorted(r["wall"] for r in rs)
         wall = f"> {args.hta_timeout:.0f} s (stopped)" if rs[0]["timed_out"] else f"{statistics.median(walls):.2f} s"
         print(
@@ -232,7 +232,7 @@ def ranks_mode(args: argparse.Namespace, base: Path, work: Path, env: dict) -> N
             line += f"; largest worker {max(workers):.0f} MB, {(max(workers) - start) / trace_mb:.1f} x above the"
             line += f" {start:.0f} MB it starts from ({'the fork server' if servers else 'a bare process'})"
         print(line + " (target: at most 2.5 x)")
-    extrapolate(args.ranks, trace_mb, one - bare["wall"], two - bare["wall"], hta["wall"], bare["wall"])
+    extrapolate(args.ranks, trace_mb, one - bare["wall"], two - bare["wall"], hta and hta["wall"], bare["wall"])
 
 
 def _ray_installed(env: dict) -> bool:
@@ -240,7 +240,7 @@ def _ray_installed(env: dict) -> bool:
     return done.returncode == 0
 
 
-def extrapolate(ranks: int, trace_mb: float, one_s: float, two_s: float, hta_s: float, start_s: float) -> None:
+def extrapolate(ranks: int, trace_mb: float, one_s: float, two_s: float, hta_s: float | None, start_s: float) -> None:
     """256 ranks of 1 GB, from the per-GB time measured here, the parallel efficiency measured at --jobs 2 and the
     memory bound of --jobs' default: ceil(256 / jobs) waves of one rank's time over the efficiency. ``one_s`` and
     ``two_s`` are the walls less ``start_s``, a bare process's start (Python and dlprof's imports)."""
@@ -265,6 +265,8 @@ def extrapolate(ranks: int, trace_mb: float, one_s: float, two_s: float, hta_s: 
             f"  {label}: {nodes} x min({cores} cores, {memory_gb} GB / {peak_gb:.2f} GB) = {jobs} at once ->"
             f" ceil(256 / {jobs}) = {waves} x {per_gb:.1f} s / {efficiency:.2f} = {seconds / 60:.1f} min"
         )
+    if hta_s is None:
+        return
     hta_per_gb = hta_s / ranks / trace_mb * 1000
     print(
         f"  HTA's TraceAnalysis here: {hta_s:.1f} s for the {ranks} ranks (its own process pool) = {hta_per_gb:.0f} s"
@@ -296,6 +298,7 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, help="many-ranks mode: a run of this many ranks (see above)")
     parser.add_argument("--repeat", type=int, default=3, help="many-ranks mode: runs of each --jobs (default 3)")
     parser.add_argument("--no-ray", action="store_true", help="many-ranks mode: leave --ray local out")
+    parser.add_argument("--no-hta", action="store_true", help="many-ranks mode: leave HTA out")
     args = parser.parse_args()
     env = {
         **os.environ,
