@@ -105,17 +105,25 @@ def find_traces(path: Path) -> list[list[Path]]:
     return find_runs(path)[0]
 
 
-def load_run(trace: Path, name: str | None = None) -> TraceRun:
-    """Read and index one trace file (a line on stderr when that takes more than a couple of seconds)."""
+def load_run(trace: Path, name: str | None = None, *, progress: bool = True) -> TraceRun:
+    """Read and index one trace file (a line on stderr when that takes more than a couple of seconds, unless
+    ``progress`` is False: a worker among several, whose caller counts the ranks done instead)."""
+    if not progress:
+        return _load_run(trace, name)[0]
     try:
         size = f" ({trace.stat().st_size / 1e6:,.0f} MB)" if trace.is_file() else ""
     except OSError:
         size = ""
-    with Progress(f"reading trace {display(trace)}{size}") as progress:
-        text = read_bytes(trace)
-        size_mb = len(text) / 1e6
-        document = parse_trace(trace, text)
-        del text  # the raw events hold the buffer until build_run lets them go
-        run = build_run(document, trace, display(name or trace.parent.name or trace.name), release=True)
-        progress.done(f"{size_mb:,.0f} MB of JSON, {run.event_count / 1e6:.1f} M events")
+    with Progress(f"reading trace {display(trace)}{size}") as shown:
+        run, size_bytes = _load_run(trace, name)
+        shown.done(f"{size_bytes / 1e6:,.0f} MB of JSON, {run.event_count / 1e6:.1f} M events")
     return run
+
+
+def _load_run(trace: Path, name: str | None) -> tuple[TraceRun, int]:
+    """The trace's run, and the bytes of JSON read."""
+    text = read_bytes(trace)
+    size_bytes = len(text)
+    document = parse_trace(trace, text)
+    del text  # the raw events hold the buffer until build_run lets them go
+    return build_run(document, trace, display(name or trace.parent.name or trace.name), release=True), size_bytes
