@@ -8,7 +8,8 @@ Each call gets a worker process of its own, which ends with it: a process that r
 keeps some of each (fragments of its heap), one that reads one trace peaks at that trace's cost. Workers are
 forked from a fork server (``forkserver``), never from the caller: a caller that imported torch (a notebook,
 ``dlprof sweep``) holds threads that a plain ``fork`` would copy half-way. The server imports the task's module
-once (0.14 s, measured); each worker forked from it then starts in about 4 ms. Ray is imported only for
+once (0.14 s, measured); each worker forked from it then starts in about 4 ms. A server that something else
+ended is started again, and when no worker starts at all the calls left run in this process. Ray is imported only for
 ``--ray``, whose tasks run in Ray's own worker processes.
 """
 
@@ -18,6 +19,7 @@ import ctypes
 import logging
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.forkserver
 import os
 import socket
 import sys
@@ -188,22 +190,25 @@ def run_tasks(
 def _in_processes(task: Callable, calls: Sequence[tuple], order: list[int], jobs: int, counter: Counter | None):
     """Each call in a process of its own, ``jobs`` at a time: a process's memory is then one trace's, however many
     ranks there are (a process that reads one trace after another keeps some of each: 1.5 x a 17 MB trace for the
-    first, 2.3 x after four, measured), and a process that dies takes only its own call with it."""
+    first, 2.3 x after four, measured), and a process that dies takes only its own call with it. When no worker
+    process can be started, the calls left run in this process (said on stderr): the results are the same."""
     context = multiprocessing.get_context("forkserver")
     # Imported once, in the server, which every worker is forked from.
     context.set_forkserver_preload([task.__module__, *ENTRY_POINT])
+    _forget_forkserver(only_if_gone=True)
     results: list = [None] * len(calls)
     todo = list(order)
     running: dict = {}
+    startable = True
     try:
         while todo or running:
-            while todo and len(running) < jobs:
-                index = todo.pop(0)
-                receiver, sender = context.Pipe(duplex=False)
-                process = context.Process(target=_worker, args=(sender, task, calls[index]), daemon=True)
-                process.start()
-                sender.close()
-                running[receiver] = (process, index)
+            while startable and todo and len(running) < jobs:
+                started = _start(context, task, calls[todo[0]])
+                startable = started is not None
+                if started:
+                    running[started[0]] = (started[1], todo.pop(0))
+            if not running:  # no worker process could be started: the calls left run below
+                break
             for receiver in multiprocessing.connection.wait(list(running)):
                 process, index = running.pop(receiver)
                 results[index] = _received(receiver, process, calls[index], jobs)
@@ -214,7 +219,66 @@ def _in_processes(task: Callable, calls: Sequence[tuple], order: list[int], jobs
             process.kill()
             process.join()
             receiver.close()
+    for index in todo:
+        results[index] = task(*calls[index])
+        if counter:
+            counter.step()
     return results
+
+
+def _start(context, task: Callable, call: tuple):
+    """A worker process for ``task(*call)``, and the end of the pipe its result comes back on; None when none can be
+    started (said once on stderr).
+
+    The fork server is multiprocessing's, one per process and kept for its life. Something else may have ended it:
+    ``dlprof record`` run in the same process (a notebook, the tests) ends the processes it leaves behind, and a
+    user may kill it. multiprocessing then fails to start a worker (``ChildProcessError`` once the server was
+    reaped by another, a refused connection, a closed pipe), instead of starting a new server; so the server is
+    forgotten and the start tried again once.
+    """
+    for attempt in (1, 2):
+        receiver, sender = context.Pipe(duplex=False)
+        process = context.Process(target=_worker, args=(sender, task, call), daemon=True)
+        try:
+            process.start()
+        except (OSError, EOFError) as error:  # ChildProcessError and ConnectionError are OSErrors
+            receiver.close()
+            sender.close()
+            if attempt == 1:
+                _forget_forkserver(only_if_gone=False)
+                continue
+            print(
+                f"dlprof: no worker process could be started ({printable(str(error)) or type(error).__name__});"
+                " analysing in this process instead",
+                file=sys.stderr,
+                flush=True,
+            )
+            return None
+        sender.close()
+        return receiver, process
+    return None
+
+
+def _forget_forkserver(*, only_if_gone: bool) -> None:
+    """Make multiprocessing start a new fork server at the next worker: always, or ``only_if_gone`` when its server
+    has exited, or was reaped by another (which multiprocessing, asking ``waitpid`` whether it runs, takes for an
+    error). multiprocessing has no public call for this: its server's state is reset here, where it is known."""
+    server = getattr(multiprocessing.forkserver, "_forkserver", None)
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is None:
+        return
+    try:
+        gone = os.waitpid(pid, os.WNOHANG)[0] != 0
+    except ChildProcessError:
+        gone = True
+    if only_if_gone and not gone:
+        return
+    with server._lock:
+        try:
+            os.close(server._forkserver_alive_fd)  # a server still running exits when this closes
+        except (OSError, TypeError):
+            pass
+        server._forkserver_pid = server._forkserver_address = server._forkserver_alive_fd = None
 
 
 def _worker(sender, task: Callable, call: tuple) -> None:

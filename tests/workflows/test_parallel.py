@@ -6,7 +6,9 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import multiprocessing.context
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -19,6 +21,7 @@ from dlprof.errors import DlprofError, UsageError
 from dlprof.trace.discover import load_run
 from dlprof.trace.run import TraceRun
 from dlprof.workflows import analyze as analyze_module
+from dlprof.workflows import output as output_module
 from dlprof.workflows import parallel
 from dlprof.workflows.analyze import RankFailure, RankSummary, build_report, summarize_trace
 
@@ -70,6 +73,48 @@ def test_a_worker_that_dies_or_fails_is_named():
     with pytest.raises(RuntimeError, match="ValueError: invalid literal"):
         parallel.run_tasks(int, [("x",), ("1",)], jobs=2)
     assert parallel.run_tasks(int, [("2",), ("1",), ("3",)], jobs=2, sizes=[1, 5, 2]) == [2, 1, 3]  # in order
+
+
+def _end_the_fork_server():
+    """End this process's fork server and reap it, as ``dlprof record`` run in this process once did (ending every
+    process it had not started itself, SIGKILL after SIGTERM); the resource tracker too (which ignores SIGTERM)."""
+    from multiprocessing import forkserver, resource_tracker
+
+    for pid in (forkserver._forkserver._forkserver_pid, resource_tracker._resource_tracker._pid):
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+
+
+@pytest.mark.filterwarnings("ignore:resource_tracker")
+def test_a_fork_server_ended_by_another_is_started_again(tmp_path):
+    """In one process: a report with worker processes, the fork server ended and reaped by someone else, then the
+    same report again (multiprocessing alone raised ChildProcessError, and the report came out empty)."""
+    run = _job(tmp_path, 2)
+    one = invoke("analyze", str(run), "--format", "json", "--jobs", "1")
+    two = invoke("analyze", str(run), "--format", "json", "--jobs", "2")
+    assert two.exit_code == 0 and two.stdout == one.stdout
+    _end_the_fork_server()
+    again = invoke("analyze", str(run), "--format", "json", "--jobs", "2")
+    assert again.exit_code == 0, again.output
+    assert again.stdout == one.stdout and again.stderr == ""
+    assert parallel.run_tasks(int, [("2",), ("1",)], jobs=2) == [2, 1]
+
+
+def test_when_no_worker_process_starts_the_work_is_done_here(monkeypatch, capsys):
+    def refused(self):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(multiprocessing.context.ForkServerProcess, "start", refused)
+    assert parallel.run_tasks(int, [("2",), ("1",), ("3",)], jobs=2) == [2, 1, 3]
+    assert capsys.readouterr().err.splitlines() == [
+        "dlprof: no worker process could be started ([Errno 111] Connection refused); analysing in this process instead"
+    ]
+
+
+def test_an_empty_rendering_is_an_error_not_silence(monkeypatch):
+    monkeypatch.setattr(output_module, "render", lambda result, fmt: "\n")
+    assert_one_line_error(invoke("analyze", str(RANKS), "--jobs", "1"), "came out empty")
 
 
 def test_a_directory_of_runs_in_worker_processes(tmp_path):
