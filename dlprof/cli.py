@@ -487,24 +487,26 @@ def record(ctx: click.Context, **options) -> None:
 
 
 @cli.command()
-@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.argument("paths", metavar="PATH...", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @_output_options("report")
 @click.option("--redact", is_flag=True, default=False, help=REDACT_HELP.format(what="report"))
-def analyze(path: Path, fmt: str | None, output: Path | None, redact: bool) -> None:
+def analyze(paths: tuple[Path, ...], fmt: str | None, output: Path | None, redact: bool) -> None:
     """Where each step's time goes, and the DataLoader settings to use.
 
     PATH is a run directory (traces/<run>; with several ranks, every rank side by side), a trace
-    file (.json or .json.gz), or a directory of runs (each analysed, then compared). Works on any
-    PyTorch profiler trace; dlprof's own runs add what happens inside the DataLoader workers.
+    file (.json or .json.gz), or a directory of runs (each analysed, then compared). Several PATHs are
+    the run directories that the nodes of one job wrote each on their own disk (node0/job node1/job),
+    analysed as one run. Works on any PyTorch profiler trace; dlprof's own runs add what happens inside
+    the DataLoader workers.
     """
     from dlprof.report import pick_format
     from dlprof.workflows.analyze import build_report
     from dlprof.workflows.output import check_output, redactor_for
 
     fmt = pick_format(fmt, output)
-    check_output(output, [path])
-    report = build_report(path)
-    _emit(report, fmt, output, redactor_for(report, [path]) if redact else None)
+    check_output(output, list(paths))
+    report = build_report(list(paths))
+    _emit(report, fmt, output, redactor_for(report, list(paths)) if redact else None)
 
 
 # --- sweep command (dlprof/workflows/sweep.py) ---

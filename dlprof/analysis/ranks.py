@@ -74,3 +74,19 @@ def compare_ranks(rows: list[RankStats]) -> RankComparison:
     reason = "data" if extra_own > 0 and extra_wait >= DATA_REASON_SHARE * extra_own else "compute"
     waited = {r.rank: max(0.0, r.collective_ms - slowest.collective_ms) for r in others}
     return RankComparison(rows, slowest.rank, reason, extra_wait, waited, collectives)
+
+
+#: A world size beyond this is taken for a malformed manifest, not a job: no rank is then called missing.
+MAX_WORLD_SIZE = 1 << 20
+
+
+def missing_ranks(runs: list[TraceRun]) -> tuple[int, ...]:
+    """The ranks of the job's world (the largest ``world_size`` the manifests hold) that left no trace among ``runs``:
+    a node whose run directory was not given, a rank that crashed before its window. Empty when the world size is
+    unknown."""
+    sizes = [run.manifest.world_size for run in runs if run.manifest is not None and run.manifest.world_size]
+    world = max(sizes, default=0)
+    if world > MAX_WORLD_SIZE:
+        return ()
+    present = {run.rank if run.rank is not None else 0 for run in runs}
+    return tuple(rank for rank in range(world) if rank not in present)

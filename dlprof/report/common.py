@@ -250,6 +250,30 @@ def rank_rows(ranks, mark: str = "") -> list[list[str]]:
     ]
 
 
+def rank_list(ranks) -> str:
+    """``0, 2, 8-15``: ranks in order, consecutive ones as ranges (a node's ranks run in a block)."""
+    spans: list[list[int]] = []
+    for rank in sorted(ranks):
+        if spans and rank == spans[-1][1] + 1:
+            spans[-1][1] = rank
+        else:
+            spans.append([rank, rank])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def missing_ranks_line(run) -> str | None:
+    """The ranks of the job that left no trace, and that the report is made from the others; None when none is
+    missing."""
+    if not run.missing_ranks:
+        return None
+    several = len(run.missing_ranks) > 1
+    return (
+        f"missing {'ranks' if several else 'rank'} {rank_list(run.missing_ranks)}: no trace of"
+        f" {'them' if several else 'it'} here (a node's run directory not given, or the rank ended before its"
+        " window); this report is made from the other ranks"
+    )
+
+
 def ranks_line(ranks) -> str:
     """The cross-rank effect in one line: who is slowest, why, and who waited for it where."""
     slowest = next(r for r in ranks.ranks if r.rank == ranks.slowest_rank)

@@ -22,6 +22,7 @@ from dlprof.report.common import (
     is_recommended_trial,
     known,
     loader_rows,
+    missing_ranks_line,
     predicted_rows,
     rank_rows,
     ranks_line,
@@ -507,6 +508,8 @@ def _run(run: RunReport, index: int) -> str:
     ]
     if info.incomplete:
         parts.append(f'<p class="note">Note: the recording is {esc(info.status)}.</p>')
+    if missing := missing_ranks_line(run):
+        parts.append(f'<p class="note missing-ranks">Note: {esc(missing)}.</p>')
     parts.append(f'<p class="verdict {VERDICT_CLASS.get(advice.verdict, "warn")}">{esc(verdict_line(run))}</p>')
     parts.append(_facts(run))
     if run.ranks is not None:

@@ -11,6 +11,7 @@ from dlprof.report.common import (
     epoch_line,
     known,
     loader_rows,
+    missing_ranks_line,
     predicted_rows,
     rank_rows,
     ranks_line,
@@ -38,6 +39,8 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 def _run(run: RunReport) -> list[str]:
     info, steps, loader, gpu, advice = run.info, run.steps, run.loader, run.gpu, run.advice
     lines = [f"### dlprof: `{info.name}`", "", f"**{verdict_line(run)}**", ""]
+    if missing := missing_ranks_line(run):
+        lines += [f"**Note:** {missing}.", ""]
     lines += _table(
         ["", "value"],
         [

@@ -9,6 +9,7 @@ from dlprof.report.common import (
     breakdown_rows,
     epoch_line,
     loader_rows,
+    missing_ranks_line,
     predicted_rows,
     rank_rows,
     ranks_line,
@@ -39,6 +40,8 @@ def _run(run: RunReport) -> list[str]:
     lines = [f"dlprof analyze: {info.name}  ({info.trace_file})", f"run: {run_line(info)}"]
     if info.incomplete:
         lines.append(f"note: the recording is {info.status}")
+    if missing := missing_ranks_line(run):
+        lines.append(f"note: {missing}")
     lines += [
         (
             f"steps: {len(steps.steps)}, {steps.step.mean_ms:.2f} ms mean (p50 {steps.step.p50_ms:.2f}, p90"

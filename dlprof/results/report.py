@@ -82,6 +82,9 @@ class RunReport:
     ranks: RankComparison | None = None
     #: ``dlprof record --try-workers``: every tried setting measured in the running training (None: no trials).
     trials: TrialsResult | None = None
+    #: Ranks of the job's world size (the manifests' ``world_size``) that left no trace here; the report is made from
+    #: the others.
+    missing_ranks: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,13 @@ from dlprof.advice.rules import advise
 from dlprof.analysis.gpu import gpu_stats
 from dlprof.analysis.intervals import Timeline
 from dlprof.analysis.loader import loader_stats
-from dlprof.analysis.ranks import compare_ranks, rank_stats
+from dlprof.analysis.ranks import compare_ranks, missing_ranks, rank_stats
 from dlprof.analysis.steps import segments_between, step_breakdown, step_segments
 from dlprof.analysis.trials import trials_result, with_predictions
 from dlprof.analysis.unprofiled import unprofiled_stats
 from dlprof.errors import DlprofError, TraceFormatError, display
 from dlprof.results.report import Lane, Report, RunInfo, RunReport, Skipped, TimelinePicture
-from dlprof.trace.discover import find_runs, is_profiler_trace_name, load_run
+from dlprof.trace.discover import find_job_runs, is_profiler_trace_name, load_run
 from dlprof.trace.run import TraceRun
 
 
@@ -159,7 +159,8 @@ def _load_files(files: list[Path], name: str, skipped: list[Skipped]) -> list[Tr
 
 
 def analyze_traces(files: list[Path], name: str, skipped: list[Skipped] | None = None) -> RunReport:
-    """The report of one run from its trace files: its one rank's, or the slowest rank's with every rank side by side.
+    """The report of one run from its trace files: its one rank's, or the slowest rank's with every rank side by side;
+    the ranks of the job's world size that left no trace are named (``missing_ranks``).
 
     Files not named as profiler traces that turn out not to be traces (a report written there, notes) are
     left out and named in ``skipped``, as long as one trace is left.
@@ -168,19 +169,23 @@ def analyze_traces(files: list[Path], name: str, skipped: list[Skipped] | None =
         DlprofError: no readable trace among ``files``, or the trace cannot be analysed.
     """
     runs = _distinct_ranks(_load_files(files, name, skipped if skipped is not None else []))
-    return analyze_run(runs[0]) if len(runs) == 1 else analyze_job(runs)
+    report = analyze_run(runs[0]) if len(runs) == 1 else analyze_job(runs)
+    return replace(report, missing_ranks=missing_ranks(runs))
 
 
-def build_report(path: Path) -> Report:
-    """Analyse a run directory (all its ranks), a trace file, or a directory of runs.
+def build_report(path: Path | Sequence[Path]) -> Report:
+    """Analyse a run directory (all its ranks), a trace file, or a directory of runs; or, given several, the run
+    directories (or trace files) that the nodes of one job wrote each on their own, as one run.
 
     In a directory of runs, a run that cannot be read or analysed is skipped and named in
     ``Report.skipped``; only when none can be is it an error.
 
     Raises:
-        DlprofError: no readable trace (the message names the file and the fix).
+        DlprofError: no readable trace (the message names the file and the fix); several paths not of one job.
     """
-    groups, unreadable = find_runs(path)
+    paths = [path] if isinstance(path, Path) else list(path)
+    path = paths[0]
+    groups, unreadable = find_job_runs(paths)
     skipped = [Skipped(display(sub), why) for sub, why in unreadable]
     reports = []
     for files in groups:
