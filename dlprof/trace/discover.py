@@ -176,10 +176,10 @@ def find_job_runs(paths: Sequence[Path]) -> tuple[list[list[Path]], list[tuple[P
         jobs[display(path)] = trace_job(groups[0][0])
         files += [f for f in groups[0] if f not in files]
     if None in jobs.values() or len(set(jobs.values())) > 1:
-        named = "; ".join(f"{path}: {job or 'no job in its manifest'}" for path, job in jobs.items())
+        named = ", ".join(f"{path} ({f'job {job}' if job else 'no job in its manifest'})" for path, job in jobs.items())
         raise UsageError(
-            f"{' '.join(jobs)}: not the nodes of one job ({named}); analyze each alone, or give the run directories"
-            " that one multi-node 'dlprof record' wrote"
+            f"{named}: not the nodes of one job; analyze each alone, or give the run directories that the nodes of one"
+            " multi-node 'dlprof record' wrote"
         )
     return [files], []
 
