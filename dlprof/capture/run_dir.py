@@ -70,12 +70,11 @@ def unique_run_name(out_dir: Path, stem: str) -> str:
 
 
 def node_name(job: Job) -> str:
-    """This node's name among the records of ``job``: ``node<R>`` with the launcher's node rank, else
-    ``<host>-<pid>`` (every record its own, as when the rendezvous assigns the node ranks)."""
-    if job.node_rank is not None:
-        return f"node{job.node_rank}"
+    """This node's name among the records of ``job``: ``node<R>-<host>`` with the launcher's node rank, else
+    ``<host>-<pid>`` (as when the rendezvous assigns the node ranks). The host is part of it because a dynamic
+    rendezvous (c10d) ignores ``--node-rank``: nodes that all pass the same one are still distinct nodes."""
     host = re.sub(r"[^A-Za-z0-9._-]+", "_", socket.gethostname()).strip("._-") or "host"
-    return f"{host}-{os.getpid()}"
+    return f"node{job.node_rank}-{host}" if job.node_rank is not None else f"{host}-{os.getpid()}"
 
 
 def scratch_dir(run_dir: Path, job: Job | None = None) -> Path:

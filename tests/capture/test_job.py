@@ -79,11 +79,12 @@ def test_the_nodes_of_one_job_share_the_run_directory(tmp_path):
     node0, node1 = Job("rdzv-id=j", "--rdzv-id", 2, 0), Job("rdzv-id=j", "--rdzv-id", 2, 1)
     run = prepare_run_dir(tmp_path, "job", job=node0)
     assert prepare_run_dir(tmp_path, "job", job=node1) == run
-    assert sorted(p.name for p in run.iterdir()) == [".dlprof-scratch-node0", ".dlprof-scratch-node1"]
+    host = socket.gethostname()
+    assert sorted(p.name for p in run.iterdir()) == [f".dlprof-scratch-node0-{host}", f".dlprof-scratch-node1-{host}"]
     assert _owner(scratch_dir(run, node1)) == {"pid": os.getpid(), "host": socket.gethostname(), "job": "rdzv-id=j"}
     # A node that fails removes its own scratch folder, never another node's, nor the run directory they share.
     remove_unrecorded(run, scratch_dir(run, node1))
-    assert [p.name for p in run.iterdir()] == [".dlprof-scratch-node0"]
+    assert [p.name for p in run.iterdir()] == [f".dlprof-scratch-node0-{host}"]
     remove_unrecorded(run, scratch_dir(run, node0))
     assert not run.exists()
 
@@ -111,9 +112,11 @@ def test_another_job_with_the_same_name_is_refused_as_before(tmp_path):
 
 
 def test_a_node_recorded_twice_and_a_finished_run_are_refused(tmp_path):
-    _foreign(tmp_path / "job", ".dlprof-scratch-node1", "rdzv-id=j")
-    with pytest.raises(UsageError, match=r"another dlprof record \(pid \d+, as node1 of this job\)"):
-        prepare_run_dir(tmp_path, "job", job=Job("rdzv-id=j", "--rdzv-id", 2, 1))
+    node1 = Job("rdzv-id=j", "--rdzv-id", 2, 1)
+    _foreign(tmp_path / "job", scratch_dir(tmp_path / "job", node1).name, "rdzv-id=j")
+    node = f"node1-{socket.gethostname()}"
+    with pytest.raises(UsageError, match=rf"another dlprof record \(pid \d+, as {node} of this job\)"):
+        prepare_run_dir(tmp_path, "job", job=node1)
     (tmp_path / "done").mkdir()
     (tmp_path / "done" / f"h_1.1{schema.TRACE_SUFFIX}").write_bytes(b"")
     with pytest.raises(UsageError, match="already holds a recorded run"):
@@ -154,7 +157,7 @@ def test_a_node_that_fails_leaves_the_other_nodes_files(tmp_path):
     inputs = MergeInputs(scratch_dir(run, node1), ("dlprof",), ("torchrun",), 1, [], 100, job="rdzv-id=j")
     with pytest.raises(RecordError, match="boom"):
         write_traces(run, inputs, Wording("torchrun train.py", 3, "--wait 1 --warmup 1", "--wait/--warmup"))
-    assert [p.name for p in run.iterdir()] == [".dlprof-scratch-node0"]
+    assert [p.name for p in run.iterdir()] == [scratch_dir(run, node0).name]
 
 
 def test_the_refusal_is_one_line_from_the_command_line(tmp_path):

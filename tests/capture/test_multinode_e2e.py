@@ -105,7 +105,7 @@ def test_two_nodes_record_one_run_directory(tmp_path):
     nodes = [_node(tmp_path, 0, port, job_id)]
     try:
         deadline = time.monotonic() + 60
-        while not (tmp_path / "job" / ".dlprof-scratch-node0").is_dir():
+        while not list((tmp_path / "job").glob(".dlprof-scratch-node0-*")):
             assert time.monotonic() < deadline and nodes[0].poll() is None, "node 0 did not claim the run directory"
             time.sleep(0.2)
         other = run_dlprof(
