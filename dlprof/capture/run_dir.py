@@ -69,12 +69,16 @@ def unique_run_name(out_dir: Path, stem: str) -> str:
     return name
 
 
+def _host() -> str:
+    """This machine's name, as a file name can hold it."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", socket.gethostname()).strip("._-") or "host"
+
+
 def node_name(job: Job) -> str:
     """This node's name among the records of ``job``: ``node<R>-<host>`` with the launcher's node rank, else
     ``<host>-<pid>`` (as when the rendezvous assigns the node ranks). The host is part of it because a dynamic
     rendezvous (c10d) ignores ``--node-rank``: nodes that all pass the same one are still distinct nodes."""
-    host = re.sub(r"[^A-Za-z0-9._-]+", "_", socket.gethostname()).strip("._-") or "host"
-    return f"node{job.node_rank}-{host}" if job.node_rank is not None else f"{host}-{os.getpid()}"
+    return f"node{job.node_rank}-{_host()}" if job.node_rank is not None else f"{_host()}-{os.getpid()}"
 
 
 def scratch_dir(run_dir: Path, job: Job | None = None) -> Path:
@@ -99,7 +103,7 @@ def _taken_by(scratch: Path, job: Job | None, same_node: bool = False) -> str | 
 def _create_scratch(run_dir: Path, scratch: Path, job: Job | None) -> str | None:
     """Create ``scratch`` with its owner file in one step (made aside, then renamed: no record ever sees a scratch
     folder without its owner); else why it is taken."""
-    staging = run_dir / f".dlprof-claim-{socket.gethostname()}-{os.getpid()}"
+    staging = run_dir / f".dlprof-claim-{_host()}-{os.getpid()}"
     owner = {"pid": os.getpid(), "host": socket.gethostname(), "job": job.key if job is not None else None}
     try:
         shutil.rmtree(staging, ignore_errors=True)  # left by a process of the same pid that was killed here
