@@ -179,3 +179,13 @@ def test_analyze_says_a_job_is_still_being_recorded(tmp_path):
     assert_one_line_error(
         invoke("analyze", tmp_path / "job"), f"is still being recorded (dlprof record, pid {os.getppid()})"
     )
+
+
+def test_two_nodes_never_write_one_trace_name(tmp_path):
+    """Nodes share host labels with --redact, and pids in containers: a name taken moves on by a millisecond."""
+    from dlprof.capture.finalize import _free_trace_path
+
+    first = _free_trace_path(tmp_path, "host-1", 42)
+    first.write_bytes(b"")
+    second = _free_trace_path(tmp_path, "host-1", 42)
+    assert second != first and second.name.startswith("host-1_42.") and second.name.endswith(schema.TRACE_SUFFIX)
