@@ -181,11 +181,16 @@ def test_analyze_says_a_job_is_still_being_recorded(tmp_path):
     )
 
 
-def test_two_nodes_never_write_one_trace_name(tmp_path):
+def test_two_nodes_never_write_one_trace_name(tmp_path, monkeypatch):
     """Nodes share host labels with --redact, and pids in containers: a name taken moves on by a millisecond."""
+    from dlprof.capture import finalize
     from dlprof.capture.finalize import _free_trace_path
 
+    monkeypatch.setattr(finalize.time, "time_ns", lambda: 1_700_000_000_000_000_000)  # both in the same millisecond
     first = _free_trace_path(tmp_path, "host-1", 42)
     first.write_bytes(b"")
     second = _free_trace_path(tmp_path, "host-1", 42)
-    assert second != first and second.name.startswith("host-1_42.") and second.name.endswith(schema.TRACE_SUFFIX)
+    assert (first.name, second.name) == (
+        f"host-1_42.1700000000000{schema.TRACE_SUFFIX}",
+        f"host-1_42.1700000000001{schema.TRACE_SUFFIX}",
+    )
