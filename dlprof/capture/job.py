@@ -43,7 +43,7 @@ class Job:
 
     #: What every node of the job shares: ``rdzv-id=JOB``, ``run-id=ID`` or ``endpoint=HOST:PORT``.
     key: str
-    #: Where the key was found, for messages: ``--rdzv-id``, ``TORCHELASTIC_RUN_ID``, ``--rdzv-endpoint``, ...
+    #: Where the key was found: ``--rdzv-id``, ``TORCHELASTIC_RUN_ID``, ``--rdzv-endpoint``, ...
     source: str
     #: Machines the command asks for (the most, for a range ``1:4``); None when it does not say.
     nodes: int | None = None

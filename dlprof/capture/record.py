@@ -49,7 +49,7 @@ def record(request: RecordRequest) -> RecordResult:
         request.memory_interval_ms,
         request.overrides,
         redact=request.redact,
-        job=job.digest if job is not None and request.redact else (job.key if job is not None else None),
+        job=None if job is None else (job.digest if request.redact else job.key),
     )
     wording = finalize.Wording(
         command=" ".join(request.command),
