@@ -36,7 +36,8 @@ def _free_port() -> int:
 
 
 def _node(out: Path, node_rank: int, port: int, job_id: str, name: str = "job") -> subprocess.Popen:
-    """``dlprof record`` of one node of a two-node torchrun job (started in a session of its own)."""
+    """``dlprof record`` of one node of a two-node torchrun job (in a session of its own; its output in files in
+    ``out``, beside the run directory, so that neither node ever blocks on a full pipe)."""
     command = [
         sys.executable,
         "-m",
@@ -67,16 +68,20 @@ def _node(out: Path, node_rank: int, port: int, job_id: str, name: str = "job") 
         "--slow-rank-ms",
         "1",
     ]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    out.mkdir(parents=True, exist_ok=True)
+    logs = out / f"node{node_rank}"
+    with open(f"{logs}.out", "w") as stdout, open(f"{logs}.err", "w") as stderr:
+        process = subprocess.Popen(command, stdout=stdout, stderr=stderr, text=True, start_new_session=True)
+    process.logs = logs  # type: ignore[attr-defined]
+    return process
 
 
 def _finish(nodes: list[subprocess.Popen]) -> list[tuple[int, str, str]]:
     """Each node's exit code, stdout and stderr; a node that hangs is killed with everything it started."""
-    done = []
     try:
+        deadline = time.monotonic() + NODE_TIMEOUT_S
         for node in nodes:
-            stdout, stderr = node.communicate(timeout=NODE_TIMEOUT_S)
-            done.append((node.returncode, stdout, stderr))
+            node.wait(timeout=max(1.0, deadline - time.monotonic()))
     finally:
         for node in nodes:
             if node.poll() is None:  # a failed test must not leave ranks behind
@@ -84,7 +89,9 @@ def _finish(nodes: list[subprocess.Popen]) -> list[tuple[int, str, str]]:
                     leftover.kill()
                 node.kill()
                 node.wait()
-    return done
+    return [
+        (node.returncode, Path(f"{node.logs}.out").read_text(), Path(f"{node.logs}.err").read_text()) for node in nodes
+    ]
 
 
 def _manifests(traces: list[Path]) -> list[dict]:
