@@ -506,7 +506,7 @@ def _parse_jobs(ctx: click.Context, param: click.Parameter, value: str | None) -
 
 
 @cli.command()
-@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.argument("paths", metavar="PATH...", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @_output_options("report")
 @click.option("--redact", is_flag=True, default=False, help=REDACT_HELP.format(what="report"))
 @click.option(
@@ -524,13 +524,20 @@ def _parse_jobs(ctx: click.Context, param: click.Parameter, value: str | None) -
     ' CPUs), or its address. Needs the Ray extra: pip install "dlprof[ray]".',
 )
 def analyze(
-    path: Path, fmt: str | None, output: Path | None, redact: bool, jobs: int | None, ray_address: str | None
+    paths: tuple[Path, ...],
+    fmt: str | None,
+    output: Path | None,
+    redact: bool,
+    jobs: int | None,
+    ray_address: str | None,
 ) -> None:
     """Where each step's time goes, and the DataLoader settings to use.
 
     PATH is a run directory (traces/<run>; with several ranks, every rank side by side), a trace
-    file (.json or .json.gz), or a directory of runs (each analysed, then compared). Works on any
-    PyTorch profiler trace; dlprof's own runs add what happens inside the DataLoader workers.
+    file (.json or .json.gz), or a directory of runs (each analysed, then compared). Several PATHs are
+    the run directories that the nodes of one job wrote each on their own disk (node0/job node1/job),
+    analysed as one run. Works on any PyTorch profiler trace; dlprof's own runs add what happens inside
+    the DataLoader workers.
     """
     from dlprof.report import pick_format
     from dlprof.workflows.analyze import build_report
@@ -538,10 +545,10 @@ def analyze(
     from dlprof.workflows.parallel import fixed_mmap_threshold
 
     fmt = pick_format(fmt, output)
-    check_output(output, [path])
+    check_output(output, list(paths))
     fixed_mmap_threshold()  # this process reads traces too (--jobs 1, one trace): each buffer back to the system
-    report = build_report(path, jobs=jobs, ray=ray_address)
-    _emit(report, fmt, output, redactor_for(report, [path]) if redact else None)
+    report = build_report(list(paths), jobs=jobs, ray=ray_address)
+    _emit(report, fmt, output, redactor_for(report, list(paths)) if redact else None)
 
 
 # --- sweep command (dlprof/workflows/sweep.py) ---

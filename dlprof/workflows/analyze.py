@@ -13,14 +13,14 @@ from dlprof.advice.rules import advise
 from dlprof.analysis.gpu import gpu_stats
 from dlprof.analysis.intervals import Timeline
 from dlprof.analysis.loader import loader_stats
-from dlprof.analysis.ranks import compare_ranks, rank_stats
+from dlprof.analysis.ranks import compare_ranks, missing_ranks, rank_stats, slowness
 from dlprof.analysis.steps import Segment, segments_between, segments_by_step, step_breakdown, step_segments
 from dlprof.analysis.trials import trials_result, with_predictions
 from dlprof.analysis.unprofiled import unprofiled_stats
 from dlprof.errors import DlprofError, TraceFormatError, display
 from dlprof.results.analysis import RankStats
 from dlprof.results.report import Lane, Report, RunInfo, RunReport, Skipped, TimelinePicture
-from dlprof.trace.discover import find_runs, is_profiler_trace_name, load_run
+from dlprof.trace.discover import find_job_runs, is_profiler_trace_name, load_run
 from dlprof.trace.run import TraceRun
 from dlprof.workflows.parallel import default_jobs, json_bytes, run_tasks
 
@@ -128,6 +128,8 @@ class RankSummary:
     trace: Path
     name: str
     rank: int | None
+    #: The job's world size as the trace's manifest says (None: unknown, or no manifest).
+    world_size: int | None
     report: RunReport
     row: RankStats
     base_us: float
@@ -148,6 +150,8 @@ class RankFailure:
     loading: bool
 
 
+#: Ranks the timeline draws a lane for (the slowest): beyond this, lanes too thin to read, and each a trace to line up.
+TIMELINE_RANKS = 16
 #: Steps whose segments a rank hands back: the stretch of another rank's timeline, with room for ranks that
 #: started their profiled steps a few steps apart (further apart, the trace is read again for it).
 LANE_STEPS = 2 * TIMELINE_STEPS + 2
@@ -162,6 +166,7 @@ def summarize_run(run: TraceRun) -> RankSummary:
         run.path,
         run.name,
         run.rank,
+        run.manifest.world_size if run.manifest is not None else None,
         report,
         row,
         run.base_us,
@@ -235,8 +240,11 @@ def analyze_job(ranks: Sequence[RankSummary]) -> RunReport:
     comparison = compare_ranks([rank.row for rank in ranks])
     by_rank = {rank.row.rank: rank for rank in ranks}
     pace = by_rank[comparison.slowest_rank]
-    others = [by_rank[r.rank] for r in comparison.ranks if r.rank != comparison.slowest_rank]
-    return replace(pace.report, timeline=_job_timeline(pace, others), ranks=comparison)
+    # The timeline's lanes: beyond TIMELINE_RANKS, the slowest ranks only (in rank order), and how many are not drawn.
+    drawn = {r.rank for r in sorted(comparison.ranks, key=slowness)[:TIMELINE_RANKS]}
+    others = [by_rank[r.rank] for r in comparison.ranks if r.rank != comparison.slowest_rank and r.rank in drawn]
+    timeline = replace(_job_timeline(pace, others), ranks_not_drawn=len(comparison.ranks) - len(drawn))
+    return replace(pace.report, timeline=timeline, ranks=comparison)
 
 
 def _run_report(files: Sequence[Path], outcomes: Sequence, skipped: list[Skipped]) -> RunReport:
@@ -262,7 +270,8 @@ def _run_report(files: Sequence[Path], outcomes: Sequence, skipped: list[Skipped
     for outcome in ranks:
         if isinstance(outcome, RankFailure):
             raise outcome.error
-    return ranks[0].report if len(ranks) == 1 else analyze_job(ranks)
+    report = ranks[0].report if len(ranks) == 1 else analyze_job(ranks)
+    return replace(report, missing_ranks=missing_ranks([r.rank for r in ranks], [r.world_size for r in ranks]))
 
 
 def _summarize_all(groups: Sequence[tuple[Sequence[Path], str]], jobs: int | None, ray: str | None) -> list:
@@ -281,7 +290,8 @@ def _summarize_all(groups: Sequence[tuple[Sequence[Path], str]], jobs: int | Non
 def analyze_traces(
     files: list[Path], name: str, skipped: list[Skipped] | None = None, jobs: int | None = 1, ray: str | None = None
 ) -> RunReport:
-    """The report of one run from its trace files: its one rank's, or the slowest rank's with every rank side by side.
+    """The report of one run from its trace files: its one rank's, or the slowest rank's with every rank side by side;
+    the ranks of the job's world size that left no trace are named (``missing_ranks``).
 
     Files not named as profiler traces that turn out not to be traces (a report written there, notes) are
     left out and named in ``skipped``, as long as one trace is left. ``jobs`` and ``ray`` as for
@@ -294,8 +304,9 @@ def analyze_traces(
     return _run_report(files, outcomes, skipped if skipped is not None else [])
 
 
-def build_report(path: Path, jobs: int | None = 1, ray: str | None = None) -> Report:
-    """Analyse a run directory (all its ranks), a trace file, or a directory of runs.
+def build_report(path: Path | Sequence[Path], jobs: int | None = 1, ray: str | None = None) -> Report:
+    """Analyse a run directory (all its ranks), a trace file, or a directory of runs; or, given several, the run
+    directories (or trace files) that the nodes of one job wrote each on their own, as one run.
 
     In a directory of runs, a run that cannot be read or analysed is skipped and named in
     ``Report.skipped``; only when none can be is it an error.
@@ -306,9 +317,12 @@ def build_report(path: Path, jobs: int | None = 1, ray: str | None = None) -> Re
     same whichever runs them.
 
     Raises:
-        DlprofError: no readable trace (the message names the file and the fix); Ray missing or unreachable.
+        DlprofError: no readable trace (the message names the file and the fix); several paths not of one job; Ray
+            missing or unreachable.
     """
-    groups, unreadable = find_runs(path)
+    paths = [path] if isinstance(path, Path) else list(path)
+    path = paths[0]
+    groups, unreadable = find_job_runs(paths)
     skipped = [Skipped(display(sub), why) for sub, why in unreadable]
     named = [(files, files[0].name if path.is_file() else files[0].parent.name) for files in groups]
     outcomes = iter(_summarize_all(named, jobs, ray))
