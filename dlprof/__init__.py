@@ -14,13 +14,15 @@ from dlprof._version import __version__
 __all__ = ["__version__", "analyze"]
 
 if typing.TYPE_CHECKING:
+    from collections.abc import Sequence
     from pathlib import Path
 
     from dlprof.results.report import Report
 
 
-def analyze(path: str | Path) -> Report:
-    """Analyse a run directory, a trace file, or a directory of runs; the Report every renderer takes.
+def analyze(path: str | Path | Sequence[str | Path]) -> Report:
+    """Analyse a run directory, a trace file, or a directory of runs; the Report every renderer takes. A list of run
+    directories is the ones the nodes of one job wrote each on their own, analysed as one run.
 
     Raises:
         dlprof.errors.DlprofError: the path holds no readable trace (the message says why and what to do).
@@ -29,4 +31,4 @@ def analyze(path: str | Path) -> Report:
 
     from dlprof.workflows.analyze import build_report
 
-    return build_report(Path(path))
+    return build_report(Path(path) if isinstance(path, (str, Path)) else [Path(p) for p in path])

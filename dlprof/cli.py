@@ -492,25 +492,63 @@ def record(ctx: click.Context, **options) -> None:
         ctx.exit(result.exit_code or 2)
 
 
+def _parse_jobs(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """``--jobs N``: a whole number of worker processes, 1 or more (None: the default, chosen from cores and memory)."""
+    if value is None:
+        return None
+    try:
+        jobs = int(value)
+    except ValueError:
+        jobs = 0
+    if jobs < 1 or str(jobs) != value.strip():
+        raise click.BadParameter(f"{value!r}: give a whole number of worker processes, 1 or more (e.g. --jobs 4)")
+    return jobs
+
+
 @cli.command()
-@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.argument("paths", metavar="PATH...", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @_output_options("report")
 @click.option("--redact", is_flag=True, default=False, help=REDACT_HELP.format(what="report"))
-def analyze(path: Path, fmt: str | None, output: Path | None, redact: bool) -> None:
+@click.option(
+    "--jobs",
+    callback=_parse_jobs,
+    metavar="N",
+    help="Ranks (trace files) analysed at once, each in a worker process [default: the usable cores, as many as"
+    " fit in the available memory].",
+)
+@click.option(
+    "--ray",
+    "ray_address",
+    metavar="ADDRESS",
+    help="Analyse the ranks on a Ray cluster: 'auto' (the one in RAY_ADDRESS), 'local' (started here, --jobs"
+    ' CPUs), or its address. Needs the Ray extra: pip install "dlprof[ray]".',
+)
+def analyze(
+    paths: tuple[Path, ...],
+    fmt: str | None,
+    output: Path | None,
+    redact: bool,
+    jobs: int | None,
+    ray_address: str | None,
+) -> None:
     """Where each step's time goes, and the DataLoader settings to use.
 
     PATH is a run directory (traces/<run>; with several ranks, every rank side by side), a trace
-    file (.json or .json.gz), or a directory of runs (each analysed, then compared). Works on any
-    PyTorch profiler trace; dlprof's own runs add what happens inside the DataLoader workers.
+    file (.json or .json.gz), or a directory of runs (each analysed, then compared). Several PATHs are
+    the run directories that the nodes of one job wrote each on their own disk (node0/job node1/job),
+    analysed as one run. Works on any PyTorch profiler trace; dlprof's own runs add what happens inside
+    the DataLoader workers.
     """
     from dlprof.report import pick_format
     from dlprof.workflows.analyze import build_report
     from dlprof.workflows.output import check_output, redactor_for
+    from dlprof.workflows.parallel import fixed_mmap_threshold
 
     fmt = pick_format(fmt, output)
-    check_output(output, [path])
-    report = build_report(path)
-    _emit(report, fmt, output, redactor_for(report, [path]) if redact else None)
+    check_output(output, list(paths))
+    fixed_mmap_threshold()  # this process reads traces too (--jobs 1, one trace): each buffer back to the system
+    report = build_report(list(paths), jobs=jobs, ray=ray_address)
+    _emit(report, fmt, output, redactor_for(report, list(paths)) if redact else None)
 
 
 # --- sweep command (dlprof/workflows/sweep.py) ---

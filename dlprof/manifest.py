@@ -29,10 +29,10 @@ from dlprof.errors import UsageError
 #: ``step_clock`` (every step's wall, CPU, run-queue and data-wait time, profiled or not),
 #: loader ``length`` and ``epochs``, the worker start-up calibration, ``overrides`` and ``stopped_early``.
 #: 3: adds ``trials`` (``dlprof record --try-workers``: candidate settings trained in turn in the same process) and
-#: the step phase ``trial``.
-MANIFEST_VERSION = 3
+#: the step phase ``trial``. 4: adds ``job`` (the key the nodes of a job over several machines share).
+MANIFEST_VERSION = 4
 #: Versions this dlprof can read: older ones lack fields, which are then unknown.
-READABLE_VERSIONS = (1, 2, 3)
+READABLE_VERSIONS = (1, 2, 3, 4)
 #: The first version with unprofiled step times (``step_clock``).
 STEP_CLOCK_VERSION = 2
 
@@ -333,6 +333,10 @@ class Manifest:
     redacted: bool = False
     #: ``dlprof record --try-workers``: the settings tried after the reference steps (None: no trials).
     trials: Trials | None = None
+    #: The job over several machines this rank belongs to, as every node's launcher shares it (``rdzv-id=JOB``,
+    #: ``run-id=ID``, ``endpoint=HOST:PORT``; ``sha256:...`` when recorded with ``--redact``): run directories
+    #: written node by node are one run when their traces hold the same job. None: a job of its own, or unknown.
+    job: str | None = None
 
     def to_dict(self) -> dict:
         """The JSON-ready form written into the trace."""

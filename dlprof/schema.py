@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+from dataclasses import dataclass
 from pathlib import Path
 
 #: Top-level key of the manifest inside a trace file.
@@ -54,25 +56,76 @@ ARG_ORIGINAL_CATEGORY = "dlprof_original_cat"
 STATUS_COMPLETE = "complete"
 STATUS_PARTIAL = "partial"
 
-#: Sub-folder of a run directory for scratch files while recording; gone when the run is complete.
+#: Sub-folder of a run directory for scratch files while recording; gone when the run is complete. A record of a job
+#: over several machines (dlprof.capture.job) uses ``<SCRATCH_DIR>-<node>`` instead: one per node, in one run directory.
 SCRATCH_DIR = ".dlprof-scratch"
-#: In the scratch folder: ``{"pid": N}``, the process recording the run (one record per run directory).
+#: In the scratch folder: ``{"pid": N, "host": ..., "job": ...}``, the process recording into it, on which machine, and
+#: the job it records (null: a job of its own).
 SCRATCH_OWNER_FILE = "owner.json"
 #: Suffix every trace file has; TensorBoard's plugin and HTA look for it.
 TRACE_SUFFIX = ".pt.trace.json.gz"
 
 
-def scratch_owner(scratch: Path) -> int | None:
-    """The pid of the live process recording into ``scratch`` (its :data:`SCRATCH_OWNER_FILE`); None when it is gone or
-    unknown."""
+def node_scratch_name(node: str) -> str:
+    """The scratch folder of one node of a job (``node`` is a name of letters, digits, ``.``, ``_`` and ``-``)."""
+    return f"{SCRATCH_DIR}-{node}"
+
+
+def scratch_dirs(run_dir: Path) -> list[Path]:
+    """Every scratch folder in ``run_dir``: a record's, or each node's of a job (none when it cannot be listed)."""
     try:
-        pid = int(json.loads((scratch / SCRATCH_OWNER_FILE).read_text())["pid"])
-        os.kill(pid, 0)
-    except PermissionError:  # alive, under another user
-        return pid
+        return sorted(
+            p for p in run_dir.glob(SCRATCH_DIR + "*") if p.name == SCRATCH_DIR or p.name.startswith(SCRATCH_DIR + "-")
+        )
+    except OSError:
+        return []
+
+
+@dataclass(frozen=True)
+class ScratchOwner:
+    """Who records into a scratch folder (its :data:`SCRATCH_OWNER_FILE`)."""
+
+    pid: int
+    #: The machine it runs on (None: written by a dlprof that did not say).
+    host: str | None
+    #: The job key it records (None: a job of its own).
+    job: str | None
+    #: It still runs; assumed of a process on another machine, which cannot be asked.
+    alive: bool
+
+    @property
+    def where(self) -> str:
+        """``pid N``, or ``pid N on HOST`` for a process on another machine."""
+        remote = self.host is not None and self.host != socket.gethostname()
+        return f"pid {self.pid}" + (f" on {self.host}" if remote else "")
+
+
+def read_scratch_owner(scratch: Path) -> ScratchOwner | None:
+    """The owner of ``scratch``; None when its owner file is missing or unreadable."""
+    try:
+        document = json.loads((scratch / SCRATCH_OWNER_FILE).read_text())
+        pid = int(document["pid"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return pid
+    host = document.get("host") if isinstance(document.get("host"), str) else None
+    job = document.get("job") if isinstance(document.get("job"), str) else None
+    if host is not None and host != socket.gethostname():
+        return ScratchOwner(pid, host, job, alive=True)
+    try:
+        os.kill(pid, 0)
+        alive = True
+    except PermissionError:  # alive, under another user
+        alive = True
+    except (OSError, OverflowError):
+        alive = False
+    return ScratchOwner(pid, host, job, alive)
+
+
+def scratch_owner(scratch: Path) -> int | None:
+    """The pid of the live process recording into ``scratch`` (its :data:`SCRATCH_OWNER_FILE`); None when it is gone or
+    unknown. A process on another machine counts as live: it cannot be asked."""
+    owner = read_scratch_owner(scratch)
+    return owner.pid if owner is not None and owner.alive else None
 
 
 def is_dataloader_next(name: str) -> bool:

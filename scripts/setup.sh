@@ -6,4 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 "$PYTHON" -m pip install --quiet --disable-pip-version-check "torch==${DLPROF_TORCH_VERSION:-2.13.0}"
-"$PYTHON" -m pip install --quiet --disable-pip-version-check -e ".[test]"
+# The Ray extra too: the test of 'dlprof analyze --ray local' runs in CI.
+"$PYTHON" -m pip install --quiet --disable-pip-version-check -e ".[test,ray]"

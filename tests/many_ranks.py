@@ -100,16 +100,24 @@ def uniform_job(
     return write_job(directory, specs)
 
 
-def replicate_tiny(directory: Path, ranks: int, ranks_per_node: int, factor=lambda rank: 1 + rank / 100) -> Path:
+def replicate_tiny(
+    directory: Path,
+    ranks: int,
+    ranks_per_node: int,
+    factor=lambda rank: 1 + rank / 100,
+    world_size: int | None = None,
+) -> Path:
     """tests/data/tiny_dlprof_trace.json once per rank (hosts ``host<k>``, ``ranks_per_node`` each), every event time
-    multiplied by ``factor(rank)``."""
+    multiplied by ``factor(rank)``. ``world_size`` (default ``ranks``): the job's, as the manifests say; ranks from
+    ``ranks`` up to it left no trace."""
+    world_size = ranks if world_size is None else world_size
     template = json.loads((DATA_DIR / "tiny_dlprof_trace.json").read_text(encoding="utf-8"))
     directory.mkdir(parents=True, exist_ok=True)
     for rank in range(ranks):
         document = copy.deepcopy(template)
         host = f"host{rank // ranks_per_node}"
-        document["distributedInfo"] = {"backend": "gloo", "rank": rank, "world_size": ranks}
-        document["dlprof"].update(rank=rank, world_size=ranks)
+        document["distributedInfo"] = {"backend": "gloo", "rank": rank, "world_size": world_size}
+        document["dlprof"].update(rank=rank, world_size=world_size)
         document["dlprof"]["host"]["hostname"] = host
         scale = factor(rank)
         for event in document["traceEvents"]:

@@ -2,8 +2,8 @@
 (imports at module level, inside functions and under ``TYPE_CHECKING`` alike), so nothing needs importing.
 
 1. No torch on the analyze path: no module of trace/, analysis/, advice/, report/, results/, nor the analyze and
-   diff workflows, nor any dlprof module they import, imports torch; and importing them all leaves torch out of
-   ``sys.modules``.
+   diff workflows, nor any dlprof module they import, imports torch; and importing them all leaves torch (and
+   Ray, imported only for ``--ray``) out of ``sys.modules``.
 2. Renderers import results only: a module of report/ imports, of dlprof, only results/, errors and report/; and
    results import only the bottom layer (results/, errors, schema, manifest).
 3. trace/ and analysis/ never import capture/.
@@ -39,7 +39,12 @@ FLOORS = (
 FLOOR_OF = {room: level for level, rooms in enumerate(FLOORS) for room in rooms}
 #: The analyze path: these rooms, and these modules (``dlprof analyze`` and ``dlprof diff``, their output step).
 TORCH_FREE_ROOMS = ("trace", "analysis", "advice", "report", "results")
-TORCH_FREE_MODULES = ("dlprof.workflows.analyze", "dlprof.workflows.diff", "dlprof.workflows.output")
+TORCH_FREE_MODULES = (
+    "dlprof.workflows.analyze",
+    "dlprof.workflows.diff",
+    "dlprof.workflows.output",
+    "dlprof.workflows.parallel",
+)
 #: What a renderer may import of dlprof.
 RENDERER_MAY_IMPORT = ("dlprof.results", "dlprof.errors", "dlprof.report")
 #: What a result may import of dlprof: the bottom layer only.
@@ -222,12 +227,16 @@ def test_no_torch_on_the_analyze_path(graph):
     assert torch_importers(graph, _analyze_path(graph)) == []
 
 
-def test_importing_the_analyze_path_leaves_torch_out(graph):
+def test_importing_the_analyze_path_leaves_torch_and_ray_out(graph):
+    """Ray too (``--ray`` imports it when asked for): an optional extra, seconds to import."""
     modules = sorted(m for m in _analyze_path(graph) if "bootstrap" not in m)
-    code = f"import importlib, sys\nfor m in {modules!r}: importlib.import_module(m)\nprint('torch' in sys.modules)"
+    code = (
+        f"import importlib, sys\nfor m in {modules!r}: importlib.import_module(m)\n"
+        "print('torch' in sys.modules, 'ray' in sys.modules)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False"]
+    assert done.stdout.split() == ["False", "False"]
 
 
 def test_renderers_import_results_only(graph):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from dlprof.analysis.intervals import Timeline
 from dlprof.analysis.stats import percentile
@@ -107,7 +107,7 @@ def _excess(row: RankStats, rows: Sequence[RankStats]) -> tuple[float, float, st
     return extra_wait, extra_own, reason
 
 
-def _slowness(row: RankStats) -> tuple[float, int]:
+def slowness(row: RankStats) -> tuple[float, int]:
     """Most own work first; the lower rank first on a tie."""
     return (-row.own_ms, row.rank)
 
@@ -116,7 +116,7 @@ def compare_ranks(rows: list[RankStats]) -> RankComparison:
     """The slowest rank, why, how long each other rank waited for it per step, and the ranks summed up."""
     rows = sorted(rows, key=lambda r: r.rank)
     collectives = list(dict.fromkeys(kind for r in rows for kind in r.collective_kinds))  # rank by rank, each once
-    slowest = min(rows, key=_slowness)
+    slowest = min(rows, key=slowness)
     extra_wait, _, reason = _excess(slowest, rows)
     waited = {r.rank: max(0.0, r.collective_ms - slowest.collective_ms) for r in rows if r.rank != slowest.rank}
     return RankComparison(rows, slowest.rank, reason, extra_wait, waited, collectives, summarize_ranks(rows))
@@ -157,7 +157,7 @@ def _nodes(rows: Sequence[RankStats]) -> list[NodeGroup]:
         by_host.setdefault(r.host, []).append(r)
     groups = []
     for host, members in by_host.items():
-        slowest = min(members, key=_slowness)
+        slowest = min(members, key=slowness)
         groups.append(
             NodeGroup(
                 host,
@@ -207,8 +207,23 @@ def summarize_ranks(rows: Sequence[RankStats]) -> RankSummary:
         step=_spread(rows, lambda r: r.step_ms),
         data_wait=_spread(rows, lambda r: r.data_wait_ms),
         collectives=_spread(rows, lambda r: r.collective_ms),
-        slowest=[_slow_rank(r, rows) for r in sorted(rows, key=_slowness)[:SLOWEST_RANKS]],
+        slowest=[_slow_rank(r, rows) for r in sorted(rows, key=slowness)[:SLOWEST_RANKS]],
         nodes=_nodes(rows),
         data_wait_histogram=_histogram(rows),
         heat_map=_heat_map(rows),
     )
+
+
+#: A world size beyond this is taken for a malformed manifest, not a job: no rank is then called missing.
+MAX_WORLD_SIZE = 1 << 20
+
+
+def missing_ranks(present: Iterable[int | None], world_sizes: Iterable[int | None]) -> tuple[int, ...]:
+    """The ranks of the job's world (the largest of ``world_sizes``, one per trace as its manifest says) that left no
+    trace: not among ``present`` (a rank of None is rank 0, as everywhere). A node whose run directory was not given,
+    a rank that crashed before its window. Empty when the world size is unknown."""
+    world = max((size for size in world_sizes if size), default=0)
+    if world > MAX_WORLD_SIZE:
+        return ()
+    seen = {rank if rank is not None else 0 for rank in present}
+    return tuple(rank for rank in range(world) if rank not in seen)

@@ -92,6 +92,23 @@ def segments_between(run: TraceRun, lo_us: float, hi_us: float) -> list[Segment]
     return sorted(segments, key=lambda g: g.start_us)
 
 
+def segments_by_step(run: TraceRun, count: int) -> list[tuple[Segment, ...]]:
+    """The category segments of each of the first ``count`` steps, unclipped, in the order
+    :func:`segments_between` meets them: clipping them to a stretch gives what it gives for that stretch."""
+    shown = run.steps[:count]
+    if not shown:
+        return []
+    claims, backward, host = _timelines(run, shown[0].start_us, shown[-1].end_us)
+    return [
+        tuple(
+            Segment(category, s, e)
+            for category, intervals in _assign(step.start_us, step.end_us, claims, backward, host).items()
+            for s, e in intervals
+        )
+        for step in shown
+    ]
+
+
 def step_breakdown(run: TraceRun) -> StepBreakdown:
     """Break every ProfilerStep of ``run`` down by category.
 

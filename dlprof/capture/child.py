@@ -94,9 +94,28 @@ def _become_subreaper() -> None:
             pass
 
 
-def _end_leftovers() -> None:
-    """Terminate (then kill) any process still descending from us: no worker outlives the record."""
-    leftovers = psutil.Process().children(recursive=True)
+def _children() -> set[tuple[int, float]]:
+    """This process's children now, by pid and start time (a pid alone can be reused)."""
+    found = set()
+    for process in psutil.Process().children():
+        try:
+            found.add((process.pid, process.create_time()))
+        except psutil.Error:
+            pass
+    return found
+
+
+def _end_leftovers(earlier: set[tuple[int, float]]) -> None:
+    """Terminate (then kill) any process still descending from us that the command started: no worker outlives the
+    record. The caller's own children from before the command (``earlier``), and theirs, are left alone: a notebook's,
+    or the fork server and resource tracker of multiprocessing, which ``dlprof analyze --jobs`` starts and reuses."""
+    leftovers = []
+    for process in psutil.Process().children():
+        try:
+            if (process.pid, process.create_time()) not in earlier:
+                leftovers += [process, *process.children(recursive=True)]
+        except psutil.Error:
+            pass
     for process in leftovers:
         try:
             process.terminate()
@@ -174,6 +193,7 @@ def run_child(
     """Run the command to its end; returns its exit code (as a shell reports it), the memory samples, and the signal
     that stopped dlprof, if one did."""
     _become_subreaper()
+    earlier = _children()
     # The training process turns SIGINT and SIGTERM into a partial trace, and this process must live on
     # to merge it. Handlers, not SIG_IGN: an ignored signal would be inherited through exec and the
     # training process would never see it.
@@ -190,7 +210,7 @@ def run_child(
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        _end_leftovers()
+        _end_leftovers(earlier)
     return exit_code, samples, signals.first
 
 

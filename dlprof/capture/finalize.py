@@ -111,9 +111,10 @@ def _read_results(scratch: Path) -> list[RankResult]:
     return chosen
 
 
-def _fail(run_dir: Path, message: str, exit_code: int) -> RecordError:
-    """Remove what this run left (nothing may look like a run) and describe the failure."""
-    remove_unrecorded(run_dir)
+def _fail(run_dir: Path, message: str, exit_code: int, scratch: Path) -> RecordError:
+    """Remove what this record left (``scratch``, its session directory; and the run directory when nothing else is in
+    it: nothing may look like a run, and another node's files stay) and describe the failure."""
+    remove_unrecorded(run_dir, scratch)
     return RecordError(message, exit_code)
 
 
@@ -160,11 +161,11 @@ def _traced_results(
     scratch = inputs.session_dir
     failed = 128 + stopped_by if stopped_by is not None else 2
     if (scratch / ERROR_FILE).exists():
-        raise _fail(run_dir, (scratch / ERROR_FILE).read_text().strip(), failed)
+        raise _fail(run_dir, (scratch / ERROR_FILE).read_text().strip(), failed, scratch)
     try:
         results = _read_results(scratch)
     except RecordError as error:
-        raise _fail(run_dir, str(error), 2) from None
+        raise _fail(run_dir, str(error), 2, scratch) from None
     how = _how_it_ended(inputs.exit_code, stopped_by)
     # A provisional recording was written when the window was exported; its process never finished.
     unfinished = f"the training process {how} before dlprof finished its recording"
@@ -176,15 +177,16 @@ def _traced_results(
             f"{wording.command}: could not save the recorded steps ({export_errors[0]}); free disk space or choose"
             " another --out",
             2,
+            scratch,
         )
     if not results:
-        raise _fail(run_dir, *_nothing_recorded(scratch, wording, how, failed))
+        raise _fail(run_dir, *_nothing_recorded(scratch, wording, how, failed), scratch)
     traced = [r for r in results if r.trace_file is not None]
     if not traced:
         first = results[0]
         if first.status != schema.STATUS_COMPLETE:
-            raise _fail(run_dir, wording.failed_early(first.error), failed)
-        raise _fail(run_dir, wording.too_few_steps(first.steps_run), failed)
+            raise _fail(run_dir, wording.failed_early(first.error), failed, scratch)
+        raise _fail(run_dir, wording.too_few_steps(first.steps_run), failed, scratch)
     for result in results:
         if result.trace_file is None:
             print(
@@ -222,6 +224,15 @@ def _redactor(results: list[RankResult], inputs: merge.MergeInputs) -> redact.Re
     return redact.for_run(manifests, cwd=os.getcwd())
 
 
+def _free_trace_path(run_dir: Path, host: str, pid: int) -> Path:
+    """``<host>_<pid>.<ms>.pt.trace.json.gz``, the milliseconds moved on while that name is taken: the nodes of a job
+    write into one run directory, and two may share a host label (``--redact``) and a pid (containers)."""
+    ms = time.time_ns() // 1_000_000
+    while (path := run_dir / f"{host}_{pid}.{ms}{schema.TRACE_SUFFIX}").exists():
+        ms += 1
+    return path
+
+
 def _write_rank(
     run_dir: Path,
     result: RankResult,
@@ -240,14 +251,15 @@ def _write_rank(
             f"{wording.command}: rank {result.rank}'s recorded steps are incomplete ({error}; no space left on the"
             " device?); free disk space or choose another --out",
             2,
+            scratch,
         ) from None
     kineto, manifest = merge.merge_rank(kineto, result, inputs)
     host = result.host.hostname or socket.gethostname()
     if redactor is not None:  # the one redaction step of every trace dlprof writes
         redactor.redact_value(kineto)  # in place: process and thread names, event names and args
-        manifest = redactor.redact_fields(manifest)
+        manifest = replace(redactor.redact_fields(manifest), job=inputs.job)  # the job's digest, as every node has it
         host = redactor.host_label(host)
-    trace_path = run_dir / f"{host}_{result.pid}.{time.time_ns() // 1_000_000}{schema.TRACE_SUFFIX}"
+    trace_path = _free_trace_path(run_dir, host, result.pid)
     try:
         merge.write_gzip_json_atomically(merge.trace_document(kineto, manifest), trace_path, scratch)
     except OSError as error:
@@ -257,6 +269,7 @@ def _write_rank(
             run_dir,
             f"{trace_path}: could not write the trace ({error.strerror}); free disk space or choose another --out",
             2,
+            scratch,
         ) from None
     return trace_path, manifest
 

@@ -300,6 +300,9 @@ class MergeInputs:
     overrides: dict | None = None
     #: ``--redact``: write the trace with placeholders for host names, the user, arguments and paths (dlprof.redact).
     redact: bool = False
+    #: The key of the job over several machines that this record is a node of (dlprof.capture.job), as the manifest
+    #: holds it (a digest with ``--redact``); None: a job of its own.
+    job: str | None = None
 
 
 def _window(events: list[dict], base_ns: int, result: RankResult) -> tuple[int, int]:
@@ -386,6 +389,7 @@ def merge_rank(kineto: dict, result: RankResult, inputs: MergeInputs) -> tuple[d
         stopped_early=result.stopped_early,
         redacted=inputs.redact,
         trials=result.trials,
+        job=inputs.job,
     )
     return kineto, manifest
 

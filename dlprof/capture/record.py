@@ -8,8 +8,9 @@ starts records itself in (:mod:`~dlprof.capture.child`), then merge what each ra
 
 from __future__ import annotations
 
-from dlprof import schema
 from dlprof.capture import child, finalize, merge, run_dir
+from dlprof.capture.job import find_job
+from dlprof.errors import UsageError
 from dlprof.results.record import RecordRequest, RecordResult
 
 
@@ -17,14 +18,24 @@ def record(request: RecordRequest) -> RecordResult:
     """Run ``request.command`` under the profiler and write ``<out_dir>/<name>/<host>_<pid>.<ms>.pt.trace.json.gz`` per
     rank.
 
+    A node of a job over several machines (:mod:`~dlprof.capture.job`) writes its ranks' traces into the run
+    directory that the records of the job's other nodes share, and touches none of their files.
+
     Raises:
         UsageError, InputError: the command or options cannot work; nothing was run.
         RecordError: the training ended before the profiler recorded a step; no trace was written.
     """
     request.schedule.check()
     argv = child.child_argv(request.command)
-    directory = run_dir.prepare_run_dir(request.out_dir, request.name, request.fresh_name_if_taken)
-    scratch = directory / schema.SCRATCH_DIR
+    job = find_job(request.command)
+    if job is not None and job.multi_node and request.fresh_name_if_taken:
+        nodes = f"on {job.nodes} machines" if job.nodes is not None and job.nodes > 1 else "on several machines"
+        raise UsageError(
+            f"{request.command[0]} runs {nodes}: give --name, the same on every node, so that every node's dlprof"
+            " record writes into one run directory (a default name is made of the time, which nodes do not share)"
+        )
+    directory = run_dir.prepare_run_dir(request.out_dir, request.name, request.fresh_name_if_taken, job=job)
+    scratch = run_dir.scratch_dir(directory, job)
     run_dir.write_session_config(scratch, request)
     exit_code, samples, stopped_by = child.run_child(
         argv, child.child_env(scratch), request.memory_interval_ms, scratch
@@ -38,6 +49,7 @@ def record(request: RecordRequest) -> RecordResult:
         request.memory_interval_ms,
         request.overrides,
         redact=request.redact,
+        job=None if job is None else (job.digest if request.redact else job.key),
     )
     wording = finalize.Wording(
         command=" ".join(request.command),

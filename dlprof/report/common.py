@@ -261,6 +261,19 @@ def rank_set(ranks) -> str:
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
+def missing_ranks_line(run) -> str | None:
+    """The ranks of the job that left no trace, and that the report is made from the others; None when none is
+    missing."""
+    if not run.missing_ranks:
+        return None
+    several = len(run.missing_ranks) > 1
+    return (
+        f"missing {'ranks' if several else 'rank'} {rank_set(sorted(run.missing_ranks))}: no trace of"
+        f" {'them' if several else 'it'} here (a node's run directory not given, or the rank ended before its"
+        " window); this report is made from the other ranks"
+    )
+
+
 def ranks_line(ranks, compact: bool = False) -> str:
     """The cross-rank effect in one line: who is slowest, why, and who waited for it where (``compact``: the ranks that
     waited as runs, ``0-2, 4-63``, for a job of many ranks)."""
@@ -302,14 +315,26 @@ def summarized(ranks) -> bool:
     return ranks.summary is not None and len(ranks.ranks) > RANKS_TABLE_MAX
 
 
-def ranks_heading(ranks) -> str:
+def rank_count(run) -> str:
+    """How many ranks the report compares: ``20``, or with ranks missing ``20 of 24, missing 20-23``."""
+    count = len(run.ranks.ranks)
+    if not run.missing_ranks:
+        return str(count)
+    return f"{count} of {count + len(run.missing_ranks)}, missing {rank_set(sorted(run.missing_ranks))}"
+
+
+def ranks_heading(run) -> str:
     """What the summary of many ranks covers."""
-    nodes = ranks.summary.nodes
+    nodes = run.ranks.summary.nodes
     if all(n.host is None for n in nodes):
         where = ", hosts unknown"
     else:
         where = f" on {len(nodes)} node{'s' if len(nodes) != 1 else ''}"
-    return f"{len(ranks.ranks)} ranks{where}; ms per step, profiled"
+    count = rank_count(run)
+    if run.missing_ranks:  # "20 of 24 ranks on 5 nodes, missing 20-23"
+        shown, _, missing = count.partition(", ")
+        return f"{shown} ranks{where}, {missing}; ms per step, profiled"
+    return f"{count} ranks{where}; ms per step, profiled"
 
 
 SPREAD_HEADER = ["over the ranks", "p50", "p90", "max", "rank with the max"]

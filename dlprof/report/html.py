@@ -26,9 +26,11 @@ from dlprof.report.common import (
     is_recommended_trial,
     known,
     loader_rows,
+    missing_ranks_line,
     node_rows,
     nodes_heading,
     predicted_rows,
+    rank_count,
     rank_rows,
     ranks_heading,
     ranks_line,
@@ -520,13 +522,15 @@ def _run(run: RunReport, index: int) -> str:
     ]
     if info.incomplete:
         parts.append(f'<p class="note">Note: the recording is {esc(info.status)}.</p>')
+    if missing := missing_ranks_line(run):
+        parts.append(f'<p class="note missing-ranks">Note: {esc(missing)}.</p>')
     parts.append(f'<p class="verdict {VERDICT_CLASS.get(advice.verdict, "warn")}">{esc(verdict_line(run))}</p>')
     parts.append(_facts(run))
     if run.ranks is not None and summarized(run.ranks):
         parts += _ranks_summary(run, rid)
     elif run.ranks is not None:
         ranks = run.ranks
-        parts.append(f"<h3>Ranks ({len(ranks.ranks)}; ms per step, profiled)</h3>")
+        parts.append(f"<h3>Ranks ({esc(rank_count(run))}; ms per step, profiled)</h3>")
         parts.append(
             page.table(
                 RANKS_HEADER,
@@ -562,6 +566,12 @@ def _run(run: RunReport, index: int) -> str:
             " scale.",
         )
     )
+    if tl.ranks_not_drawn and run.ranks is not None:
+        parts.append(
+            f'<p class="note timeline-ranks">The timeline draws the training threads of the'
+            f" {len(run.ranks.ranks) - tl.ranks_not_drawn} slowest ranks; {tl.ranks_not_drawn} other ranks are not"
+            " drawn (every rank is in the ranks above).</p>"
+        )
     parts.append("<h3>Where each step's time goes</h3>")
     parts.append(
         page.figure(
@@ -585,7 +595,7 @@ def _ranks_summary(run: RunReport, rid: str) -> list[str]:
     ranks = run.ranks
     summary = ranks.summary
     return [
-        f"<h3>Ranks ({esc(ranks_heading(ranks))})</h3>",
+        f"<h3>Ranks ({esc(ranks_heading(run))})</h3>",
         page.table(SPREAD_HEADER, spread_rows(summary), cls="rank-spread"),
         f"<h3>{esc(slowest_heading(summary))}</h3>",
         page.table(

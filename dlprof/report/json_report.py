@@ -301,6 +301,7 @@ def run_document(run: RunReport) -> dict:
         "steps": _steps(run),
         "unprofiled": None if run.unprofiled is None else _unprofiled(run.unprofiled),
         "ranks": None if run.ranks is None else _ranks(run.ranks),
+        "missing_ranks": list(run.missing_ranks),
         "breakdown_ms": {c: rounded(steps.categories[c].mean_ms) for c in CATEGORIES},
         "breakdown_p90_ms": {c: rounded(steps.categories[c].p90_ms) for c in CATEGORIES},
         "loader": None if run.loader is None else _loader(run.loader),

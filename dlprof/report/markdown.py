@@ -15,9 +15,11 @@ from dlprof.report.common import (
     epoch_line,
     known,
     loader_rows,
+    missing_ranks_line,
     node_rows,
     nodes_heading,
     predicted_rows,
+    rank_count,
     rank_rows,
     ranks_heading,
     ranks_line,
@@ -50,6 +52,8 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 def _run(run: RunReport) -> list[str]:
     info, steps, loader, gpu, advice = run.info, run.steps, run.loader, run.gpu, run.advice
     lines = [f"### dlprof: `{info.name}`", "", f"**{verdict_line(run)}**", ""]
+    if missing := missing_ranks_line(run):
+        lines += [f"**Note:** {missing}.", ""]
     lines += _table(
         ["", "value"],
         [
@@ -147,7 +151,7 @@ def _ranks(run: RunReport) -> list[str]:
         return _ranks_summary(run)
     lines = [
         "",
-        f"**Ranks** ({len(run.ranks.ranks)}; ms per step, profiled; ★ the slowest, which sets the job's pace):",
+        f"**Ranks** ({rank_count(run)}; ms per step, profiled; ★ the slowest, which sets the job's pace):",
         "",
     ]
     lines += _table(RANKS_HEADER, rank_rows(run.ranks, " ★"))
@@ -159,7 +163,7 @@ def _ranks_summary(run: RunReport) -> list[str]:
     ranks = run.ranks
     summary = ranks.summary
     shown = summary.nodes[:NODES_SHOWN]
-    lines = ["", f"**Ranks** ({ranks_heading(ranks)}):", ""]
+    lines = ["", f"**Ranks** ({ranks_heading(run)}):", ""]
     lines += _table(SPREAD_HEADER, spread_rows(summary))
     lines += ["", f"{slowest_heading(summary)}, ★ the slowest:", ""]
     lines += _table(SLOWEST_HEADER, slowest_rows(summary, " ★"))

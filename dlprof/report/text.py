@@ -13,9 +13,11 @@ from dlprof.report.common import (
     breakdown_rows,
     epoch_line,
     loader_rows,
+    missing_ranks_line,
     node_rows,
     nodes_heading,
     predicted_rows,
+    rank_count,
     rank_rows,
     ranks_heading,
     ranks_line,
@@ -51,6 +53,8 @@ def _run(run: RunReport) -> list[str]:
     lines = [f"dlprof analyze: {info.name}  ({info.trace_file})", f"run: {run_line(info)}"]
     if info.incomplete:
         lines.append(f"note: the recording is {info.status}")
+    if missing := missing_ranks_line(run):
+        lines.append(f"note: {missing}")
     lines += [
         (
             f"steps: {len(steps.steps)}, {steps.step.mean_ms:.2f} ms mean (p50 {steps.step.p50_ms:.2f}, p90"
@@ -137,7 +141,7 @@ def _ranks(run: RunReport) -> list[str]:
         return []
     if summarized(run.ranks):
         return _ranks_summary(run)
-    lines = ["", f"Ranks ({len(run.ranks.ranks)}; ms per step, profiled; * the slowest, which sets the job's pace)"]
+    lines = ["", f"Ranks ({rank_count(run)}; ms per step, profiled; * the slowest, which sets the job's pace)"]
     lines += _table(rank_rows(run.ranks, "*"), RANKS_HEADER)
     lines += [
         f"  {ranks_line(run.ranks)}",
@@ -153,7 +157,7 @@ def _ranks_summary(run: RunReport) -> list[str]:
     """A job of many ranks summed up: the spread over the ranks, the slowest ranks, the machines."""
     ranks = run.ranks
     summary = ranks.summary
-    lines = ["", f"Ranks ({ranks_heading(ranks)}; every rank in the JSON and HTML reports)"]
+    lines = ["", f"Ranks ({ranks_heading(run)}; every rank in the JSON and HTML reports)"]
     lines += _table(spread_rows(summary), SPREAD_HEADER)
     lines += ["", f"  {slowest_heading(summary)}"]
     lines += ["  " + line for line in _table(slowest_rows(summary, "*"), SLOWEST_HEADER)]

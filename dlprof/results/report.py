@@ -60,6 +60,8 @@ class TimelinePicture:
     duration_ms: float
     step_starts_ms: list[float]
     lanes: list[Lane]
+    #: A job's ranks that have no lane: beyond 16, only the slowest ranks' training threads are drawn.
+    ranks_not_drawn: int = 0
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,9 @@ class RunReport:
     ranks: RankComparison | None = None
     #: ``dlprof record --try-workers``: every tried setting measured in the running training (None: no trials).
     trials: TrialsResult | None = None
+    #: Ranks of the job's world size (the manifests' ``world_size``) that left no trace here; the report is made from
+    #: the others.
+    missing_ranks: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

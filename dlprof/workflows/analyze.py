@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
+from array import array
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dlprof import schema
@@ -11,14 +13,16 @@ from dlprof.advice.rules import advise
 from dlprof.analysis.gpu import gpu_stats
 from dlprof.analysis.intervals import Timeline
 from dlprof.analysis.loader import loader_stats
-from dlprof.analysis.ranks import compare_ranks, rank_stats
-from dlprof.analysis.steps import segments_between, step_breakdown, step_segments
+from dlprof.analysis.ranks import compare_ranks, missing_ranks, rank_stats, slowness
+from dlprof.analysis.steps import Segment, segments_between, segments_by_step, step_breakdown, step_segments
 from dlprof.analysis.trials import trials_result, with_predictions
 from dlprof.analysis.unprofiled import unprofiled_stats
 from dlprof.errors import DlprofError, TraceFormatError, display
+from dlprof.results.analysis import RankStats
 from dlprof.results.report import Lane, Report, RunInfo, RunReport, Skipped, TimelinePicture
-from dlprof.trace.discover import find_runs, is_profiler_trace_name, load_run
+from dlprof.trace.discover import find_job_runs, is_profiler_trace_name, load_run
 from dlprof.trace.run import TraceRun
+from dlprof.workflows.parallel import default_jobs, json_bytes, run_tasks
 
 
 def _batches_per_step(run: TraceRun) -> float:
@@ -58,29 +62,25 @@ def _info(run: TraceRun, batches_per_step: float) -> RunInfo:
 TIMELINE_STEPS = 3
 
 
-def _timeline(run: TraceRun, other_ranks: Sequence[TraceRun] = ()) -> TimelinePicture:
-    """A few steps of ``run``; with ``other_ranks``, their training threads over the same stretch of time, as lanes."""
+def _window(run: TraceRun) -> tuple[int, float, float]:
+    """The steps the timeline shows: the index of the first, and their stretch of the trace's clock."""
     first = 1 if len(run.steps) > TIMELINE_STEPS else 0  # the first recorded step often carries warm-up
     shown = run.steps[first : first + TIMELINE_STEPS]
-    lo, hi = shown[0].start_us, shown[-1].end_us
+    return first, shown[0].start_us, shown[-1].end_us
+
+
+def _timeline(run: TraceRun) -> TimelinePicture:
+    """A few steps of ``run``: its main thread, each loader process and the GPU, as lanes (a job's other ranks are
+    added by :func:`_job_timeline`)."""
+    first, lo, hi = _window(run)
+    shown = run.steps[first : first + TIMELINE_STEPS]
     rel = lambda us: round((us - lo) / 1000, 4)
-    main_label = f"rank {run.rank} main thread" if other_ranks else "main thread"
     lanes = [
         Lane(
-            main_label,
+            "main thread",
             [(g.category, rel(g.start_us), rel(g.end_us)) for g in step_segments(run, first, TIMELINE_STEPS)],
         )
     ]
-    for other in other_ranks:
-        # Each trace counts from its own base time; on one clock (CLOCK_REALTIME) the shift lines them up.
-        shift = other.base_us - run.base_us
-        segments = segments_between(other, lo - shift, hi - shift)
-        lanes.append(
-            Lane(
-                f"rank {other.rank} main thread",
-                [(g.category, rel(g.start_us + shift), rel(g.end_us + shift)) for g in segments],
-            )
-        )
     by_pid: dict[int, list] = {}
     for span in run.loader_spans:
         if span.name != schema.SPAN_BATCH and span.end_us > lo and span.start_us < hi:
@@ -116,78 +116,222 @@ def analyze_run(run: TraceRun) -> RunReport:
     return RunReport(info, steps, loader, gpu, advice, _timeline(run), unprofiled, manifest, trials=trials)
 
 
-def analyze_job(runs: Sequence[TraceRun]) -> RunReport:
-    """A run of several ranks: the slowest rank's report, with every rank side by side (``ranks``)."""
-    reports = {run.rank: analyze_run(run) for run in runs}
-    by_rank = {run.rank: run for run in runs}
-    rows = []
-    for run in runs:
-        report = reports[run.rank]
-        rows.append(
-            rank_stats(run, report.steps, report.loader, report.unprofiled.step_ms if report.unprofiled else None)
+@dataclass(frozen=True)
+class RankSummary:
+    """One trace file analysed, as a worker hands it back: small, never the trace itself.
+
+    Its report and its row among the ranks, and what the job's timeline needs of it: its clock's base, the
+    stretch its own timeline shows, every step's bounds, and the category segments of its first
+    :data:`LANE_STEPS` steps (the ranks of a job step together, so another rank's stretch falls among them).
+    """
+
+    trace: Path
+    name: str
+    rank: int | None
+    #: The job's world size as the trace's manifest says (None: unknown, or no manifest).
+    world_size: int | None
+    report: RunReport
+    row: RankStats
+    base_us: float
+    window_us: tuple[float, float]
+    step_bounds_us: tuple[tuple[float, float], ...]
+    #: Per step kept: its segments' categories, and their (start, end) µs one after another (compact: 4,800
+    #: segments as Segment objects took 1 MB, three quarters of a summary).
+    step_segments: tuple[tuple[tuple[str, ...], array], ...]
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """A trace file that could not be read (``loading``) or analysed, as a worker hands it back."""
+
+    trace: Path
+    rank: int | None
+    error: DlprofError
+    loading: bool
+
+
+#: Ranks the timeline draws a lane for (the slowest): beyond this, lanes too thin to read, and each a trace to line up.
+TIMELINE_RANKS = 16
+#: Steps whose segments a rank hands back: the stretch of another rank's timeline, with room for ranks that
+#: started their profiled steps a few steps apart (further apart, the trace is read again for it).
+LANE_STEPS = 2 * TIMELINE_STEPS + 2
+
+
+def summarize_run(run: TraceRun) -> RankSummary:
+    """All analyses of one rank's trace, and what the job's report needs of it."""
+    report = analyze_run(run)
+    row = rank_stats(run, report.steps, report.loader, report.unprofiled.step_ms if report.unprofiled else None)
+    _, lo, hi = _window(run)
+    return RankSummary(
+        run.path,
+        run.name,
+        run.rank,
+        run.manifest.world_size if run.manifest is not None else None,
+        report,
+        row,
+        run.base_us,
+        (lo, hi),
+        tuple((step.start_us, step.end_us) for step in run.steps),
+        tuple(
+            (tuple(g.category for g in step), array("d", [us for g in step for us in (g.start_us, g.end_us)]))
+            for step in segments_by_step(run, LANE_STEPS)
+        ),
+    )
+
+
+def summarize_trace(trace: Path, name: str, cwd: str | None = None, progress: bool = False):
+    """A worker's task: read and analyse one trace file, into a :class:`RankSummary` (or a :class:`RankFailure`).
+
+    ``cwd``: the caller's directory, where a relative ``trace`` lies (a Ray worker runs elsewhere); the report
+    names the file as given.
+    """
+    where = Path(cwd) / trace if cwd and not trace.is_absolute() and Path.cwd() != Path(cwd) else trace
+    try:
+        run = load_run(where, name, progress=progress)
+    except DlprofError as error:
+        return RankFailure(trace, None, error, loading=True)
+    run.path = trace
+    try:
+        return summarize_run(run)
+    except DlprofError as error:
+        return RankFailure(trace, run.rank, error, loading=False)
+
+
+def _segments_between(rank: RankSummary, lo_us: float, hi_us: float) -> list[Segment]:
+    """:func:`~dlprof.analysis.steps.segments_between` of the rank's trace, from its summary (or its trace, when the
+    stretch reaches past the steps it kept)."""
+    shown = [i for i, (start, end) in enumerate(rank.step_bounds_us) if end > lo_us and start < hi_us]
+    if not shown:
+        return []
+    if shown[-1] >= len(rank.step_segments):
+        return segments_between(load_run(rank.trace, rank.name, progress=False), lo_us, hi_us)
+    segments = []
+    for i in shown:
+        categories, bounds_us = rank.step_segments[i]
+        for k, category in enumerate(categories):
+            start, end = bounds_us[2 * k], bounds_us[2 * k + 1]
+            if end > lo_us and start < hi_us:
+                segments.append(Segment(category, max(start, lo_us), min(end, hi_us)))
+    return sorted(segments, key=lambda g: g.start_us)
+
+
+def _job_timeline(pace: RankSummary, others: Sequence[RankSummary]) -> TimelinePicture:
+    """The pace rank's timeline, with the other ranks' training threads over the same stretch of time as lanes."""
+    picture = pace.report.timeline
+    lo, hi = pace.window_us
+    rel = lambda us: round((us - lo) / 1000, 4)
+    main, *rest = picture.lanes
+    lanes = [Lane(f"rank {pace.rank} main thread", main.segments)]
+    for other in others:
+        # Each trace counts from its own base time; on one clock (CLOCK_REALTIME) the shift lines them up.
+        shift = other.base_us - pace.base_us
+        segments = _segments_between(other, lo - shift, hi - shift)
+        lanes.append(
+            Lane(
+                f"rank {other.rank} main thread",
+                [(g.category, rel(g.start_us + shift), rel(g.end_us + shift)) for g in segments],
+            )
         )
-    comparison = compare_ranks(rows)
+    return replace(picture, lanes=lanes + rest)
+
+
+def analyze_job(ranks: Sequence[RankSummary]) -> RunReport:
+    """A run of several ranks: the slowest rank's report, with every rank side by side (``ranks``)."""
+    comparison = compare_ranks([rank.row for rank in ranks])
+    by_rank = {rank.row.rank: rank for rank in ranks}
     pace = by_rank[comparison.slowest_rank]
-    others = [by_rank[r.rank] for r in comparison.ranks if r.rank != comparison.slowest_rank]
-    return replace(reports[comparison.slowest_rank], timeline=_timeline(pace, others), ranks=comparison)
+    # The timeline's lanes: beyond TIMELINE_RANKS, the slowest ranks only (in rank order), and how many are not drawn.
+    drawn = {r.rank for r in sorted(comparison.ranks, key=slowness)[:TIMELINE_RANKS]}
+    others = [by_rank[r.rank] for r in comparison.ranks if r.rank != comparison.slowest_rank and r.rank in drawn]
+    timeline = replace(_job_timeline(pace, others), ranks_not_drawn=len(comparison.ranks) - len(drawn))
+    return replace(pace.report, timeline=timeline, ranks=comparison)
 
 
-def _distinct_ranks(runs: list[TraceRun]) -> list[TraceRun]:
-    """One trace per rank (a second file claiming a rank is left out, as HTA does), by rank."""
-    seen: dict[int, TraceRun] = {}
-    for run in runs:
-        seen.setdefault(run.rank if run.rank is not None else 0, run)
-    return [seen[rank] for rank in sorted(seen)]
-
-
-def _load_files(files: list[Path], name: str, skipped: list[Skipped]) -> list[TraceRun]:
-    """The traces of one run. Files not named as profiler traces that turn out not to be traces (a report
-    written there, notes) are skipped with a note, as long as one trace is left."""
-    runs, errors, first = [], [], None
-    for trace in files:
-        try:
-            runs.append(load_run(trace, name))
-        except DlprofError as error:
+def _run_report(files: Sequence[Path], outcomes: Sequence, skipped: list[Skipped]) -> RunReport:
+    """The report of one run from what its files' tasks handed back: its one rank's, or the slowest rank's with every
+    rank side by side. One trace per rank (a second file claiming a rank is left out, as HTA does); files not
+    named as profiler traces that turn out not to be traces are skipped with a note, as long as one is left."""
+    loaded, notes, first = [], [], None
+    for trace, outcome in zip(files, outcomes):
+        if isinstance(outcome, RankFailure) and outcome.loading:
             if is_profiler_trace_name(trace) or len(files) == 1:
-                raise
-            errors.append(Skipped(display(trace), f"not a trace: {error}"))
-            first = first or error
-    if not runs:
+                raise outcome.error
+            notes.append(Skipped(display(trace), f"not a trace: {outcome.error}"))
+            first = first or outcome.error
+        else:
+            loaded.append(outcome)
+    if not loaded:
         raise first
-    skipped += errors
-    return runs
+    skipped += notes
+    distinct: dict[int, RankSummary | RankFailure] = {}
+    for outcome in loaded:
+        distinct.setdefault(outcome.rank if outcome.rank is not None else 0, outcome)
+    ranks = [distinct[rank] for rank in sorted(distinct)]
+    for outcome in ranks:
+        if isinstance(outcome, RankFailure):
+            raise outcome.error
+    report = ranks[0].report if len(ranks) == 1 else analyze_job(ranks)
+    return replace(report, missing_ranks=missing_ranks([r.rank for r in ranks], [r.world_size for r in ranks]))
 
 
-def analyze_traces(files: list[Path], name: str, skipped: list[Skipped] | None = None) -> RunReport:
-    """The report of one run from its trace files: its one rank's, or the slowest rank's with every rank side by side.
+def _summarize_all(groups: Sequence[tuple[Sequence[Path], str]], jobs: int | None, ray: str | None) -> list:
+    """Every file's task, run ``jobs`` at a time (None: as many as the cores and memory allow) or on Ray."""
+    calls = [(trace, name) for files, name in groups for trace in files]
+    sizes = [json_bytes(trace) for trace, _ in calls]
+    if jobs is None:
+        jobs = default_jobs(sizes)
+    one = len(calls) == 1
+    cwd = os.getcwd() if ray is not None else None
+    return run_tasks(
+        summarize_trace, [(trace, name, cwd, one) for trace, name in calls], jobs=jobs, ray=ray, sizes=sizes
+    )
+
+
+def analyze_traces(
+    files: list[Path], name: str, skipped: list[Skipped] | None = None, jobs: int | None = 1, ray: str | None = None
+) -> RunReport:
+    """The report of one run from its trace files: its one rank's, or the slowest rank's with every rank side by side;
+    the ranks of the job's world size that left no trace are named (``missing_ranks``).
 
     Files not named as profiler traces that turn out not to be traces (a report written there, notes) are
-    left out and named in ``skipped``, as long as one trace is left.
+    left out and named in ``skipped``, as long as one trace is left. ``jobs`` and ``ray`` as for
+    :func:`build_report`.
 
     Raises:
         DlprofError: no readable trace among ``files``, or the trace cannot be analysed.
     """
-    runs = _distinct_ranks(_load_files(files, name, skipped if skipped is not None else []))
-    return analyze_run(runs[0]) if len(runs) == 1 else analyze_job(runs)
+    outcomes = _summarize_all([(files, name)], jobs, ray)
+    return _run_report(files, outcomes, skipped if skipped is not None else [])
 
 
-def build_report(path: Path) -> Report:
-    """Analyse a run directory (all its ranks), a trace file, or a directory of runs.
+def build_report(path: Path | Sequence[Path], jobs: int | None = 1, ray: str | None = None) -> Report:
+    """Analyse a run directory (all its ranks), a trace file, or a directory of runs; or, given several, the run
+    directories (or trace files) that the nodes of one job wrote each on their own, as one run.
 
     In a directory of runs, a run that cannot be read or analysed is skipped and named in
     ``Report.skipped``; only when none can be is it an error.
 
+    Each trace file (a rank) is read and analysed on its own, ``jobs`` at a time in worker processes (None: as
+    many as the usable cores and the available memory allow), or on the Ray cluster ``ray`` (``auto``: the one
+    in ``RAY_ADDRESS``; ``local``: one started here); only their small summaries come back. The report is the
+    same whichever runs them.
+
     Raises:
-        DlprofError: no readable trace (the message names the file and the fix).
+        DlprofError: no readable trace (the message names the file and the fix); several paths not of one job; Ray
+            missing or unreachable.
     """
-    groups, unreadable = find_runs(path)
+    paths = [path] if isinstance(path, Path) else list(path)
+    path = paths[0]
+    groups, unreadable = find_job_runs(paths)
     skipped = [Skipped(display(sub), why) for sub, why in unreadable]
+    named = [(files, files[0].name if path.is_file() else files[0].parent.name) for files in groups]
+    outcomes = iter(_summarize_all(named, jobs, ray))
     reports = []
-    for files in groups:
-        name = files[0].name if path.is_file() else files[0].parent.name
+    for files, _name in named:
+        mine = [next(outcomes) for _ in files]
         notes: list[Skipped] = []
         try:
-            reports.append(analyze_traces(files, name, notes))
+            reports.append(_run_report(files, mine, notes))
         except DlprofError as error:
             if len(groups) == 1:
                 raise

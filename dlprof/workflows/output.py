@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dlprof import redact
-from dlprof.errors import InputError, UsageError, display
+from dlprof.errors import DlprofError, InputError, UsageError, display
 from dlprof.report import render, write_report
 from dlprof.results.diff import DiffResult
 from dlprof.results.report import Report, RunReport
@@ -111,8 +111,11 @@ def emit(
 
     Raises:
         InputError: ``output`` cannot be written.
+        DlprofError: the rendering came out empty (a bug: a command never prints nothing and succeeds).
     """
     text = render(result, fmt)
+    if not text.strip():
+        raise DlprofError(f"the {fmt} output came out empty, which is a bug in dlprof; please report it")
     if redactor is not None:
         text = redactor.redact_rendered(text, fmt)
     if output is not None:

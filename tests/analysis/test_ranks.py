@@ -14,7 +14,7 @@ import json
 import pytest
 from conftest import DATA_DIR
 
-from dlprof.analysis.ranks import compare_ranks
+from dlprof.analysis.ranks import MAX_WORLD_SIZE, compare_ranks, missing_ranks
 from dlprof.capture.merge import dumps_trace
 from dlprof.report import renderer
 from dlprof.results.analysis import RankStats
@@ -96,3 +96,11 @@ def test_the_rank_is_on_the_first_line_as_hta_reads_it(tmp_path):
         paths.append(str(path))
     ok, ranks = create_rank_to_trace_dict(paths)
     assert ok and ranks == {0: paths[0], 1: paths[1]}
+
+
+def test_missing_ranks_come_from_the_ranks_present_and_the_world_size():
+    assert missing_ranks([0, 3, 1], [4, 4, None]) == (2,)  # a trace whose manifest does not say
+    assert missing_ranks([None], [3]) == (1, 2)  # a rank of None is rank 0
+    assert missing_ranks([0, 1], [None, None]) == ()  # world size unknown: none is called missing
+    assert missing_ranks([0], [2, 4]) == (1, 2, 3)  # the largest said
+    assert missing_ranks([0], [MAX_WORLD_SIZE + 1]) == ()  # a malformed manifest, not a job

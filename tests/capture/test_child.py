@@ -1,12 +1,16 @@
-"""``child_argv``: how ``dlprof record -- COMMAND`` becomes the command line that runs under the recorder."""
+"""``child_argv``: how ``dlprof record -- COMMAND`` becomes the command line that runs under the recorder; ``run_child``
+ends what the command leaves behind, and only that."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 
+import psutil
 import pytest
 
-from dlprof.capture.child import child_argv
+from dlprof.capture.child import child_argv, run_child
 from dlprof.errors import InputError, UsageError
 
 INJECT = ["-m", "dlprof.capture.inject"]
@@ -81,3 +85,21 @@ def test_errors(in_tmp, command, error, message):
     (in_tmp / "train.sh").write_text("python train.py\n")
     with pytest.raises(error, match=message):
         child_argv(command)
+
+
+def test_the_processes_the_command_leaves_are_ended_and_no_others(tmp_path):
+    """``dlprof record`` in a process that has children of its own (a notebook; the fork server that ``dlprof analyze
+    --jobs`` starts, in the tests): the command's leftovers are ended, the caller's own processes are not."""
+    mine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    left = tmp_path / "left.pid"
+    command = (
+        f"import subprocess, sys; p = subprocess.Popen(['sleep', '60']); open({str(left)!r}, 'w').write(str(p.pid))"
+    )
+    try:
+        exit_code, _, stopped_by = run_child([sys.executable, "-c", command], dict(os.environ), 1000, tmp_path)
+        assert (exit_code, stopped_by) == (0, None)
+        assert not psutil.pid_exists(int(left.read_text()))  # orphaned by the command, ended (and reaped) by us
+        assert mine.poll() is None  # still running
+    finally:
+        mine.kill()
+        mine.wait()

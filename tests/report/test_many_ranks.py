@@ -158,6 +158,45 @@ def test_the_html_pictures_of_many_ranks(reports):
     assert "Heat map of step time for 20 ranks by 2 steps" in heat.find(f"{SVG}title").text
 
 
+def _timeline_ranks(page: str) -> list[str]:
+    """The ranks whose training thread the HTML timeline draws, lane by lane."""
+    lanes = [g.get("data-lane") for g in with_class(pictures(page)["timeline"], f"{SVG}g", "lane")]
+    return [lane.split()[1] for lane in lanes if lane.startswith("rank ")]
+
+
+def test_the_timeline_draws_the_slowest_ranks_only_beyond_16(reports):
+    small, big = (renderer(Report, "html")(reports[stem]) for stem in ("ranks4", "ranks20"))
+    assert _timeline_ranks(small) == ["2", "0", "1", "3"] and "timeline-ranks" not in small
+    drawn = _timeline_ranks(big)
+    summary = reports["ranks20"].runs[0].ranks
+    by_own_work = sorted(summary.ranks, key=lambda r: (-r.own_ms, r.rank))
+    assert drawn[0] == "3" and len(drawn) == 16  # the pace rank first, then the others in rank order
+    assert sorted(map(int, drawn)) == sorted(r.rank for r in by_own_work[:16])
+    assert (
+        '<p class="note timeline-ranks">The timeline draws the training threads of the 16 slowest ranks; 4 other'
+        " ranks are not drawn (every rank is in the ranks above).</p>"
+    ) in big
+
+
+def test_missing_ranks_of_a_big_job_are_named_in_every_format(tmp_path):
+    """20 ranks of a job of 24 (a node's run directory not given): the summary of many ranks says so, and the note."""
+    run_dir = replicate_tiny(tmp_path / "job", RANKS_TABLE_MAX + 4, 4, world_size=RANKS_TABLE_MAX + 8)
+    out = {fmt: invoke("analyze", run_dir, "--format", fmt, "--jobs", "1") for fmt in EXTENSIONS}
+    assert all(result.exit_code == 0 for result in out.values())
+    note = "missing ranks 20-23: no trace of them here"
+    heading = "20 of 24 ranks on 5 nodes, missing 20-23; ms per step, profiled"
+    assert f"note: {note}" in out["text"].stdout and f"Ranks ({heading}; every rank" in out["text"].stdout
+    assert f"**Note:** {note}" in out["markdown"].stdout and f"**Ranks** ({heading})" in out["markdown"].stdout
+    assert note in out["html"].stdout and f"<h3>Ranks ({heading})</h3>" in out["html"].stdout
+    document = json.loads(out["json"].stdout)
+    assert document["missing_ranks"] == [20, 21, 22, 23] and len(document["ranks"]["ranks"]) == 20
+    assert invoke("analyze", run_dir, "--format", "json", "--jobs", "2").stdout == out["json"].stdout
+    # A few ranks: the per-rank table's heading says so too.
+    small = replicate_tiny(tmp_path / "small", 3, 1, world_size=5)
+    text = invoke("analyze", small).stdout
+    assert "Ranks (3 of 5, missing 3-4; ms per step" in text and "note: missing ranks 3-4" in text
+
+
 def test_redact_hides_every_ranks_host(tmp_path):
     """A report of many ranks names their hosts; --redact hides every one, not only the reported rank's."""
     run_dir = replicate_tiny(tmp_path / "job", RANKS_TABLE_MAX + 4, 4)  # hosts host0..host4, in the manifests only
