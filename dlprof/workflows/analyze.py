@@ -259,14 +259,19 @@ def _run_report(files: Sequence[Path], outcomes: Sequence, skipped: list[Skipped
             notes.append(Skipped(display(trace), f"not a trace: {outcome.error}"))
             first = first or outcome.error
         else:
-            loaded.append(outcome)
+            loaded.append((trace, outcome))
     if not loaded:
         raise first
+    distinct: dict[int, tuple[Path, RankSummary | RankFailure]] = {}
+    for trace, outcome in loaded:
+        rank = outcome.rank if outcome.rank is not None else 0
+        kept = distinct.setdefault(rank, (trace, outcome))
+        if kept[0] != trace:  # two nodes' directories given twice, or a rank recorded twice: say which was used
+            notes.append(
+                Skipped(display(trace), f"a second trace of rank {rank}: left out ({display(kept[0])} is used)")
+            )
     skipped += notes
-    distinct: dict[int, RankSummary | RankFailure] = {}
-    for outcome in loaded:
-        distinct.setdefault(outcome.rank if outcome.rank is not None else 0, outcome)
-    ranks = [distinct[rank] for rank in sorted(distinct)]
+    ranks = [distinct[rank][1] for rank in sorted(distinct)]
     for outcome in ranks:
         if isinstance(outcome, RankFailure):
             raise outcome.error

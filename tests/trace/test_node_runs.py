@@ -82,3 +82,17 @@ def test_a_missing_rank_is_named_and_the_report_made_from_the_others(tmp_path):
     # One node's directory alone: the other node's rank is named, the report is rank 0's.
     (alone,) = dlprof.analyze(tmp_path / "node0" / "job").runs
     assert alone.missing_ranks == (1, 2, 3) and alone.ranks is None
+
+
+def test_a_rank_given_twice_is_used_once_and_the_other_named(tmp_path):
+    first = _node_trace(tmp_path / "node0" / "job", 0, "rdzv-id=j")
+    _node_trace(tmp_path / "node1" / "job", 1, "rdzv-id=j")
+    again = _node_trace(tmp_path / "copy" / "job", 0, "rdzv-id=j")  # node 0's directory copied, given as well
+    paths = [tmp_path / "node0" / "job", tmp_path / "node1" / "job", tmp_path / "copy" / "job"]
+    report = dlprof.analyze(paths)
+    (run,) = report.runs
+    assert [r.rank for r in run.ranks.ranks] == [0, 1] and run.missing_ranks == ()
+    (skipped,) = report.skipped
+    assert skipped.path.endswith(again.name) and f"a second trace of rank 0: left out ({first}" in skipped.reason
+    text = invoke("analyze", *paths)
+    assert text.exit_code == 0 and "a second trace of rank 0: left out" in text.stdout
