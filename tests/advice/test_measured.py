@@ -55,25 +55,28 @@ def test_the_recommendation_rests_on_measurement_when_the_chosen_count_was_tried
     trials = result(trial(0, 20.0, 21.0), trial(2, 40.8, 44.0), trial(4, 41.0, 45.1))
     predicted = predictions(21.0, 30.0, 44.0, 45.0, 45.1, 45.1)
     choice = _choose_with_trials(None, predicted, False, trials, False)
-    # Best: 3 at 45 x (40.8/44 + 41/45.1) / 2 = 41.3 (predicted, scaled); 2 measured 40.8 is within 3 % of it
+    # Best: 3 at 45 x (40.8/44 + 41/45.1) / 2 = 41.3 (predicted, scaled); 2 measured 40.8 is within 2 % of it
     # (WITHIN_BEST_MEASURED), with fewer workers.
     assert (choice.num_workers, choice.rests_on, choice.compared_on) == (2, RESTS_ON_MEASURED, BASIS_IN_EPOCH)
     assert choice.best.num_workers == 3 and choice.best.steps_per_s == pytest.approx(45 * (40.8 / 44 + 41 / 45.1) / 2)
     assert choice.bound == "consumer"
-    # Unscaled, the model's 10 % optimism would have won: 45 > 40.8 x 1.03.
+    # Unscaled, the model's 10 % optimism would have won: 45 > 40.8 x 1.02.
     raw = dataclasses.replace(
         trials, runs=tuple(dataclasses.replace(r, predicted_steps_per_s=None) for r in trials.runs)
     )
     assert _choose_with_trials(None, predicted, False, raw, False).num_workers == 3
 
 
-def test_a_count_measured_within_5_but_not_3_percent_of_the_best_is_not_chosen():
-    # I/O-heavy loading, as its trials measured it: 5 workers 41.25 steps/s, 6 workers 42.99 (95.95 % of it). Without
-    # dlprof, 5 ran at 40.88 and 6 at 43.43 (94.1 %): a trial can stray by up to 2.6 %, so the fewest within 3 % count.
-    trials = result(trial(0, 6.9, 6.9), trial(5, 41.25, 40.9), trial(6, 42.99, 43.8))
-    choice = _choose_with_trials(None, predictions(6.9, 8.2, 16.4, 24.6, 32.7, 40.9, 43.8), False, trials, False)
-    assert (choice.num_workers, choice.rests_on, choice.best.num_workers) == (6, RESTS_ON_MEASURED, 6)
-    assert 1 - WITHIN_BEST < 41.25 / 42.99 < 1 - WITHIN_BEST_MEASURED
+def test_a_count_measured_within_5_but_not_2_percent_of_the_best_is_not_chosen():
+    # I/O-heavy loading, as its trials measured it from 0 and from 2: 5 workers at 41.25 and 41.06 steps/s, 6 workers
+    # at 42.99 and 42.29 (96.0 % and 97.1 % of them). Without dlprof, 5 ran at 40.88 and 6 at 43.43 (94.1 %): trials
+    # strayed by up to 2.6 %, in opposite directions at the two counts, so the fewest within 2 % count.
+    predicted = predictions(6.9, 8.2, 16.4, 24.6, 32.7, 40.9, 43.8)
+    for five, six in ((41.25, 42.99), (41.06, 42.29)):
+        trials = result(trial(0, 6.9, 6.9), trial(5, five, 40.9), trial(6, six, 43.8))
+        choice = _choose_with_trials(None, predicted, False, trials, False)
+        assert (choice.num_workers, choice.rests_on, choice.best.num_workers) == (6, RESTS_ON_MEASURED, 6)
+        assert 1 - WITHIN_BEST < five / six < 1 - WITHIN_BEST_MEASURED
 
 
 def test_the_recommendation_rests_on_the_model_between_and_beyond_the_counts_tried():
