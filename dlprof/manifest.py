@@ -364,9 +364,9 @@ class _Invalid(Exception):
     pass
 
 
-#: Integer fields that may be negative (a process killed by a signal exits with -N); every other
-#: integer is a count, size, id or time and is read as unknown when negative.
-SIGNED_INTS = frozenset({"exit_code"})
+#: Integer fields that may be negative (a process killed by a signal exits with -N; the step clock's ``ready`` is -1
+#: where unknown); every other integer is a count, size, id or time and is read as unknown when negative.
+SIGNED_INTS = frozenset({"exit_code", "ready"})
 #: Text fields that hold a version number: text naming a NaN or an infinity is none (nor is it printed).
 VERSION_STRS = frozenset({"dlprof_version", "cuda", "hip"})
 #: Larger integers are no count, size or nanosecond time (int64 is what JSON writers produce), and would
@@ -460,7 +460,7 @@ def _convert(value: Any, hint: Any, where: str, problems: list[str]) -> Any:
             isinstance(value, int)
             and not isinstance(value, bool)
             and abs(value) <= MAX_INT
-            and (value >= 0 or where.rsplit(".", 1)[-1] in SIGNED_INTS)
+            and (value >= 0 or where.rsplit(".", 1)[-1].split("[", 1)[0] in SIGNED_INTS)
         ):
             return value
     elif inner is float:

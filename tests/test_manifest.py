@@ -239,3 +239,16 @@ def test_free_form_values_nest_at_most_max_nesting_levels():
         f"manifest.clock is nested more than {MAX_NESTING} levels deep: read as unknown",
         f"manifest.overrides is nested more than {MAX_NESTING} levels deep: read as unknown",
     )
+
+
+def test_the_step_clock_keeps_unknown_ready_counts():
+    # A step that asked for no batch (the Trainer's loader fetches one ahead) has none: -1, kept, not an error.
+    document = _full_manifest()
+    steps = len(document["step_clock"]["phase"])
+    document["step_clock"]["ready"] = [-1] + [3] * (steps - 1)
+    manifest, problems = parse_manifest(document)
+    assert problems == () and manifest.step_clock.ready == (-1,) + (3,) * (steps - 1)
+    assert manifest.step_clock.columns_agree()
+    document["step_clock"]["batches"][0] = -1  # other columns are counts: negative is unknown
+    manifest, problems = parse_manifest(document)
+    assert any("batches[0]" in p for p in problems)
