@@ -137,6 +137,28 @@ def transient_steps(
     return start if found is None else found
 
 
+def surplus_left(
+    wall_ms: Sequence[float],
+    wait_ms: Sequence[float],
+    queue: int,
+    workers: int = 1,
+    ready: Sequence[int] = (),
+    busy_at: int | None = None,
+) -> bool:
+    """Whether :func:`transient_steps` ended the transient where every worker is busy again rather than after a wait
+    per worker: only then may a surplus still be there, to be measured (:func:`surplus_steps`). After the waits it
+    is gone, and the queue's ups and downs between two steps are the workers' phase, not a surplus (taken out, they
+    made the built-in workload's steady speed 2 % slow)."""
+    count = len(wall_ms)
+    start = min(queue, count)
+    if queue == 0 or start >= count or busy_at is None or len(ready) != count or any(r < 0 for r in ready[start:]):
+        return False
+    margin_ms = max(WAITED_SHARE * statistics.median(wall_ms), STEADY_WAIT_SHARE * _steady_wait(wait_ms))
+    limit = min(count, start + WAIT_SEARCH_QUEUES * queue)
+    found = _last_of_waits(wait_ms, min(wait_ms) + margin_ms, range(start, limit), max(1, workers))
+    return found is None or count - found < MIN_STEPS
+
+
 def _last_of_waits(wait_ms: Sequence[float], threshold: float, steps: range, waits: int) -> int | None:
     """The step among ``steps`` at which the ``waits``-th wait over ``threshold`` came (None: fewer came)."""
     waited = 0

@@ -198,3 +198,19 @@ def test_workers_a_little_slower_than_training_leave_a_surplus_that_is_measured(
     speed = throughput.measure(wall[first:], surplus=surplus)
     assert speed.steps_per_s == pytest.approx((40 - 4) / (sum(wall[60:]) / 1000))
     assert speed.steps_per_s < 0.95 * throughput.measure(wall[first:]).steps_per_s
+
+
+def test_after_every_worker_waited_no_surplus_is_taken_out():
+    # The switch to 4 workers above: the transient ends at the fourth wait, so the queue's ups and downs after it are
+    # the workers' phase (taken out, they made the built-in workload's steady speed 2 % slow), not a surplus.
+    # Three rounds more, so that the steps after the fourth wait (step 34) are enough to time (MIN_STEPS).
+    wall, wait = series(*SWITCH_TO_4_WORKERS, *[(45.8, 23.6), (24.4, 2.6), (22.7, 0.7), (29.4, 7.3)] * 3)
+    ready = [8] * 34 + [0, 3, 2, 1] * 11 + [3]
+    assert throughput.transient_steps(wall, wait, 8, 4, ready, throughput.all_busy_below(4, 2)) == 34
+    assert not throughput.surplus_left(wall, wait, 8, 4, ready, throughput.all_busy_below(4, 2))
+    # Workers a little slower than training (below): the waits do not come in time, and the surplus is measured.
+    ready = [max(1, 17 - i // 5) for i in range(90)] + [0, 1, 1, 1, 1] * 2
+    wall = [22.0] * 90 + [33.0, 22.0, 22.0, 22.0, 22.0] * 2
+    wait = [0.3] * 90 + [11.3, 0.3, 0.3, 0.3, 0.3] * 2
+    assert throughput.surplus_left(wall, wait, 10, 5, ready, throughput.all_busy_below(5, 2))
+    assert not throughput.surplus_left(wall, wait, 10, 5)  # without the ready column there is nothing to measure

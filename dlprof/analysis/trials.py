@@ -85,6 +85,8 @@ class _Piece:
     stop: int
     left_out: int
     boundary: bool
+    #: The transient ended where every worker was busy again, not after their waits: a surplus may be left, measured.
+    surplus_left: bool = False
 
 
 def _pieces(clock: StepClock, segment: TrialSegment, queues: tuple[int, int], busy_at: int) -> list[_Piece]:
@@ -96,7 +98,7 @@ def _pieces(clock: StepClock, segment: TrialSegment, queues: tuple[int, int], bu
     starts = [segment.first_step] + [i for i in range(segment.first_step + 1, stop) if clock.epoch_start[i]]
     pieces = []
     for k, (a, b) in enumerate(zip(starts, [*starts[1:], stop])):
-        left = throughput.transient_steps(
+        args = (
             clock.wall_ms[a:b],
             clock.wait_ms[a:b],
             queues[0] if k == 0 else queues[1],
@@ -104,16 +106,19 @@ def _pieces(clock: StepClock, segment: TrialSegment, queues: tuple[int, int], bu
             clock.ready[a:b],
             busy_at,
         )
+        left, surplus_left = throughput.transient_steps(*args), throughput.surplus_left(*args)
         if segment.num_workers and (k == 0 or not segment.persistent_workers):
             left = max(left, min(EPOCH_SETTLE_STEPS, b - a))  # workers were started: forking slows the next steps
-        pieces.append(_Piece(a, b, left, k > 0))
+        pieces.append(_Piece(a, b, left, k > 0, surplus_left))
     return pieces
 
 
 def _speed(clock: StepClock, pieces: list[_Piece], batches_per_step: float) -> Throughput | None:
     steady = [ms for p in pieces for ms in clock.wall_ms[p.start + p.left_out : p.stop]]
     surplus = sum(
-        throughput.surplus_steps(clock.ready, p.start + p.left_out, p.stop - 1, batches_per_step) for p in pieces
+        throughput.surplus_steps(clock.ready, p.start + p.left_out, p.stop - 1, batches_per_step)
+        for p in pieces
+        if p.surplus_left
     )
     measured = throughput.measure(steady, surplus=surplus)
     return None if measured is None else replace(measured, transient_steps=sum(p.left_out for p in pieces))

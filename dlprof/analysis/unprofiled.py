@@ -22,7 +22,7 @@ typical steps (one slow step on either side must not move it), not a throughput.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from dlprof import throughput
 from dlprof.manifest import EPOCH_SETTLE_STEPS, PHASE_AFTER, PHASE_PROFILED, LoaderConfig, Manifest, StepClock
@@ -77,15 +77,16 @@ def _segments(clock: StepClock, steps: range) -> list[range]:
     return segments
 
 
-def _left_out(clock: StepClock, segment: range, queue: int, workers: int, busy_at: int) -> int:
+def _left_out(clock: StepClock, segment: range, queue: int, workers: int, busy_at: int) -> tuple[int, bool]:
     """How many of ``segment``'s first steps are not steady: its refill transient, and at least the settling steps
-    after an epoch start or the fork probe."""
+    after an epoch start or the fork probe; and whether a surplus may be left after them
+    (:func:`dlprof.throughput.surplus_left`)."""
     a, b = segment.start, segment.stop
-    ready = clock.ready[a:b]
-    transient = throughput.transient_steps(clock.wall_ms[a:b], clock.wait_ms[a:b], queue, workers, ready, busy_at)
+    args = (clock.wall_ms[a:b], clock.wait_ms[a:b], queue, workers, clock.ready[a:b], busy_at)
+    transient = throughput.transient_steps(*args)
     if _flagged(clock.epoch_start, a) or _flagged(clock.fork_probe, a):
         transient = max(transient, EPOCH_SETTLE_STEPS)
-    return min(transient, len(segment))
+    return min(transient, len(segment)), throughput.surplus_left(*args)
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,8 @@ class _Steady:
     left_out: dict[int, int]
     period: int
     whole_epochs: bool
+    #: Per segment: its transient ended where every worker was busy again, and a surplus may be left to measure.
+    surplus_left: list[bool] = field(default_factory=list)
 
     @property
     def indices(self) -> list[int]:
@@ -116,12 +119,14 @@ def _steady(manifest: Manifest) -> _Steady:
     busy_at = throughput.all_busy_below(workers, manifest.loader.prefetch_factor if manifest.loader else None)
     segments: list[list[int]] = []
     left_out: dict[int, int] = {}
+    surplus_left: list[bool] = []
     for segment in _segments(clock, whole if whole is not None else range(len(clock))):
-        skip = _left_out(clock, segment, queue, workers, busy_at)
+        skip, surplus = _left_out(clock, segment, queue, workers, busy_at)
         left_out[segment.start] = skip
         kept = list(segment[skip:])
         segments.append(kept[: throughput.whole_periods(len(kept), period)])
-    return _Steady(segments, left_out, period, whole is not None)
+        surplus_left.append(surplus)
+    return _Steady(segments, left_out, period, whole is not None, surplus_left)
 
 
 def _speed(clock: StepClock, steady: _Steady) -> Throughput | None:
@@ -130,7 +135,9 @@ def _speed(clock: StepClock, steady: _Steady) -> Throughput | None:
     lengths they drew: 10 consecutive steps of the built-in workload stray 29 % from its long-run rate at p90,
     scripts/measure_variation.py); else the range of the steady steps' sub-windows."""
     walls = [[clock.wall_ms[i] for i in segment] for segment in steady.segments]
-    surpluses = [_surplus(clock, segment) for segment in steady.segments]
+    surpluses = [
+        _surplus(clock, segment) if left else 0.0 for segment, left in zip(steady.segments, steady.surplus_left)
+    ]
     if steady.whole_epochs and sum(1 for w in walls if w) > 1:
         measured = (throughput.measure(w, period=steady.period, surplus=x) for w, x in zip(walls, surpluses) if w)
         speed = throughput.combine([m for m in measured if m is not None])

@@ -89,8 +89,9 @@ def test_the_built_in_workload_tries_each_count_in_rounds(tmp_path):
     assert (trials["counts"], trials["rounds"], trials["trial_steps"], trials["persistent"]) == ([0, 2], 2, 10, False)
     assert trials["loader"] == manifest["loader"]["id"]
     _check_segments(manifest, [(0, False, 0), (2, False, 0), (2, False, 1), (0, False, 1)])
-    # Each segment: its refill allowance (two queues of 2 x 2 batches, and 5 settling steps) and the 10 timed steps.
-    assert [s[4] for s in _segments(manifest)] == [15, 23, 23, 15]
+    # Each segment: its refill allowance (twice the previous setting's queue and its own, 2 x 2 batches with 2
+    # workers, and 5 settling steps) and the 10 timed steps: 0 after the recorded 2, 2 after 0, 2 after 2, 0 after 2.
+    assert [s[4] for s in _segments(manifest)] == [23, 23, 31, 23]
     for segment in trials["segments"]:
         assert segment["first_batch_ms"] >= segment["start_ms"] >= 0 and not segment["at_epoch_start"]
         assert segment["drain_ms"] >= 0 and segment["shutdown_ms"] >= 0
