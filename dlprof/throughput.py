@@ -124,15 +124,10 @@ def transient_steps(
     steps/s against a 45 steps/s step: their waits came 80 steps after the switch).
     """
     count = len(wall_ms)
-    start = min(queue, count)
-    if queue == 0 or start >= count:
+    start, found = _waits(wall_ms, wait_ms, queue, workers)
+    if start >= count or queue == 0:
         return start
-    margin_ms = max(WAITED_SHARE * statistics.median(wall_ms), STEADY_WAIT_SHARE * _steady_wait(wait_ms))
-    threshold = min(wait_ms) + margin_ms
-    limit = min(count, start + WAIT_SEARCH_QUEUES * queue)
-    found = _last_of_waits(wait_ms, threshold, range(start, limit), max(1, workers))
-    measured = busy_at is not None and len(ready) == count and all(r >= 0 for r in ready[start:])
-    if measured and (found is None or count - found < MIN_STEPS):
+    if _readable(ready, busy_at, start, count) and (found is None or count - found < MIN_STEPS):
         return next((i for i in range(start, count) if ready[i] <= busy_at), start)
     return start if found is None else found
 
@@ -150,13 +145,26 @@ def surplus_left(
     is gone, and the queue's ups and downs between two steps are the workers' phase, not a surplus (taken out, they
     made the built-in workload's steady speed 2 % slow)."""
     count = len(wall_ms)
-    start = min(queue, count)
-    if queue == 0 or start >= count or busy_at is None or len(ready) != count or any(r < 0 for r in ready[start:]):
+    start, found = _waits(wall_ms, wait_ms, queue, workers)
+    if start >= count or queue == 0 or not _readable(ready, busy_at, start, count):
         return False
+    return found is None or count - found < MIN_STEPS
+
+
+def _readable(ready: Sequence[int], busy_at: int | None, start: int, count: int) -> bool:
+    return busy_at is not None and len(ready) == count and all(r >= 0 for r in ready[start:])
+
+
+def _waits(wall_ms: Sequence[float], wait_ms: Sequence[float], queue: int, workers: int) -> tuple[int, int | None]:
+    """The transient's least end (a queue's worth of steps), and the step of the wait of the last worker after it
+    within the search (None: fewer waited)."""
+    count = len(wall_ms)
+    start = min(queue, count)
+    if queue == 0 or start >= count:
+        return start, None
     margin_ms = max(WAITED_SHARE * statistics.median(wall_ms), STEADY_WAIT_SHARE * _steady_wait(wait_ms))
     limit = min(count, start + WAIT_SEARCH_QUEUES * queue)
-    found = _last_of_waits(wait_ms, min(wait_ms) + margin_ms, range(start, limit), max(1, workers))
-    return found is None or count - found < MIN_STEPS
+    return start, _last_of_waits(wait_ms, min(wait_ms) + margin_ms, range(start, limit), max(1, workers))
 
 
 def _last_of_waits(wait_ms: Sequence[float], threshold: float, steps: range, waits: int) -> int | None:
