@@ -5,12 +5,14 @@ processes. Results come back in the order of the calls, whichever finished first
 them is the same however many processes ran them.
 
 Each call gets a worker process of its own, which ends with it: a process that reads one trace after another
-keeps some of each (fragments of its heap), one that reads one trace peaks at that trace's cost. Workers are
-forked from a fork server (``forkserver``), never from the caller: a caller that imported torch (a notebook,
-``dlprof sweep``) holds threads that a plain ``fork`` would copy half-way. The server imports the task's module
-once (0.14 s, measured); each worker forked from it then starts in about 4 ms. A server that something else
-ended is started again, and when no worker starts at all the calls left run in this process. Ray is imported only for
-``--ray``, whose tasks run in Ray's own worker processes.
+keeps some of each (fragments of its heap), one that reads one trace peaks at that trace's cost. A caller that runs
+one thread (the ``dlprof analyze`` command) forks its workers itself (``fork``): nothing to start first, and 16 ranks
+at ``--jobs 2`` took 3.41 s against 3.78 s from a fork server (median of 5, 2 cores). A caller with other threads (one
+that imported and ran torch: a notebook, ``dlprof sweep``) would copy them half-way, locks held, into a plain
+``fork``: its workers are forked from a fork server (``forkserver``), which imports the task's module once (0.14 s,
+measured) and then starts each in about 4 ms. A server that something else ended is started again, and when no
+worker starts at all the calls left run in this process. Progress needs no thread of its own there: the loop that
+waits for results says it. Ray is imported only for ``--ray``, whose tasks run in Ray's own worker processes.
 """
 
 from __future__ import annotations
@@ -101,19 +103,31 @@ class Counter:
     and the last. stdout, where reports go, is never touched.
     """
 
-    def __init__(self, total: int, what: str = "ranks", after_s: float = PROGRESS_AFTER_S) -> None:
+    def __init__(self, total: int, what: str = "ranks", after_s: float | None = None) -> None:
         self._total, self._what, self._done = total, what, 0
+        self._after_s = PROGRESS_AFTER_S if after_s is None else after_s
         self._start = self._last = time.perf_counter()
         self._lock = threading.Lock()
         self._shown = False
         self._tty = sys.stderr.isatty()
-        self._timer = threading.Timer(after_s, self._show)
+        self._timer = threading.Timer(self._after_s, self._show)
         self._timer.daemon = True
 
-    def start(self) -> None:
-        """The work begins (a cluster joined): the clock starts."""
+    def start(self, *, timer: bool = True) -> None:
+        """The work begins (a cluster joined): the clock starts. ``timer``: a thread says the first line when it is
+        due; without it, the caller's :meth:`poll` does (a process that forks must not hold other threads)."""
         self._start = self._last = time.perf_counter()
-        self._timer.start()
+        if timer:
+            self._timer.start()
+
+    def due_in(self) -> float | None:
+        """Seconds until :meth:`poll` has a first line to say; None once it has said it."""
+        return None if self._shown else max(0.0, self._start + self._after_s - time.perf_counter())
+
+    def poll(self) -> None:
+        """Say the first line if it is due (the work has taken ``after_s``)."""
+        if not self._shown and time.perf_counter() - self._start >= self._after_s:
+            self._show()
 
     def _line(self) -> str:
         return f"dlprof: analyzed {self._done}/{self._total} {self._what}"
@@ -192,10 +206,9 @@ def _in_processes(task: Callable, calls: Sequence[tuple], order: list[int], jobs
     ranks there are (a process that reads one trace after another keeps some of each: 1.5 x a 17 MB trace for the
     first, 2.3 x after four, measured), and a process that dies takes only its own call with it. When no worker
     process can be started, the calls left run in this process (said on stderr): the results are the same."""
-    context = multiprocessing.get_context("forkserver")
-    # Imported once, in the server, which every worker is forked from.
-    context.set_forkserver_preload([task.__module__, *ENTRY_POINT])
-    _forget_forkserver(only_if_gone=True)
+    context = _worker_context(task)
+    if counter:
+        counter.start(timer=False)
     results: list = [None] * len(calls)
     todo = list(order)
     running: dict = {}
@@ -209,7 +222,10 @@ def _in_processes(task: Callable, calls: Sequence[tuple], order: list[int], jobs
                     running[started[0]] = (started[1], todo.pop(0))
             if not running:  # no worker process could be started: the calls left run below
                 break
-            for receiver in multiprocessing.connection.wait(list(running)):
+            ready = multiprocessing.connection.wait(list(running), timeout=counter.due_in() if counter else None)
+            if counter:
+                counter.poll()
+            for receiver in ready:
                 process, index = running.pop(receiver)
                 results[index] = _received(receiver, process, calls[index], jobs)
                 if counter:
@@ -224,6 +240,25 @@ def _in_processes(task: Callable, calls: Sequence[tuple], order: list[int], jobs
         if counter:
             counter.step()
     return results
+
+
+def only_thread() -> bool:
+    """Whether this process runs one thread (its tasks in /proc; False where that cannot be read)."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
+
+
+def _worker_context(task: Callable):
+    """How workers start: forked from this process when it runs no other thread, else from the fork server."""
+    if only_thread() and "fork" in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("fork")
+    context = multiprocessing.get_context("forkserver")
+    # Imported once, in the server, which every worker is forked from.
+    context.set_forkserver_preload([task.__module__, *ENTRY_POINT])
+    _forget_forkserver(only_if_gone=True)
+    return context
 
 
 def _start(context, task: Callable, call: tuple):

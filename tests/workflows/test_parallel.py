@@ -9,6 +9,7 @@ import json
 import multiprocessing.context
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -87,9 +88,10 @@ def _end_the_fork_server():
 
 
 @pytest.mark.filterwarnings("ignore:resource_tracker")
-def test_a_fork_server_ended_by_another_is_started_again(tmp_path):
+def test_a_fork_server_ended_by_another_is_started_again(tmp_path, monkeypatch):
     """In one process: a report with worker processes, the fork server ended and reaped by someone else, then the
     same report again (multiprocessing alone raised ChildProcessError, and the report came out empty)."""
+    monkeypatch.setattr(parallel, "only_thread", lambda: False)  # a caller with threads: workers from the server
     run = _job(tmp_path, 2)
     one = invoke("analyze", str(run), "--format", "json", "--jobs", "1")
     two = invoke("analyze", str(run), "--format", "json", "--jobs", "2")
@@ -106,6 +108,7 @@ def test_when_no_worker_process_starts_the_work_is_done_here(monkeypatch, capsys
         raise ConnectionRefusedError(111, "Connection refused")
 
     monkeypatch.setattr(multiprocessing.context.ForkServerProcess, "start", refused)
+    monkeypatch.setattr(multiprocessing.context.ForkProcess, "start", refused)
     assert parallel.run_tasks(int, [("2",), ("1",), ("3",)], jobs=2) == [2, 1, 3]
     assert capsys.readouterr().err.splitlines() == [
         "dlprof: no worker process could be started ([Errno 111] Connection refused); analysing in this process instead"
@@ -189,6 +192,48 @@ def test_errors_are_the_same_in_worker_processes(tmp_path):
 @pytest.mark.parametrize("value", ["0", "-1", "x", "1.5"])
 def test_a_bad_jobs_value_is_one_line(value):
     assert_one_line_error(invoke("analyze", str(RANKS), "--jobs", value), "--jobs", repr(value), "1 or more")
+
+
+@pytest.mark.parametrize("alone", [True, False])
+def test_workers_fork_from_a_caller_alone_else_from_the_fork_server(monkeypatch, alone):
+    monkeypatch.setattr(parallel, "only_thread", lambda: alone)
+    parents = parallel.run_tasks(os.getppid, [(), ()], jobs=2)
+    if alone:
+        assert parents == [os.getpid(), os.getpid()]
+    else:
+        assert len(set(parents)) == 1 and parents[0] != os.getpid()  # the fork server, one for both
+
+
+def test_only_thread_sees_a_thread_started_by_anyone():
+    import threading
+
+    release = threading.Event()
+    waiting = threading.Thread(target=release.wait)
+    waiting.start()
+    try:
+        assert not parallel.only_thread()
+    finally:
+        release.set()
+        waiting.join()
+    done = subprocess.run(
+        [sys.executable, "-c", "from dlprof.workflows import parallel; print(parallel.only_thread())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == "True"
+
+
+def test_progress_of_worker_processes_needs_no_thread(monkeypatch, capsys):
+    """With worker processes the loop that waits for them says the progress (a forking caller must hold no thread)."""
+    monkeypatch.setattr(parallel, "PROGRESS_AFTER_S", 0.1)
+    monkeypatch.setattr(parallel, "only_thread", lambda: True)
+    started = []
+    monkeypatch.setattr(parallel.threading.Timer, "start", lambda self: started.append(self))
+    assert parallel.run_tasks(time.sleep, [(0.3,)] * 4, jobs=2) == [None] * 4
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "dlprof: analyzed 0/4 ranks" and lines[-1] == "dlprof: analyzed 4/4 ranks"
+    assert started == []
 
 
 def test_progress_goes_to_stderr_only_for_long_analyses(capsys):
