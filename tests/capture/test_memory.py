@@ -6,6 +6,8 @@ import os
 import subprocess
 import time
 
+import psutil
+
 from dlprof.capture import memory
 from dlprof.capture.memory import MemorySampler
 
@@ -47,3 +49,32 @@ def test_sampling_backs_off_to_its_duty_limit(monkeypatch):
     monkeypatch.setattr(sampler._stop, "wait", wait)
     sampler._run()
     assert len(waits) == 3 and all(w >= 0.03 / memory.MAX_DUTY_FRACTION * 0.95 for w in waits)
+
+
+def test_descendants_are_every_process_below_as_psutil_sees_them():
+    shell = subprocess.Popen(["sh", "-c", "sleep 5 & sleep 5 & wait"])
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(psutil.Process(shell.pid).children()) < 2:
+            time.sleep(0.02)
+        found = memory.descendants(os.getpid())
+        assert found is not None and len(found) == len(set(found))
+        assert {shell.pid, *(p.pid for p in psutil.Process(shell.pid).children())} <= set(found)
+        assert sorted(memory.descendants(shell.pid)) == sorted(p.pid for p in psutil.Process(shell.pid).children())
+    finally:
+        shell.kill()
+        shell.wait()
+    assert memory.descendants(shell.pid) == []  # reaped: no process, no children
+
+
+def test_without_the_kernels_list_the_sampler_asks_psutil(monkeypatch):
+    monkeypatch.setattr(memory, "descendants", lambda pid: None)
+    child = subprocess.Popen(["sleep", "5"])
+    try:
+        sampler = MemorySampler(os.getpid(), interval_ms=20)
+        for _ in range(len(psutil.Process(os.getpid()).children(recursive=True)) + 1):  # one process per round
+            sampler.sample_once(psutil.Process(os.getpid()))
+        assert {os.getpid(), child.pid} <= {s.pid for s in sampler.samples}
+    finally:
+        child.kill()
+        child.wait()
