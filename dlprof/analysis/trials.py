@@ -113,10 +113,10 @@ def _pieces(clock: StepClock, segment: TrialSegment, queues: tuple[int, int], bu
     return pieces
 
 
-def _speed(clock: StepClock, pieces: list[_Piece], batches_per_step: float) -> Throughput | None:
+def _speed(clock: StepClock, pieces: list[_Piece], batches_per_step: float, workers: int) -> Throughput | None:
     steady = [ms for p in pieces for ms in clock.wall_ms[p.start + p.left_out : p.stop]]
     surplus = sum(
-        throughput.surplus_steps(clock.ready, p.start + p.left_out, p.stop - 1, batches_per_step)
+        throughput.surplus_steps(clock.ready, p.start + p.left_out, p.stop - 1, batches_per_step, max(1, workers))
         for p in pieces
         if p.surplus_left
     )
@@ -318,7 +318,8 @@ def trials_result(
         queue = throughput.queue_steps(setting[0], prefetch, batches_per_step)
         busy_at = throughput.all_busy_below(setting[0], prefetch)
         pieces = [_pieces(clock, trials.segments[i], (first_queues[i], queue), busy_at) for i in mine]
-        speed = throughput.combine([s for s in (_speed(clock, p, batches_per_step) for p in pieces) if s is not None])
+        speeds = (_speed(clock, p, batches_per_step, setting[0]) for p in pieces)
+        speed = throughput.combine([s for s in speeds if s is not None])
         pauses: tuple[list[float], list[float]] = ([], [])
         if speed is not None:
             steady_ms = 1000 / speed.steps_per_s

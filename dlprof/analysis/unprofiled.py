@@ -136,7 +136,8 @@ def _speed(clock: StepClock, steady: _Steady) -> Throughput | None:
     scripts/measure_variation.py); else the range of the steady steps' sub-windows."""
     walls = [[clock.wall_ms[i] for i in segment] for segment in steady.segments]
     surpluses = [
-        _surplus(clock, segment) if left else 0.0 for segment, left in zip(steady.segments, steady.surplus_left)
+        _surplus(clock, segment, steady.period) if left else 0.0
+        for segment, left in zip(steady.segments, steady.surplus_left)
     ]
     if steady.whole_epochs and sum(1 for w in walls if w) > 1:
         measured = (throughput.measure(w, period=steady.period, surplus=x) for w, x in zip(walls, surpluses) if w)
@@ -146,13 +147,13 @@ def _speed(clock: StepClock, steady: _Steady) -> Throughput | None:
     return None if speed is None else replace(speed, transient_steps=sum(steady.left_out.values()))
 
 
-def _surplus(clock: StepClock, segment: list[int]) -> float:
+def _surplus(clock: StepClock, segment: list[int], period: int) -> float:
     """Steps of the contiguous steady ``segment`` that a surplus made before it carried
     (:func:`dlprof.throughput.surplus_steps`)."""
     if len(segment) < 2:
         return 0.0
     per_step = max(1.0, statistics.fmean(clock.batches[i] for i in segment)) if clock.batches else 1.0
-    return throughput.surplus_steps(clock.ready, segment[0], segment[-1], per_step)
+    return throughput.surplus_steps(clock.ready, segment[0], segment[-1], per_step, period)
 
 
 def reference_step_indices(manifest: Manifest) -> list[int]:
