@@ -538,3 +538,15 @@ def test_a_step_that_found_batches_made_did_not_wait():
     speed = throughput.measure(wall[first:], surplus=surplus)
     assert speed.steps_per_s == pytest.approx(74 / (sum(wall[first:]) / 1000))
     assert 40.9 * 0.98 < speed.steps_per_s < 40.9 * 1.02
+
+
+def test_a_full_queue_is_no_surplus():
+    # Training the slower side (io-loading at 6 workers): after a switch the kept batches and a full queue make 20,
+    # and the queue settles at its 12; it never falls to every worker busy (6), so the workers idle on it, and the
+    # 8 batches kept from before do not make training faster: nothing is taken out.
+    ready = [20 - i // 2 for i in range(16)] + [12] * 84
+    wall, wait = [10.0] * 100, [0.5] * 100
+    busy_at = throughput.all_busy_below(6, 2)
+    assert throughput.transient_steps(wall, wait, 12, 6, ready, busy_at) == 12
+    assert not throughput.surplus_left(wall, wait, 12, 6, ready, busy_at)
+    assert throughput.surplus_steps(ready, 12, 99, period=6) > 0  # what was taken out before
