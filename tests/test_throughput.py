@@ -550,3 +550,14 @@ def test_a_full_queue_is_no_surplus():
     assert throughput.transient_steps(wall, wait, 12, 6, ready, busy_at) == 12
     assert not throughput.surplus_left(wall, wait, 12, 6, ready, busy_at)
     assert throughput.surplus_steps(ready, 12, 99, period=6) > 0  # what was taken out before
+
+
+def test_a_dip_of_a_full_queue_is_no_end_of_a_surplus():
+    # The built-in workload at 2 workers, training the slower side: 3-4 batches made at every step, one dip to 2 (every
+    # worker busy) near the end. No step found none made, so no step waited; the queue is no surplus draining, and
+    # the segment is steady after the queue (it had been timed from the dip: 4 steps of 108).
+    ready = [4, 3] * 52 + [2, 3, 4, 3]
+    wall, wait = [60.0] * 108, [0.4] * 108
+    busy_at = throughput.all_busy_below(2, 2)
+    assert throughput.transient_steps(wall, wait, 4, 2, ready, busy_at) == 4
+    assert not throughput.surplus_left(wall, wait, 4, 2, ready, busy_at)
