@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from dlprof.results.analysis import Throughput
 
@@ -99,6 +100,33 @@ def all_busy_below(num_workers: int | None, prefetch_factor: int | None) -> int:
     return (num_workers or 0) * ((prefetch_factor or DEFAULT_PREFETCH_FACTOR) - 1)
 
 
+class Transient(NamedTuple):
+    """A segment's refill transient (:func:`transient`)."""
+
+    #: Steps at the start of the segment left out (:func:`transient_steps`).
+    steps: int
+    #: Whether a surplus may be left after them, to be measured (:func:`surplus_left`).
+    surplus_left: bool
+
+
+def transient(
+    wall_ms: Sequence[float],
+    wait_ms: Sequence[float],
+    queue: int,
+    workers: int = 1,
+    ready: Sequence[int] = (),
+    busy_at: int | None = None,
+) -> Transient:
+    """:func:`transient_steps` and :func:`surplus_left` from one search for the waits."""
+    count = len(wall_ms)
+    start, found = _waits(wall_ms, wait_ms, queue, workers, ready, busy_at)
+    if start >= count or queue == 0:
+        return Transient(start, False)
+    if _draining(ready, busy_at, start, count) and (found is None or count - found < MIN_STEPS):
+        return Transient(next((i for i in range(start, count) if ready[i] <= busy_at), start), True)
+    return Transient(start if found is None else found, False)
+
+
 def transient_steps(
     wall_ms: Sequence[float],
     wait_ms: Sequence[float],
@@ -123,13 +151,7 @@ def transient_steps(
     instead. Workers a little slower than training leave a pause's surplus for the whole segment (5 workers at 41
     steps/s against a 45 steps/s step: their waits came 80 steps after the switch).
     """
-    count = len(wall_ms)
-    start, found = _waits(wall_ms, wait_ms, queue, workers, ready, busy_at)
-    if start >= count or queue == 0:
-        return start
-    if _draining(ready, busy_at, start, count) and (found is None or count - found < MIN_STEPS):
-        return next((i for i in range(start, count) if ready[i] <= busy_at), start)
-    return start if found is None else found
+    return transient(wall_ms, wait_ms, queue, workers, ready, busy_at).steps
 
 
 def surplus_left(
@@ -146,11 +168,7 @@ def surplus_left(
     made the built-in workload's steady speed 2 % slow). Nor where the queue never fell to every worker busy:
     training is the slower side, the workers idle on a full queue, and what training takes from it is no faster
     for the batches kept from before (taken out, they made io-loading's trials at 5-6 workers 5-7 % slow)."""
-    count = len(wall_ms)
-    start, found = _waits(wall_ms, wait_ms, queue, workers, ready, busy_at)
-    if start >= count or queue == 0 or not _draining(ready, busy_at, start, count):
-        return False
-    return found is None or count - found < MIN_STEPS
+    return transient(wall_ms, wait_ms, queue, workers, ready, busy_at).surplus_left
 
 
 def _readable(ready: Sequence[int], busy_at: int | None, start: int, count: int) -> bool:

@@ -106,7 +106,7 @@ def _pieces(clock: StepClock, segment: TrialSegment, queues: tuple[int, int], bu
             clock.ready[a:b],
             busy_at,
         )
-        left, surplus_left = throughput.transient_steps(*args), throughput.surplus_left(*args)
+        left, surplus_left = throughput.transient(*args)
         if segment.num_workers and (k == 0 or not segment.persistent_workers):
             left = max(left, min(EPOCH_SETTLE_STEPS, b - a))  # workers were started: forking slows the next steps
         pieces.append(_Piece(a, b, left, k > 0, surplus_left))

@@ -83,10 +83,10 @@ def _left_out(clock: StepClock, segment: range, queue: int, workers: int, busy_a
     (:func:`dlprof.throughput.surplus_left`)."""
     a, b = segment.start, segment.stop
     args = (clock.wall_ms[a:b], clock.wait_ms[a:b], queue, workers, clock.ready[a:b], busy_at)
-    transient = throughput.transient_steps(*args)
+    transient, surplus_left = throughput.transient(*args)
     if _flagged(clock.epoch_start, a) or _flagged(clock.fork_probe, a):
         transient = max(transient, EPOCH_SETTLE_STEPS)
-    return min(transient, len(segment)), throughput.surplus_left(*args)
+    return min(transient, len(segment)), surplus_left
 
 
 @dataclass(frozen=True)

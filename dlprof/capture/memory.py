@@ -121,7 +121,9 @@ class MemorySampler:
         now = time.time_ns()
         try:
             # Reuse Process objects: psutil checks a pid was not recycled by its creation time.
-            known = self._processes.get(pid) or self._processes.setdefault(pid, psutil.Process(pid))
+            known = self._processes.get(pid)
+            if known is None:
+                known = self._processes[pid] = psutil.Process(pid)
             info = known.memory_full_info()
         except psutil.Error:
             return False, unread_left  # exited between listing and reading
