@@ -7,6 +7,7 @@ import subprocess
 import time
 
 import psutil
+import pytest
 
 from dlprof.capture import memory
 from dlprof.capture.memory import MemorySampler
@@ -37,18 +38,37 @@ def test_sampling_backs_off_to_its_duty_limit(monkeypatch):
         time.sleep(0.03)
         return True, False
 
-    monkeypatch.setattr(MemorySampler, "sample_once", slow_sample)
-    sampler = MemorySampler(os.getpid(), interval_ms=1)
-    waits = []
+    rounds = []
 
-    def wait(seconds):
-        waits.append(seconds)
-        if len(waits) == 3:
+    def counted_sample(self, root):
+        rounds.append(0.0)
+        return slow_sample(self, root)
+
+    monkeypatch.setattr(MemorySampler, "sample_once", counted_sample)
+    monkeypatch.setattr(MemorySampler, "_pids", lambda self, root: [])  # no process appears meanwhile
+    sampler = MemorySampler(os.getpid(), interval_ms=100)
+
+    def wait(seconds):  # the time waited after each reading, in the sampler's steps
+        rounds[-1] += seconds
+        if len(rounds) == 4:
             sampler._stop.set()
+        return sampler._stop.is_set()
 
     monkeypatch.setattr(sampler._stop, "wait", wait)
     sampler._run()
+    waits = rounds[:3]
     assert len(waits) == 3 and all(w >= 0.03 / memory.MAX_DUTY_FRACTION * 0.95 for w in waits)
+
+
+def test_a_new_process_ends_the_wait_between_readings(monkeypatch):
+    sampler = MemorySampler(os.getpid(), interval_ms=100)
+    listed = [[os.getpid()], [os.getpid()], [os.getpid(), 12345]]  # a worker starts during the third interval
+    monkeypatch.setattr(MemorySampler, "_pids", lambda self, root: listed.pop(0) if listed else [os.getpid()])
+    sampler._last_sampled[os.getpid()] = 1.0
+    waited = []
+    monkeypatch.setattr(sampler._stop, "wait", lambda seconds: waited.append(seconds) or False)
+    sampler._pause(psutil.Process(os.getpid()), 6.0)
+    assert waited == pytest.approx([0.1, 0.1, 0.1])  # not the 6 s a 30 ms reading would wait
 
 
 def test_descendants_are_every_process_below_as_psutil_sees_them():
