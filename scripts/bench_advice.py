@@ -87,6 +87,17 @@ epochs 12 s / 16 s, the in-process truth of 2 counts 22 s / 30 s. Extrapolated f
 | trainer | 164 s | 252 s | 127 s | 9.1 min |
 | all | 16 min | 20 min | 10 min | ~46 min |
 
+The allocator: every process the bench starts (launches, in-process truths, recordings and their training) runs
+with glibc's malloc held to fixed thresholds (``--allocator fixed``, the default: ``MALLOC_MMAP_THRESHOLD_``,
+``MALLOC_TRIM_THRESHOLD_`` and ``MALLOC_TOP_PAD_``, below). With glibc's defaults, a CPU training process takes
+2,000-10,800 minor page faults per step (5-24 ms of system time in a 65 ms LoRA step): malloc maps and unmaps the
+step's mid-sized tensors, and it raises its own threshold whenever a large mapped block is freed, so each process
+settles at a level of its own, by chance, and keeps it. That gives the real cases launch-to-launch speed modes of up
+to 19 % and shifts a process's speed by about 10 % after a profiler window, whose freed buffers raise the
+threshold: noise no DataLoader model can predict. Fixed thresholds take the faults to ~0 in every process alike.
+``--allocator glibc`` keeps glibc's defaults (dlprof's reports then name the change across the window: the step
+clock keeps each step's page faults).
+
 Options that trade accuracy for time: ``--launches 2`` (the separate-launch truth from 2 launches: ~39 min),
 ``--recordings 1`` (real-model predictions from the trial recording alone: -1.5 min), ``--rounds N`` (in-process
 rounds), ``--no-trials`` (-9 min, and no trials checked), ``--no-inprocess`` (-10 min, and the real cases lose their
@@ -99,6 +110,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -146,6 +158,12 @@ SYNTHETIC_SEGMENT_STEPS, SYNTHETIC_SEGMENT_SECONDS = 60, 3.0
 LORA_BATCH_SIZE = 4
 #: No run may hang the benchmark.
 RUN_TIMEOUT_S = 1800
+#: ``--allocator fixed``: glibc's malloc with fixed thresholds (no dynamic mmap threshold), in every process started.
+FIXED_ALLOCATOR_ENV = {
+    "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+    "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+    "MALLOC_TOP_PAD_": str(256 << 20),
+}
 
 SYNTHETIC = {
     # name: bench_workload.py options (per-sample cpu/io ms, per-batch collate ms, per-step host/gpu ms)
@@ -1061,6 +1079,13 @@ def parse_args() -> argparse.Namespace:
         help=f"rounds of the in-process truth [default: synthetic {SYNTHETIC_ROUNDS}, real {REAL_ROUNDS}; --quick"
         f" {REAL_ROUNDS_QUICK}]",
     )
+    parser.add_argument(
+        "--allocator",
+        choices=("fixed", "glibc"),
+        default="fixed",
+        help="glibc malloc in every process started: fixed thresholds (no per-process page-fault levels) or glibc's"
+        " defaults [default: fixed]",
+    )
     parser.add_argument("--no-trials", action="store_true", help="no recording runs the in-process trials")
     parser.add_argument("--no-inprocess", action="store_true", help="no in-process truth (separate launches only)")
     parser.add_argument(
@@ -1096,12 +1121,24 @@ def main() -> None:
         unprofiled_only=args.unprofiled_only,
         rounds=args.rounds,
     )
+    if args.allocator == "fixed":
+        os.environ.update(FIXED_ALLOCATOR_ENV)  # inherited by every process started from here
+    print(
+        f"allocator: {args.allocator}"
+        + (f" ({' '.join(f'{k}={v}' for k, v in FIXED_ALLOCATOR_ENV.items())})" if args.allocator == "fixed" else "")
+    )
     results = {}
 
     def write_json(rows: list[dict] | None) -> None:
         # After every case too, so that a long run that fails later keeps what it measured.
         if args.json:
-            summary = {"plan": asdict(plan), "quick": args.quick, "cases": results, "targets": rows}
+            summary = {
+                "plan": asdict(plan),
+                "quick": args.quick,
+                "allocator": args.allocator,
+                "cases": results,
+                "targets": rows,
+            }
             summary.update(timings=TIMINGS, total_s=time.perf_counter() - began, complete=rows is not None)
             args.json.write_text(json.dumps(summary, indent=1))
 
