@@ -124,15 +124,27 @@ class StepClock:
     #: the workers), -1 where unknown; empty in recordings made before it was kept. A queue that shrinks over timed
     #: steps tells a surplus being used up (:func:`dlprof.throughput.surplus_steps`).
     ready: tuple[int, ...] = ()
+    #: The main process's minor page faults during the step (all its threads; ``getrusage``), and its kernel CPU time
+    #: in ms (part of ``cpu_ms``); both empty in recordings made before they were kept.
+    faults: tuple[int, ...] = ()
+    sys_ms: tuple[float, ...] = ()
 
     def __len__(self) -> int:
         return len(self.phase)
 
     def columns_agree(self) -> bool:
-        """Whether every column has one entry per step (a parser that skipped an invalid entry breaks this); ``ready``
-        may be empty (older recordings)."""
-        lengths = {len(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "ready" or self.ready}
+        """Whether every column has one entry per step (a parser that skipped an invalid entry breaks this); the
+        columns added later (:data:`LATER_STEP_COLUMNS`) may be empty (older recordings)."""
+        lengths = {
+            len(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if f.name not in LATER_STEP_COLUMNS or getattr(self, f.name)
+        }
         return len(lengths) <= 1
+
+
+#: Step clock columns that recordings made before them lack: empty there.
+LATER_STEP_COLUMNS = frozenset({"ready", "faults", "sys_ms"})
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,8 @@ def _full_manifest() -> dict:
     document["host"]["gpu"] = {"name": "GPU"}
     segment = {"num_workers": 0, "persistent_workers": False, "round": 0, "first_step": 8, "steps": 3}
     document["trials"] = {"counts": [0, 2], "rounds": 1, "trial_steps": 3, "segments": [segment]}
-    document["step_clock"]["ready"] = [1] * len(document["step_clock"]["phase"])
+    steps = len(document["step_clock"]["phase"])
+    document["step_clock"].update(ready=[1] * steps, faults=[2_000] * steps, sys_ms=[4.5] * steps)
     return document
 
 
@@ -252,3 +253,18 @@ def test_the_step_clock_keeps_unknown_ready_counts():
     document["step_clock"]["batches"][0] = -1  # other columns are counts: negative is unknown
     manifest, problems = parse_manifest(document)
     assert any("batches[0]" in p for p in problems)
+
+
+def test_page_fault_columns_may_be_absent_but_never_ragged():
+    document = _fixture_manifest()
+    steps = len(document["step_clock"]["phase"])
+    manifest, problems = parse_manifest(document)
+    assert problems == () and manifest.step_clock.faults == manifest.step_clock.sys_ms == ()  # an older recording
+    document["step_clock"]["faults"] = [12_000] + [3_000] * (steps - 1)
+    document["step_clock"]["sys_ms"] = [30.0] + [4.5] * (steps - 1)
+    manifest, problems = parse_manifest(document)
+    assert problems == () and manifest.step_clock.faults[:2] == (12_000, 3_000) and manifest.step_clock.sys_ms[1] == 4.5
+    document["step_clock"]["sys_ms"] = [4.5] * (steps - 1)  # one entry short: the columns no longer line up
+    manifest, problems = parse_manifest(document)
+    assert problems == ("manifest.step_clock columns differ in length: read as unknown",)
+    assert manifest.step_clock == StepClock()

@@ -25,8 +25,25 @@ import statistics
 from dataclasses import dataclass, field, replace
 
 from dlprof import throughput
-from dlprof.manifest import EPOCH_SETTLE_STEPS, PHASE_AFTER, PHASE_PROFILED, LoaderConfig, Manifest, StepClock
-from dlprof.results.analysis import EpochStats, Throughput, UnprofiledStats
+from dlprof.manifest import (
+    EPOCH_SETTLE_STEPS,
+    PHASE_AFTER,
+    PHASE_BEFORE,
+    PHASE_PROFILED,
+    LoaderConfig,
+    Manifest,
+    StepClock,
+)
+from dlprof.results.analysis import EpochStats, PageFaults, Throughput, UnprofiledStats
+
+#: The main process's page faults make its speed volatile when its kernel time is at least this share of the step
+#: and it takes at least :data:`VOLATILE_FAULTS` faults per step. Measured on the built-in LoRA workload on CPU: glibc's
+#: malloc took 2,000-10,800 faults per step, 5-24 ms of kernel time in a 65 ms step, at a level each launch settled on
+#: by chance (launches 19 % apart); with fixed thresholds, ~0 faults and 0.2 ms.
+VOLATILE_SYS_PCT = 5.0
+VOLATILE_FAULTS = 1000
+#: Unprofiled steps before the window that give a page-fault level (the first, start-up, left out).
+MIN_BEFORE_STEPS = 3
 
 #: Fewer steady reference steps than this give no unprofiled speed at all (the profiled steps stand in); from
 #: here up to :data:`dlprof.throughput.MIN_STEPS` steps (and :data:`~dlprof.throughput.MIN_SECONDS`) the speed
@@ -251,6 +268,26 @@ def _settling_profiled(clock: StepClock) -> list[float]:
     return [clock.wall_ms[i] for i, p in enumerate(clock.phase) if p == PHASE_PROFILED and i not in near]
 
 
+def page_faults(clock: StepClock, steady: list[int], step_ms: float) -> PageFaults | None:
+    """The main process's page faults and kernel time per step over the ``steady`` steps (``step_ms`` their mean),
+    and over the unprofiled steps before the window; None where the recording lacks them."""
+    if not clock.faults or not clock.sys_ms or not steady:
+        return None
+    faults = statistics.fmean(clock.faults[i] for i in steady)
+    sys_ms = statistics.fmean(clock.sys_ms[i] for i in steady)
+    before = [i for i, phase in enumerate(clock.phase) if phase == PHASE_BEFORE][1:]
+    enough = len(before) >= MIN_BEFORE_STEPS
+    sys_pct = 100 * sys_ms / step_ms if step_ms > 0 else 0.0
+    return PageFaults(
+        faults_per_step=faults,
+        sys_ms=sys_ms,
+        sys_pct=sys_pct,
+        before_faults_per_step=statistics.fmean(clock.faults[i] for i in before) if enough else None,
+        before_sys_ms=statistics.fmean(clock.sys_ms[i] for i in before) if enough else None,
+        volatile=sys_pct >= VOLATILE_SYS_PCT and faults >= VOLATILE_FAULTS,
+    )
+
+
 def distrust(speed: Throughput) -> str | None:
     """Why ``speed`` is not to be trusted, in words (None when it is): too few steps or seconds, or too wide a
     spread."""
@@ -303,4 +340,5 @@ def unprofiled_stats(manifest: Manifest | None, batches_per_step: float) -> Unpr
         epoch=epoch,
         speed=speed,
         distrust=distrust(speed),
+        page_faults=page_faults(clock, steady, steady_ms),
     )

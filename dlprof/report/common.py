@@ -107,6 +107,30 @@ def unprofiled_line(run) -> str | None:
     return line
 
 
+#: What steadies glibc's malloc (a level of page faults per process, by chance): fixed thresholds.
+FIXED_MALLOC = "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824"
+
+
+def page_faults_line(run) -> str | None:
+    """The main process's page faults, when so much of its step goes to them that its speed rests on the level glibc's
+    malloc settled on in this process (:class:`dlprof.results.analysis.PageFaults`); None otherwise."""
+    faults = run.unprofiled.page_faults if run.unprofiled else None
+    if faults is None or not faults.volatile:
+        return None
+    before = (
+        ""
+        if faults.before_faults_per_step is None
+        else f" (before the window: {faults.before_faults_per_step:,.0f} per step, {faults.before_sys_ms:.1f} ms)"
+    )
+    return (
+        f"the main process took {faults.faults_per_step:,.0f} page faults per step, {faults.sys_ms:.1f} ms of kernel"
+        f" time ({faults.sys_pct:.0f} % of the step){before}: glibc's malloc maps and unmaps the step's memory at a"
+        " level each process settles on by chance (a profiler window can lower it), so a launch of this training may"
+        f" run faster or slower by up to that share; {FIXED_MALLOC} in the environment (or jemalloc) steadies it and"
+        " saves most of that time"
+    )
+
+
 def duration(seconds: float) -> str:
     """``seconds`` as "4.1 s", or "2.4 ms" under a second."""
     return f"{seconds:.1f} s" if seconds >= 1 else f"{1000 * seconds:.1f} ms"

@@ -29,6 +29,7 @@ from dlprof.report.common import (
     missing_ranks_line,
     node_rows,
     nodes_heading,
+    page_faults_line,
     predicted_rows,
     rank_count,
     rank_rows,
@@ -428,7 +429,15 @@ def _facts(run: RunReport) -> str:
                 " batch(es) per step"
             ),
         ),
-        *[(label, line) for label, line in (("unprofiled", unprofiled_line(run)), ("epochs", epoch_line(run))) if line],
+        *[
+            (label, line)
+            for label, line in (
+                ("unprofiled", unprofiled_line(run)),
+                ("epochs", epoch_line(run)),
+                ("page faults", page_faults_line(run)),
+            )
+            if line
+        ],
     ]
     cells = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
     return f'<table class="facts"><tbody>{cells}</tbody></table>'

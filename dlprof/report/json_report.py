@@ -47,6 +47,16 @@ def _unprofiled(u: UnprofiledStats) -> dict:
         "cpu_ms": rounded(u.cpu_ms),
         "runq_ms": rounded(u.runq_ms),
         "epoch_steps_per_s": rounded(u.epoch_steps_per_s),
+        "page_faults": None
+        if u.page_faults is None
+        else {
+            "faults_per_step": rounded(u.page_faults.faults_per_step),
+            "sys_ms": rounded(u.page_faults.sys_ms),
+            "sys_pct": rounded(u.page_faults.sys_pct, 2),
+            "before_faults_per_step": rounded(u.page_faults.before_faults_per_step),
+            "before_sys_ms": rounded(u.page_faults.before_sys_ms),
+            "volatile": u.page_faults.volatile,
+        },
         "epoch": None
         if epoch is None
         else {

@@ -18,6 +18,7 @@ from dlprof.report.common import (
     missing_ranks_line,
     node_rows,
     nodes_heading,
+    page_faults_line,
     predicted_rows,
     rank_count,
     rank_rows,
@@ -76,7 +77,11 @@ def _run(run: RunReport) -> list[str]:
             ],
             *[
                 [label, line]
-                for label, line in (("unprofiled", unprofiled_line(run)), ("epochs", epoch_line(run)))
+                for label, line in (
+                    ("unprofiled", unprofiled_line(run)),
+                    ("epochs", epoch_line(run)),
+                    ("page faults", page_faults_line(run)),
+                )
                 if line
             ],
         ],

@@ -16,6 +16,7 @@ from dlprof.report.common import (
     missing_ranks_line,
     node_rows,
     nodes_heading,
+    page_faults_line,
     predicted_rows,
     rank_count,
     rank_rows,
@@ -61,6 +62,7 @@ def _run(run: RunReport) -> list[str]:
             f" {steps.step.p90_ms:.2f}), {per_s(steps.step.mean_ms)} steps/s (profiled)"
         ),
         *[line for line in (unprofiled_line(run), epoch_line(run)) if line],
+        *[f"note: {line}" for line in (page_faults_line(run),) if line],
         *_ranks(run),
         "",
         f"Verdict: {verdict_line(run)}",

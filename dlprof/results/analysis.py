@@ -201,6 +201,21 @@ class EpochStats:
 
 
 @dataclass(frozen=True)
+class PageFaults:
+    """The main process's minor page faults and kernel CPU time per step: over the steady reference steps, and over
+    the unprofiled steps before the window (the first left out: start-up) where at least a few were timed."""
+
+    faults_per_step: float
+    sys_ms: float  # kernel CPU time per step
+    sys_pct: float  # of the mean steady step
+    before_faults_per_step: float | None = None
+    before_sys_ms: float | None = None
+    #: So much of the step goes to page faults that the speed rests on the level glibc's malloc settled on in this
+    #: process, which differs from launch to launch (and may drop after a profiler window).
+    volatile: bool = False
+
+
+@dataclass(frozen=True)
 class UnprofiledStats:
     """Unprofiled steps (after the window) against profiled ones, from the step clock (ms; means over the steady
     reference steps, but the ``_p50`` fields)."""
@@ -222,6 +237,8 @@ class UnprofiledStats:
     speed: Throughput | None = None
     #: Why the speed is not to be trusted (too few steady steps or seconds, too wide a spread); None when it is.
     distrust: str | None = None
+    #: The main process's page faults over the same steps; None in recordings made before they were kept.
+    page_faults: PageFaults | None = None
 
     @property
     def steps_per_s(self) -> float:

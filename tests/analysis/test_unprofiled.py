@@ -212,3 +212,49 @@ def test_an_epoch_start_leaves_out_its_refill_and_settling_steps():
     # The boundary's excess: the 7 steps left out after it (322 + 80 + 22 + 39 + 22 + 39 + 22 ms) beyond 7 mean
     # steps.
     assert stats.epoch.restart_ms == pytest.approx(546.0 - 7 * 61 / 2)
+
+
+def _with_faults(manifest, faults: tuple[int, ...], sys_ms: tuple[float, ...]):
+    return dataclasses.replace(
+        manifest, step_clock=dataclasses.replace(manifest.step_clock, faults=faults, sys_ms=sys_ms)
+    )
+
+
+def test_page_faults_are_measured_over_the_steady_steps_and_before_the_window():
+    manifest = _after([(30.0, 0.3)] * 100, num_workers=2)
+    clock = manifest.step_clock
+    phases = clock.phase
+    # Before the window: 50 000 faults at start-up (left out), then 9 000 and 2 ms a step; after it, the 4 steps of
+    # the export's transient take 1 000, and the 96 steady ones 4 000 faults and 3 ms (10 % of the 30 ms step).
+    after = phases.index("after")
+    faults, sys_ms = [], []
+    for i, phase in enumerate(phases):
+        if phase == "before":
+            faults.append(50_000 if i == 0 else 9_000)
+            sys_ms.append(9.0 if i == 0 else 2.0)
+        elif phase == "after":
+            faults.append(1_000 if i < after + 4 else 4_000)
+            sys_ms.append(0.5 if i < after + 4 else 3.0)
+        else:
+            faults.append(20_000)
+            sys_ms.append(7.0)
+    stats = unprofiled_stats(_with_faults(manifest, tuple(faults), tuple(sys_ms)), 1.0)
+    pf = stats.page_faults
+    before = phases.count("before") - 1
+    assert before >= 3, "the tiny trace has steps before its window"
+    assert (pf.faults_per_step, pf.sys_ms, pf.sys_pct) == pytest.approx((4_000, 3.0, 10.0))
+    assert (pf.before_faults_per_step, pf.before_sys_ms) == pytest.approx((9_000, 2.0))
+    assert pf.volatile
+    # A little kernel time is no page-fault level to speak of: 4 % of the step, or 4 % with few faults.
+    quiet = unprofiled_stats(
+        _with_faults(manifest, tuple(faults), tuple(1.2 if p == "after" else s for p, s in zip(phases, sys_ms))), 1.0
+    )
+    assert quiet.page_faults.sys_pct == pytest.approx(4.0) and not quiet.page_faults.volatile
+    few = unprofiled_stats(
+        _with_faults(manifest, tuple(900 if p == "after" else f for p, f in zip(phases, faults)), tuple(sys_ms)), 1.0
+    )
+    assert few.page_faults.faults_per_step == 900 and not few.page_faults.volatile
+
+
+def test_recordings_without_page_faults_have_none():
+    assert unprofiled_stats(_after([(30.0, 0.3)] * 100, num_workers=2), 1.0).page_faults is None

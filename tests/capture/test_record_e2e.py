@@ -93,6 +93,11 @@ def test_manifest_describes_the_run(workload_run_2):
     assert [i for i, started in enumerate(clock["epoch_start"]) if started] == [0, 107, 214]
     assert not any(clock["fork_probe"])  # a run with workers needs no fork probe
     assert all(w > 0 for w in clock["wall_ms"]) and all(0 <= q <= w for q, w in zip(clock["wait_ms"], clock["wall_ms"]))
+    # The main process's page faults and kernel time, every step; the kernel's share of a step's CPU never exceeds it.
+    assert len(clock["faults"]) == len(clock["sys_ms"]) == len(phases) and clock["faults"][0] > 0
+    assert all(f >= 0 for f in clock["faults"]) and all(
+        0 <= s <= c + 1 for s, c in zip(clock["sys_ms"], clock["cpu_ms"])
+    )
     assert loader["length"] == 107 and [e["batches"] for e in loader["epochs"]] == [107, 107, 1]
     assert loader["epochs"][0]["end_ms"] > 0 and all(e["first_batch_ms"] > 0 for e in loader["epochs"])
     roles = [p["role"] for p in manifest["memory"]["processes"]]

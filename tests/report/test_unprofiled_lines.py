@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
-from dlprof.report.common import epoch_line, unprofiled_line
-from dlprof.results.analysis import EpochStats, Throughput, UnprofiledStats
+from dlprof.report.common import epoch_line, page_faults_line, unprofiled_line
+from dlprof.report.json_report import _unprofiled
+from dlprof.results.analysis import EpochStats, PageFaults, Throughput, UnprofiledStats
 
 
 def _run(speed: Throughput, distrust: str | None = None, epoch: EpochStats | None = None):
@@ -57,3 +59,29 @@ def test_the_whole_epochs_speed_is_in_the_epoch_line():
     )
     line = epoch_line(_run(Throughput(18.2, 80, 4.4, 3.0), epoch=epoch))
     assert line.endswith("; over 108 steps of whole epochs (7.7 s): 14.10 steps/s, spread 2.5 %")
+
+
+def test_page_faults_are_named_when_the_speed_rests_on_them():
+    faults = PageFaults(9_812.4, 21.33, 24.2, before_faults_per_step=10_400.0, before_sys_ms=22.0, volatile=True)
+    run = _run(Throughput(15.2, 98, 6.4, 2.0))
+    run.unprofiled = dataclasses.replace(run.unprofiled, page_faults=faults)
+    assert page_faults_line(run) == (
+        "the main process took 9,812 page faults per step, 21.3 ms of kernel time (24 % of the step) (before the"
+        " window: 10,400 per step, 22.0 ms): glibc's malloc maps and unmaps the step's memory at a level each process"
+        " settles on by chance (a profiler window can lower it), so a launch of this training may run faster or"
+        " slower by up to that share; MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824 in the"
+        " environment (or jemalloc) steadies it and saves most of that time"
+    )
+    assert _unprofiled(run.unprofiled)["page_faults"] == {
+        "faults_per_step": 9812.4,
+        "sys_ms": 21.33,
+        "sys_pct": 24.2,
+        "before_faults_per_step": 10400.0,
+        "before_sys_ms": 22.0,
+        "volatile": True,
+    }
+    # A level too small to move the speed is kept in the JSON, and not printed.
+    run.unprofiled = dataclasses.replace(run.unprofiled, page_faults=dataclasses.replace(faults, volatile=False))
+    assert page_faults_line(run) is None and _unprofiled(run.unprofiled)["page_faults"]["volatile"] is False
+    run.unprofiled = dataclasses.replace(run.unprofiled, page_faults=None)
+    assert page_faults_line(run) is None and _unprofiled(run.unprofiled)["page_faults"] is None
