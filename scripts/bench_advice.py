@@ -25,14 +25,14 @@ default), so they are compared over whole epochs (a prediction's ``effective_ste
 What is measured, per case:
 
 1. **Recordings.** ``dlprof record`` at num_workers 0 and at 2 (the starts, alternating), ``--recordings`` times
-   each (default: synthetic 1, real 2: a synthetic recording predicts as the next one does, a real one carries its
-   process's speed mode); the first from each start also runs the in-process trials (``--try-workers`` at the case's
-   counts, with dlprof's defaults: segments of 40 steps and 2 s, 2 rounds; ``--no-trials`` leaves them out).
-   Each is analysed as ``dlprof analyze`` does: the model's prediction at every count (a count's prediction is the
-   median over the recordings from one start; trials run after the window and the reference steps the model
-   reads, so a recording with trials predicts as one without), the recommendation (with trials: what it rests on,
-   and the model's own pick), the unprofiled speed at the recorded count, and the trials' measured speeds with
-   their spread.
+   each (default: synthetic 1, real 3: a synthetic recording predicts as the next one does, a real one carries its
+   process's speed and the machine's load of its minutes); the first from each start also runs the in-process
+   trials (``--try-workers`` at the case's counts, with dlprof's defaults: segments of 40 steps and 2 s, 2 rounds;
+   ``--no-trials`` leaves them out). Each is analysed as ``dlprof analyze`` does: the model's prediction at every
+   count (a count's prediction is the median over the recordings from one start; trials run after the window and
+   the reference steps the model reads, so a recording with trials predicts as one without), the recommendation
+   (with trials: what it rests on, and the model's own pick), the unprofiled speed at the recorded count, and the
+   trials' measured speeds with their spread.
 2. **Truth from separate launches** (no dlprof): the training launched ``--launches`` times per count (default
    3), the median; each recording is followed by a launch at its count, the other counts (and any recommended
    count) run in interleaved rounds. Synthetic: 80 steps, the first 20 left out (60 timed steps keep a synthetic
@@ -40,13 +40,15 @@ What is measured, per case:
    cheap, but 147 launches add up). Real: 3 epochs, the first left out (``--quick``: 2).
 3. **Truth in one process** (scripts/measure_inprocess.py, no dlprof; ``--no-inprocess`` leaves it out): every
    count and any recommended one trained in turn inside one process, in rounds whose order alternates (0 1 2 ...,
-   then reversed) so that drift cancels, the median over the rounds. It has no launch-to-launch speed modes (on
-   this machine one launch of the same training runs up to 15 % faster than the next, from start to end).
-   Synthetic: 2 rounds (forward, then reversed: a linear drift cancels), segments of at least 60 steps and 3 s
-   after the refill, in whole rounds of the workers' delivery (longer than the trials' 40 steps and 2 s: the truth
-   must be the finer measurement). Real: 3 rounds of 2 whole epochs per count (``--quick``: 2 rounds of 1), worker
-   restarts included: one epoch's rate varies by up to 10 % on this machine (and one process by up to 40 % for a
-   while), so six epochs per count, the median of three segments.
+   then reversed) so that drift cancels. It has no launch-to-launch speed modes. Synthetic: one process of 2
+   rounds (forward, then reversed: a linear drift cancels), segments of at least 60 steps and 3 s after the
+   refill, in whole rounds of the workers' delivery (longer than the trials' 40 steps and 2 s: the truth must be
+   the finer measurement); the median over the rounds. Real: ``--processes`` processes (default 3; ``--quick``
+   1), each of 2 rounds of 2 whole epochs per count (``--quick``: 1), worker restarts included, each process run
+   right after a recording; the truth is the median of all their segments (6 per count). The machine's speed
+   drifts: one epoch's rate varies by up to 10 % on this 2-core VM, and its speed over minutes by 10-20 % (one
+   process of 3 rounds, run in one block after the recordings, measured all counts 15 % below the recordings
+   made minutes before it, and plain processes matched the recordings again afterwards).
 
 Compared (signed errors in the tables, their sizes in the statistics):
 
@@ -83,9 +85,9 @@ epochs 12 s / 16 s, the in-process truth of 2 counts 22 s / 30 s. Extrapolated f
 | case | recordings | launches | in-process | in all |
 |---|---|---|---|---|
 | synthetic, each (io-heavy the longest) | 78-122 s | 84-168 s | 49-82 s | 3.6-6.2 min, 30 min for the 7 |
-| lora | 134 s | 180 s | 90 s | 6.7 min |
-| trainer | 164 s | 252 s | 127 s | 9.1 min |
-| all | 16 min | 20 min | 10 min | ~46 min |
+| lora | 180 s | 183 s | 186 s | 9.2 min |
+| trainer | 208 s | 222 s | 246 s | 11.3 min |
+| all | 17 min | 20 min | 14 min | ~51 min |
 
 The allocator: every process the bench starts (launches, in-process truths, recordings and their training) runs
 with glibc's malloc held to fixed thresholds (``--allocator fixed``, the default: ``MALLOC_MMAP_THRESHOLD_``,
@@ -94,13 +96,15 @@ with glibc's malloc held to fixed thresholds (``--allocator fixed``, the default
 step's mid-sized tensors, and it raises its own threshold whenever a large mapped block is freed, so each process
 settles at a level of its own, by chance, and keeps it. That gives the real cases launch-to-launch speed modes of up
 to 19 % and shifts a process's speed by about 10 % after a profiler window, whose freed buffers raise the
-threshold: noise no DataLoader model can predict. Fixed thresholds take the faults to ~0 in every process alike.
-``--allocator glibc`` keeps glibc's defaults (dlprof's reports then name the change across the window: the step
-clock keeps each step's page faults).
+threshold: noise no DataLoader model can predict. Fixed thresholds take the faults to ~0 in every process alike,
+and a window then leaves the speed as it was (4 plain LoRA processes, 2 epochs before and after a window: 20.2 ->
+19.4, 19.8 -> 18.9, 11.4 -> 16.4 (a slow start) and 17.1 -> 17.0 steps/s, 0 faults per step throughout).
+``--allocator glibc`` keeps glibc's defaults; dlprof's report then names the page faults where they take 5 % of the
+step or more (the step clock keeps each step's page faults and kernel time).
 
 Options that trade accuracy for time: ``--launches 2`` (the separate-launch truth from 2 launches: ~39 min),
-``--recordings 1`` (real-model predictions from the trial recording alone: -1.5 min), ``--rounds N`` (in-process
-rounds), ``--no-trials`` (-9 min, and no trials checked), ``--no-inprocess`` (-10 min, and the real cases lose their
+``--recordings 1`` (real-model predictions from the trial recording alone: -2.5 min), ``--rounds N`` (in-process
+rounds), ``--processes N`` (in-process processes), ``--no-trials`` (-9 min, and no trials checked), ``--no-inprocess`` (-10 min, and the real cases lose their
 yardstick), ``--quick``, ``--cases``. ``--unprofiled-only`` records and measures at the recorded counts only and skips
 the model's and the trials' tables: the measurement's check alone, in a fraction of the time.
 """
@@ -144,13 +148,18 @@ REAL_COUNTS = (0, 1, 2, 4)
 REAL_COUNTS_QUICK = (0, 2)
 #: Recordings per start (the first with trials): synthetic, real-model cases, and with `--quick`. A synthetic
 #: recording's predictions barely differ from the next one's (its launches barely vary), so one does; a real-model
-#: recording carries its process's speed mode, so the prediction is the median of two.
-SYNTHETIC_RECORDINGS, REAL_RECORDINGS, RECORDINGS_QUICK = 1, 2, 1
+#: recording carries its process's speed and the machine's load of its minutes, so the prediction is the median of
+#: three.
+SYNTHETIC_RECORDINGS, REAL_RECORDINGS, RECORDINGS_QUICK = 1, 3, 1
 #: Launches without dlprof per count, their median the separate-launch truth, by default and with `--quick`.
 LAUNCHES, LAUNCHES_QUICK = 3, 1
-#: In-process truth: rounds, and whole epochs per segment (real cases), by default and with `--quick`.
+#: In-process truth: processes, rounds per process, and whole epochs per segment (real cases), by default and with
+#: `--quick`. A real case's processes run between its recordings (the machine's load drifts by 10-20 % over minutes:
+#: one block of truth after them all would measure another machine), and the truth is the median of all their
+#: segments.
+SYNTHETIC_PROCESSES, REAL_PROCESSES, REAL_PROCESSES_QUICK = 1, 3, 1
 SYNTHETIC_ROUNDS = 2
-REAL_ROUNDS, REAL_ROUNDS_QUICK = 3, 2
+REAL_ROUNDS, REAL_ROUNDS_QUICK = 2, 2
 REAL_SEGMENT_EPOCHS, REAL_SEGMENT_EPOCHS_QUICK = 2, 1
 #: Synthetic in-process segments: steps and seconds timed after the refill.
 SYNTHETIC_SEGMENT_STEPS, SYNTHETIC_SEGMENT_SECONDS = 60, 3.0
@@ -217,6 +226,8 @@ class Case:
     #: scripts/measure_inprocess.py's command for these counts and rounds, writing its report to the given path.
     inprocess_command: Callable[[list[int], int, Path], list[str]]
     inprocess_rounds: int
+    #: Processes the in-process truth runs in, between the recordings (`--processes` overrides it).
+    inprocess_processes: int
     #: Recordings per start, the first with trials (`--recordings` overrides it).
     recordings: int
     #: Extra report keys shown in the table (label, key).
@@ -247,6 +258,8 @@ class Plan:
     unprofiled_only: bool
     #: In-process rounds (None: each case's own).
     rounds: int | None = None
+    #: In-process processes (None: each case's own).
+    processes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -320,6 +333,7 @@ def synthetic_case(name: str, options: dict) -> Case:
         whole_epochs=False,
         inprocess_command=inprocess,
         inprocess_rounds=SYNTHETIC_ROUNDS,
+        inprocess_processes=SYNTHETIC_PROCESSES,
         recordings=SYNTHETIC_RECORDINGS,
     )
 
@@ -378,6 +392,7 @@ def lora_case(quick: bool) -> Case:
         whole_epochs=True,
         inprocess_command=real_inprocess("lora", quick),
         inprocess_rounds=REAL_ROUNDS_QUICK if quick else REAL_ROUNDS,
+        inprocess_processes=REAL_PROCESSES_QUICK if quick else REAL_PROCESSES,
         recordings=REAL_RECORDINGS,
         extra_columns=(("launches inside an epoch", "steps_per_s_steady"),),
         unprofiled_checks=REAL_UNPROFILED_CHECKS,
@@ -416,6 +431,7 @@ def trainer_case(quick: bool) -> Case:
         whole_epochs=True,
         inprocess_command=real_inprocess("trainer", quick),
         inprocess_rounds=REAL_ROUNDS_QUICK if quick else REAL_ROUNDS,
+        inprocess_processes=REAL_PROCESSES_QUICK if quick else REAL_PROCESSES,
         recordings=REAL_RECORDINGS,
         extra_columns=(("launches inside an epoch", "steps_per_s_steady"),),
         unprofiled_checks=REAL_UNPROFILED_CHECKS,
@@ -474,12 +490,29 @@ def summarize(case: Case, runs: dict[int, list[dict]]) -> dict[int, dict]:
     }
 
 
-def measure_inprocess(case: Case, counts: list[int], tmp: Path, rounds: int) -> dict[int, dict]:
-    """The in-process truth (scripts/measure_inprocess.py): per count, the median rate over the rounds, their
-    spread, and every segment."""
-    report = tmp / f"{case.name}-inprocess.json"
+def measure_inprocess(case: Case, counts: list[int], tmp: Path, rounds: int, process: int) -> dict[int, dict]:
+    """One process of the in-process truth (scripts/measure_inprocess.py): per count, the median rate over its
+    rounds, their spread, and every segment."""
+    report = tmp / f"{case.name}-inprocess-{process}.json"
     run(case.inprocess_command(counts, rounds, report), f"{case.name}: in-process truth", case.name, "in-process")
     return {int(n): values for n, values in json.loads(report.read_text())["counts"].items()}
+
+
+def combine_inprocess(processes: list[dict[int, dict]]) -> dict[int, dict]:
+    """Per count, over every process that trained it: the median of all their segments, their range (% of that
+    median), each segment, and each process's own median."""
+    combined = {}
+    for n in sorted({n for process in processes for n in process}):
+        ours = [process[n] for process in processes if n in process]
+        segments = [rate for values in ours for rate in values["segments"]]
+        median = statistics.median(segments)
+        combined[n] = {
+            "steps_per_s": median,
+            "spread_pct": 100 * (max(segments) - min(segments)) / median,
+            "segments": segments,
+            "processes": [values["steps_per_s"] for values in ours],
+        }
+    return combined
 
 
 def trials_of(report) -> dict | None:
@@ -552,12 +585,26 @@ def record(case: Case, start: int, tmp: Path, attempt: int, try_workers: tuple[i
     )
 
 
-def record_and_launch(case: Case, tmp: Path, plan: Plan) -> tuple[dict[int, list[Recording]], dict[int, list[dict]]]:
+def inprocess_counts(case: Case, recordings: dict[int, list[Recording]]) -> list[int]:
+    """The counts the in-process truth trains: the case's, and every count recommended so far."""
+    chosen = {
+        n for rs in recordings.values() for r in rs for n in (r.recommended, r.model_recommended) if n is not None
+    }
+    return sorted(set(case.counts) | chosen)
+
+
+def record_and_launch(
+    case: Case, tmp: Path, plan: Plan
+) -> tuple[dict[int, list[Recording]], dict[int, list[dict]], list[dict[int, dict]]]:
     """Every recording, each followed by a launch without dlprof at its count (while a count has fewer than
-    ``plan.launches``), the starts alternating: drifting load on the machine falls on the recordings and their truth
-    alike. The first recording from each start runs the trials."""
+    ``plan.launches``) and by a process of the in-process truth (while fewer than the case's ran), the starts
+    alternating: drifting load on the machine falls on the recordings and both truths alike. The first recording
+    from each start runs the trials."""
     recordings: dict[int, list[Recording]] = {start: [] for start in STARTS}
     runs: dict[int, list[dict]] = {start: [] for start in STARTS}
+    inprocess: list[dict[int, dict]] = []
+    processes = (plan.processes or case.inprocess_processes) if plan.inprocess and not plan.unprofiled_only else 0
+    rounds = plan.rounds or case.inprocess_rounds
     with_trials = plan.trials and not plan.unprofiled_only
     for attempt in range(plan.recordings or case.recordings):
         for start in STARTS:
@@ -565,7 +612,12 @@ def record_and_launch(case: Case, tmp: Path, plan: Plan) -> tuple[dict[int, list
             recordings[start].append(record(case, start, tmp, attempt, try_workers))
             if len(runs[start]) < plan.launches:
                 runs[start].append(measure_once(case, start, tmp, attempt))
-    return recordings, runs
+            if len(inprocess) < processes:
+                counts = inprocess_counts(case, recordings)
+                inprocess.append(measure_inprocess(case, counts, tmp, rounds, len(inprocess)))
+    while len(inprocess) < processes:  # more processes than recordings
+        inprocess.append(measure_inprocess(case, inprocess_counts(case, recordings), tmp, rounds, len(inprocess)))
+    return recordings, runs, inprocess
 
 
 # ------------------------------------------------------------------------------------ comparing
@@ -827,7 +879,7 @@ def unprofiled_check(
 
 def bench_case(case: Case, tmp: Path, plan: Plan) -> dict:
     began = time.perf_counter()
-    recordings, runs = record_and_launch(case, tmp, plan)
+    recordings, runs, processes = record_and_launch(case, tmp, plan)
     chosen = {
         n for rs in recordings.values() for r in rs for n in (r.recommended, r.model_recommended) if n is not None
     }
@@ -835,8 +887,13 @@ def bench_case(case: Case, tmp: Path, plan: Plan) -> dict:
     measure(case, counts, tmp, plan.launches, runs)
     measured = summarize(case, runs)
     inprocess = None
-    if plan.inprocess and not plan.unprofiled_only:
-        inprocess = measure_inprocess(case, counts, tmp, plan.rounds or case.inprocess_rounds)
+    if processes:
+        missing = [n for n in counts if not any(n in process for process in processes)]
+        if missing:  # a count recommended by the last recording alone
+            processes.append(
+                measure_inprocess(case, missing, tmp, plan.rounds or case.inprocess_rounds, len(processes))
+            )
+        inprocess = combine_inprocess(processes)
     truths = {LAUNCHES_TRUTH: {n: measured[n][case.measured_key] for n in counts}}
     if inprocess is not None:
         truths[INPROCESS_TRUTH] = {n: inprocess[n]["steps_per_s"] for n in counts}
@@ -845,8 +902,9 @@ def bench_case(case: Case, tmp: Path, plan: Plan) -> dict:
     if inprocess is not None:
         spreads = [v["spread_pct"] for v in inprocess.values()]
         print(
-            f"; in one process: median of {plan.rounds or case.inprocess_rounds} round(s) per count, spread of the"
-            f" rounds median {statistics.median(spreads):.1f} %, max {max(spreads):.1f} %",
+            f"; in one process: median of {len(processes)} process(es) x {plan.rounds or case.inprocess_rounds}"
+            f" round(s) per count, run between the recordings; spread of the segments median"
+            f" {statistics.median(spreads):.1f} %, max {max(spreads):.1f} %",
             end="",
         )
     floor = noise_floor(measured)
@@ -1086,6 +1144,12 @@ def parse_args() -> argparse.Namespace:
         help="glibc malloc in every process started: fixed thresholds (no per-process page-fault levels) or glibc's"
         " defaults [default: fixed]",
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        help=f"processes of the in-process truth [default: synthetic {SYNTHETIC_PROCESSES}, real {REAL_PROCESSES};"
+        f" --quick {REAL_PROCESSES_QUICK}]",
+    )
     parser.add_argument("--no-trials", action="store_true", help="no recording runs the in-process trials")
     parser.add_argument("--no-inprocess", action="store_true", help="no in-process truth (separate launches only)")
     parser.add_argument(
@@ -1094,7 +1158,7 @@ def parse_args() -> argparse.Namespace:
         help="check only the report's unprofiled speed at the recorded counts against the truth (no model tables)",
     )
     args = parser.parse_args()
-    for name in ("recordings", "launches", "rounds"):
+    for name in ("recordings", "launches", "rounds", "processes"):
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name} {value}: must be >= 1")
@@ -1120,6 +1184,7 @@ def main() -> None:
         inprocess=not args.no_inprocess,
         unprofiled_only=args.unprofiled_only,
         rounds=args.rounds,
+        processes=args.processes,
     )
     if args.allocator == "fixed":
         os.environ.update(FIXED_ALLOCATOR_ENV)  # inherited by every process started from here
