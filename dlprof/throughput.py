@@ -105,7 +105,12 @@ class Transient(NamedTuple):
 
     #: Steps at the start of the segment left out (:func:`transient_steps`).
     steps: int
-    #: Whether a surplus may be left after them, to be measured (:func:`surplus_left`).
+    #: Whether the transient ended where every worker is busy again rather than after a wait per worker: only then
+    #: may a surplus still be there, to be measured (:func:`surplus_steps`). After the waits it is gone, and the
+    #: queue's ups and downs between two steps are the workers' phase, not a surplus (taken out, they made the built-in
+    #: workload's steady speed 2 % slow). Nor where the queue never fell to every worker busy: training is the slower
+    #: side, the workers idle on a full queue, and what training takes from it is no faster for the batches kept from
+    #: before (taken out, they made io-loading's trials at 5-6 workers 5-7 % slow).
     surplus_left: bool
 
 
@@ -117,7 +122,8 @@ def transient(
     ready: Sequence[int] = (),
     busy_at: int | None = None,
 ) -> Transient:
-    """:func:`transient_steps` and :func:`surplus_left` from one search for the waits."""
+    """:func:`transient_steps` and whether a surplus may be left after them (:attr:`Transient.surplus_left`), from one
+    search for the waits."""
     count = len(wall_ms)
     start, found = _waits(wall_ms, wait_ms, queue, workers, ready, busy_at)
     if start >= count or queue == 0:
@@ -152,23 +158,6 @@ def transient_steps(
     steps/s against a 45 steps/s step: their waits came 80 steps after the switch).
     """
     return transient(wall_ms, wait_ms, queue, workers, ready, busy_at).steps
-
-
-def surplus_left(
-    wall_ms: Sequence[float],
-    wait_ms: Sequence[float],
-    queue: int,
-    workers: int = 1,
-    ready: Sequence[int] = (),
-    busy_at: int | None = None,
-) -> bool:
-    """Whether :func:`transient_steps` ended the transient where every worker is busy again rather than after a wait
-    per worker: only then may a surplus still be there, to be measured (:func:`surplus_steps`). After the waits it
-    is gone, and the queue's ups and downs between two steps are the workers' phase, not a surplus (taken out, they
-    made the built-in workload's steady speed 2 % slow). Nor where the queue never fell to every worker busy:
-    training is the slower side, the workers idle on a full queue, and what training takes from it is no faster
-    for the batches kept from before (taken out, they made io-loading's trials at 5-6 workers 5-7 % slow)."""
-    return transient(wall_ms, wait_ms, queue, workers, ready, busy_at).surplus_left
 
 
 def _readable(ready: Sequence[int], busy_at: int | None, start: int, count: int) -> bool:

@@ -587,8 +587,8 @@ def record(case: Case, start: int, tmp: Path, attempt: int, try_workers: tuple[i
     )
 
 
-def inprocess_counts(case: Case, recordings: dict[int, list[Recording]]) -> list[int]:
-    """The counts the in-process truth trains: the case's, and every count recommended so far."""
+def counts_to_measure(case: Case, recordings: dict[int, list[Recording]]) -> list[int]:
+    """The counts both truths measure: the case's, and every count recommended so far."""
     chosen = {
         n for rs in recordings.values() for r in rs for n in (r.recommended, r.model_recommended) if n is not None
     }
@@ -615,10 +615,10 @@ def record_and_launch(
             if len(runs[start]) < plan.launches:
                 runs[start].append(measure_once(case, start, tmp, attempt))
             if len(inprocess) < processes:
-                counts = inprocess_counts(case, recordings)
+                counts = counts_to_measure(case, recordings)
                 inprocess.append(measure_inprocess(case, counts, tmp, rounds, len(inprocess)))
     while len(inprocess) < processes:  # more processes than recordings
-        inprocess.append(measure_inprocess(case, inprocess_counts(case, recordings), tmp, rounds, len(inprocess)))
+        inprocess.append(measure_inprocess(case, counts_to_measure(case, recordings), tmp, rounds, len(inprocess)))
     return recordings, runs, inprocess
 
 
@@ -882,10 +882,7 @@ def unprofiled_check(
 def bench_case(case: Case, tmp: Path, plan: Plan) -> dict:
     began = time.perf_counter()
     recordings, runs, processes = record_and_launch(case, tmp, plan)
-    chosen = {
-        n for rs in recordings.values() for r in rs for n in (r.recommended, r.model_recommended) if n is not None
-    }
-    counts = sorted(set(STARTS) if plan.unprofiled_only else set(case.counts) | chosen)
+    counts = sorted(STARTS) if plan.unprofiled_only else counts_to_measure(case, recordings)
     measure(case, counts, tmp, plan.launches, runs)
     measured = summarize(case, runs)
     inprocess = None

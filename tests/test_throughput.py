@@ -213,7 +213,7 @@ def test_after_every_worker_waited_no_surplus_is_taken_out():
     # and the transient ends where every worker is busy again, the same step. The queue's level over a round is
     # 1.5 at the start and 2.25 at the end: no surplus. One step's reading at each end (0, then 3) would be no
     # surplus either, but 3 then 0 would take the phase for 3 steps of surplus.
-    assert throughput.surplus_left(wall, wait, 8, 4, ready, busy_at)
+    assert throughput.transient(wall, wait, 8, 4, ready, busy_at).surplus_left
     assert throughput.surplus_steps(ready, first, len(ready) - 1, period=4) == 0
     assert throughput.surplus_steps([3, 2, 1, 0] * 3, 0, 11) == 3
     assert throughput.surplus_steps([3, 2, 1, 0] * 3, 0, 11, period=4) == 0
@@ -221,8 +221,9 @@ def test_after_every_worker_waited_no_surplus_is_taken_out():
     ready = [max(1, 17 - i // 5) for i in range(90)] + [0, 1, 1, 1, 1] * 2
     wall = [22.0] * 90 + [33.0, 22.0, 22.0, 22.0, 22.0] * 2
     wait = [0.3] * 90 + [11.3, 0.3, 0.3, 0.3, 0.3] * 2
-    assert throughput.surplus_left(wall, wait, 10, 5, ready, throughput.all_busy_below(5, 2))
-    assert not throughput.surplus_left(wall, wait, 10, 5)  # without the ready column there is nothing to measure
+    assert throughput.transient(wall, wait, 10, 5, ready, throughput.all_busy_below(5, 2)).surplus_left
+    # Without the ready column there is nothing to measure.
+    assert not throughput.transient(wall, wait, 10, 5).surplus_left
 
 
 # A switch from 4 to 5 workers of the I/O-bound loader (30 ms of blocking read per sample, batch 4, a 23 ms step;
@@ -532,7 +533,7 @@ def test_a_step_that_found_batches_made_did_not_wait():
     # the queue's shrink over the timed steps, 2 batches by its level over a round (5 at the start, 3 at the end),
     # comes out of the count.
     first = throughput.transient_steps(wall, wait, 10, 5, ready, busy_at)
-    assert first == 18 and throughput.surplus_left(wall, wait, 10, 5, ready, busy_at)
+    assert first == 18 and throughput.transient(wall, wait, 10, 5, ready, busy_at).surplus_left
     surplus = throughput.surplus_steps(ready, first, len(ready) - 1, period=5)
     assert surplus == 2
     speed = throughput.measure(wall[first:], surplus=surplus)
@@ -548,7 +549,7 @@ def test_a_full_queue_is_no_surplus():
     wall, wait = [10.0] * 100, [0.5] * 100
     busy_at = throughput.all_busy_below(6, 2)
     assert throughput.transient_steps(wall, wait, 12, 6, ready, busy_at) == 12
-    assert not throughput.surplus_left(wall, wait, 12, 6, ready, busy_at)
+    assert not throughput.transient(wall, wait, 12, 6, ready, busy_at).surplus_left
     assert throughput.surplus_steps(ready, 12, 99, period=6) > 0  # what was taken out before
 
 
@@ -560,4 +561,4 @@ def test_a_dip_of_a_full_queue_is_no_end_of_a_surplus():
     wall, wait = [60.0] * 108, [0.4] * 108
     busy_at = throughput.all_busy_below(2, 2)
     assert throughput.transient_steps(wall, wait, 4, 2, ready, busy_at) == 4
-    assert not throughput.surplus_left(wall, wait, 4, 2, ready, busy_at)
+    assert not throughput.transient(wall, wait, 4, 2, ready, busy_at).surplus_left

@@ -97,7 +97,7 @@ def _segments(clock: StepClock, steps: range) -> list[range]:
 def _left_out(clock: StepClock, segment: range, queue: int, workers: int, busy_at: int) -> tuple[int, bool]:
     """How many of ``segment``'s first steps are not steady: its refill transient, and at least the settling steps
     after an epoch start or the fork probe; and whether a surplus may be left after them
-    (:func:`dlprof.throughput.surplus_left`)."""
+    (:attr:`dlprof.throughput.Transient.surplus_left`)."""
     a, b = segment.start, segment.stop
     args = (clock.wall_ms[a:b], clock.wait_ms[a:b], queue, workers, clock.ready[a:b], busy_at)
     transient, surplus_left = throughput.transient(*args)
