@@ -35,9 +35,10 @@ What is measured, per case:
    trials' measured speeds with their spread.
 2. **Truth from separate launches** (no dlprof): the training launched ``--launches`` times per count (default
    3), the median; each recording is followed by a launch at its count, the other counts (and any recommended
-   count) run in interleaved rounds. Synthetic: 80 steps, the first 20 left out (60 timed steps keep a synthetic
-   speed within 0.3-2 % at p90, dlprof/throughput.py's table; a launch's 2.5-3 s of start-up makes longer runs
-   cheap, but 147 launches add up). Real: 3 epochs, the first left out (``--quick``: 2).
+   count) run in interleaved rounds. Synthetic: at least 80 steps, the first 20 left out, the others timed over at
+   least 3 s, as an in-process segment (60 timed steps keep a synthetic speed within 0.3-2 % at p90,
+   dlprof/throughput.py's table, but at io-loading's 95 steps/s they last 0.6 s, and single launches strayed up to
+   5.9 % from each other). Real: 3 epochs, the first left out (``--quick``: 2).
 3. **Truth in one process** (scripts/measure_inprocess.py, no dlprof; ``--no-inprocess`` leaves it out): every
    count and any recommended one trained in turn inside one process, in rounds whose order alternates (0 1 2 ...,
    then reversed) so that drift cancels. It has no launch-to-launch speed modes. Synthetic: one process of 2
@@ -187,8 +188,10 @@ SYNTHETIC = {
     "io-bound": {"cpu-ms": 0.2, "io-ms": 15.0, "collate-ms": 0.2, "host-ms": 1.0, "gpu-ms": 20.0},
     "io-heavy": {"cpu-ms": 0.2, "io-ms": 30.0, "collate-ms": 0.2, "host-ms": 1.0, "gpu-ms": 20.0},
 }
-#: Synthetic truth from launches: steps run without dlprof, the first excluded (start-up).
-SYNTHETIC_STEPS, SYNTHETIC_WARMUP = 80, 20
+#: Synthetic truth from launches: steps run without dlprof, the first excluded (start-up), and the least time the
+#: others are timed over: as long as an in-process segment. 60 steps alone were 0.6 s at io-loading's 95 steps/s
+#: (5-6 workers), a window in which this VM's moment-to-moment speed moved single launches by up to 5.9 %.
+SYNTHETIC_STEPS, SYNTHETIC_WARMUP, SYNTHETIC_LAUNCH_SECONDS = 80, 20, SYNTHETIC_SEGMENT_SECONDS
 #: Recorded: steps the script would run; dlprof stops it after the window and the reference steps (and the trials).
 SYNTHETIC_RECORDED_STEPS = 100_000
 #: The Trainer script's epochs when recorded: enough for the window, the reference steps and whole epochs, and the
@@ -306,7 +309,8 @@ def synthetic_case(name: str, options: dict) -> Case:
     return Case(
         name=name,
         description=", ".join(f"{k}={v}" for k, v in options.items())
-        + f"; launches: {SYNTHETIC_STEPS} steps, the first {SYNTHETIC_WARMUP} excluded",
+        + f"; launches: at least {SYNTHETIC_STEPS} steps, the first {SYNTHETIC_WARMUP} excluded, the others timed"
+        + f" over at least {SYNTHETIC_LAUNCH_SECONDS:g} s",
         counts=SYNTHETIC_COUNTS,
         # dlprof record's defaults but a shorter start: the recorder stops the script after the window and the
         # reference steps (and the trials).
@@ -328,6 +332,8 @@ def synthetic_case(name: str, options: dict) -> Case:
             *workload_args(w, SYNTHETIC_STEPS),
             "--warmup-steps",
             str(SYNTHETIC_WARMUP),
+            "--min-seconds",
+            str(SYNTHETIC_LAUNCH_SECONDS),
             "--report",
             str(report),
         ],

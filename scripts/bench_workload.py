@@ -11,7 +11,8 @@ work does.
 It times itself as dlprof's step clock does: a step runs from the end of the previous one to the end of its
 optimizer step, its wait for the batch included. ``--pause-every K --pause-ms P`` stands the main process still
 for P ms after every K steps (as the profiler's export does; the pause is no step's time): the workers go on
-filling the prefetch queue meanwhile. The measured rate is the steps after ``--warmup-steps`` over their time;
+filling the prefetch queue meanwhile. The measured rate is the steps after ``--warmup-steps`` over their time
+(``--min-seconds T`` trains on past ``--steps`` until those steps have taken T seconds);
 ``--report`` also writes every step's wall time and wait (ms), and the steps after which it paused.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 
 import torch
@@ -65,8 +67,21 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--pause-every", type=int, default=0, help="pause the main process after every K steps")
     parser.add_argument("--pause-ms", type=float, default=1000.0, help="how long each pause lasts")
     parser.add_argument("--max-seconds", type=float, default=None, help="stop after this long (steps still bound it)")
+    parser.add_argument(
+        "--min-seconds",
+        type=float,
+        default=0.0,
+        help="train past --steps until the steps after --warmup-steps have taken at least this long",
+    )
     parser.add_argument("--report", help="write the measured steps/s (and every step's time) here (JSON)")
     return parser.parse_args()
+
+
+def most_steps(args: argparse.Namespace) -> int:
+    """An upper bound on the steps a run takes: ``--min-seconds`` of steps that last at least the host and GPU time.
+    The dataset holds twice that many batches, so that no run reaches the end of its epoch."""
+    shortest_step_ms = max(args.host_ms + args.gpu_ms, 1.0)
+    return args.steps + math.ceil(1000 * args.min_seconds / shortest_step_ms)
 
 
 def main() -> None:
@@ -74,7 +89,7 @@ def main() -> None:
     torch.set_num_threads(1)  # the "model" is tiny; keep torch's thread pool out of the measurement
     extra = {"prefetch_factor": args.prefetch_factor} if args.num_workers and args.prefetch_factor else {}
     loader = DataLoader(
-        KnownCostDataset(args.steps * args.batch_size * 2, args.cpu_ms, args.io_ms),
+        KnownCostDataset(2 * args.batch_size * most_steps(args), args.cpu_ms, args.io_ms),
         batch_size=args.batch_size,
         num_workers=args.num_workers,
         collate_fn=KnownCostCollate(args.collate_ms),
@@ -96,7 +111,9 @@ def main() -> None:
         now = time.perf_counter()
         wall_ms.append(1000 * (now - last))
         wait_ms.append(1000 * (ready - last))
-        if step + 1 >= args.steps or (args.max_seconds is not None and now - began >= args.max_seconds):
+        if args.max_seconds is not None and now - began >= args.max_seconds:
+            break
+        if step + 1 >= args.steps and sum(wall_ms[args.warmup_steps :]) >= 1000 * args.min_seconds:
             break
         if args.pause_every and (step + 1) % args.pause_every == 0:
             time.sleep(args.pause_ms / 1000)
