@@ -82,7 +82,7 @@ def rows(result: SweepResult) -> list[list[str]]:
 
 def verdict_line(result: SweepResult) -> str:
     """'dlprof recommended num_workers=N from the num_workers=M run: it held / did not hold, because ...'."""
-    within = f"{result.within_best_pct:g} %"
+    within, fewest_within = f"{result.within_best_pct:g} %", f"{result.fewest_within_pct:g} %"
     best = f"{result.best_steps_per_s:.2f} steps/s at num_workers={result.best_num_workers}"
     if result.outcome == OUTCOME_NO_RECOMMENDATION:
         return (
@@ -110,7 +110,7 @@ def verdict_line(result: SweepResult) -> str:
     if result.outcome == OUTCOME_MORE_WORKERS:
         fewest = next(r for r in result.runs if r.num_workers == result.fewest_near_best)
         return (
-            f"{head}: it did not hold, because num_workers={fewest.num_workers} came within {within} of the best"
+            f"{head}: it did not hold, because num_workers={fewest.num_workers} came within {fewest_within} of the best"
             f" ({best}) with fewer workers, at {fewest.steps_per_s:.2f} steps/s ({measured})"
         )
     if result.outcome == OUTCOME_HELD:
@@ -119,7 +119,10 @@ def verdict_line(result: SweepResult) -> str:
             if result.recommended == result.best_num_workers
             else f"within {within} of the best ({best})"
         )
-        return f"{head}: it held, because {measured}, {where}, and no fewer workers came within {within} of the best"
+        return (
+            f"{head}: it held, because {measured}, {where}, and no fewer workers came within {fewest_within} of the"
+            " best"
+        )
     return f"{head}: {result.outcome}"
 
 
@@ -247,7 +250,10 @@ def document(result: SweepResult) -> dict:
         ],
         "recommendation": {"num_workers": result.recommended, "from_run": result.from_run},
         "best_measured": {"num_workers": result.best_num_workers, "steps_per_s": rounded(result.best_steps_per_s)},
-        "fewest_near_best": {"num_workers": result.fewest_near_best, "within_pct": rounded(result.within_best_pct, 2)},
+        "fewest_near_best": {
+            "num_workers": result.fewest_near_best,
+            "within_pct": rounded(result.fewest_within_pct, 2),
+        },
         "held": result.held,
         "outcome": result.outcome,
         "verdict": verdict_line(result),

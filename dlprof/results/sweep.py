@@ -19,12 +19,13 @@ MODE_LAUNCHES = "launches"
 MODES = (MODE_IN_PROCESS, MODE_LAUNCHES)
 
 
-# Why the first run's recommendation held or not (SweepResult.outcome); WITHIN_BEST is dlprof.advice.rules's.
-#: Measured within WITHIN_BEST of the best, and no fewer workers came that close.
+# Why the first run's recommendation held or not (SweepResult.outcome); WITHIN_BEST and CHOOSE_WITHIN are
+# dlprof.advice.rules's.
+#: Measured within WITHIN_BEST of the best, and no fewer workers came within CHOOSE_WITHIN of it.
 OUTCOME_HELD = "held"
 #: Measured more than WITHIN_BEST below the best.
 OUTCOME_SLOWER = "slower"
-#: Within WITHIN_BEST of the best, but fewer workers came as close.
+#: Within WITHIN_BEST of the best, but fewer workers came within CHOOSE_WITHIN of it.
 OUTCOME_MORE_WORKERS = "more_workers"
 #: The recommended count is not among the swept counts.
 OUTCOME_NOT_MEASURED = "not_measured"
@@ -80,9 +81,11 @@ class SweepResult:
     recommended: int | None
     best_num_workers: int
     best_steps_per_s: float
-    #: The fewest workers measured within ``within_best_pct`` of the best.
+    #: The fewest workers measured within ``fewest_within_pct`` of the best (what the recommendation should have been),
+    #: and how close to the best a recommendation must come to hold, %.
     fewest_near_best: int
     within_best_pct: float
+    fewest_within_pct: float
     #: True, False, or None when it cannot be told (see ``outcome``).
     held: bool | None
     outcome: str

@@ -12,7 +12,8 @@ Two modes (:attr:`~dlprof.results.sweep.SweepResult.mode`):
 Either way the first count's profiled window makes the advice that is checked: the throughput model's own
 recommendation (:attr:`~dlprof.results.advice.Advice.model_num_workers`, the trials left out), its predictions set
 against what every count measured. It held when measured within :data:`~dlprof.advice.rules.WITHIN_BEST` of the best,
-with no more workers than the fewest that came that close, or did not.
+with no more workers than the fewest measured within :data:`~dlprof.advice.rules.CHOOSE_WITHIN` of it (the rule the
+recommendation follows), or did not.
 
 Measured speed is the unprofiled speed: the trials' steady steps, or the steady reference steps after each run's
 profiler window (steps over time, each pause's refill transient left out, :mod:`dlprof.throughput`), because that is
@@ -36,7 +37,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from dlprof import schema
-from dlprof.advice.rules import WITHIN_BEST
+from dlprof.advice.rules import CHOOSE_WITHIN, WITHIN_BEST
 from dlprof.analysis.unprofiled import distrust
 from dlprof.capture.child import child_argv
 from dlprof.capture.record import record
@@ -164,14 +165,15 @@ def judge(
     ``runs`` are measured on one basis (:func:`basis`), which the result states.
 
     It held when it was measured, came within :data:`~dlprof.advice.rules.WITHIN_BEST` of the best
-    measured steps/s, and uses no more workers than the fewest that came that close: the same rule
-    the recommendation itself follows on predictions. ``trials``: the in-process trials that measured ``runs``
+    measured steps/s, and uses no more workers than the fewest measured within
+    :data:`~dlprof.advice.rules.CHOOSE_WITHIN` of it: the rule the recommendation itself follows on predictions,
+    applied to the measured speeds. ``trials``: the in-process trials that measured ``runs``
     (None: one launch per count).
     """
     runs = tuple(runs)
     best = max(runs, key=lambda r: (r.steps_per_s, -r.num_workers))  # ties: the fewer workers
     floor = (1 - WITHIN_BEST) * best.steps_per_s
-    fewest = min(r.num_workers for r in runs if r.steps_per_s >= floor)
+    fewest = min(r.num_workers for r in runs if r.steps_per_s >= (1 - CHOOSE_WITHIN) * best.steps_per_s)
     chosen = next((r for r in runs if r.num_workers == recommended), None) if recommended is not None else None
     if recommended is None:
         held, outcome = None, OUTCOME_NO_RECOMMENDATION
@@ -193,6 +195,7 @@ def judge(
         best_steps_per_s=best.steps_per_s,
         fewest_near_best=fewest,
         within_best_pct=100 * WITHIN_BEST,
+        fewest_within_pct=100 * CHOOSE_WITHIN,
         held=held,
         outcome=outcome,
         recommended_steps_per_s=chosen.steps_per_s if chosen else None,

@@ -9,7 +9,7 @@ import pytest
 from conftest import DATA_DIR
 
 from dlprof.advice.measured import candidates, error_scale, persistent_comparison
-from dlprof.advice.rules import WITHIN_BEST, WITHIN_BEST_MEASURED, _choose_with_trials
+from dlprof.advice.rules import CHOOSE_WITHIN, WITHIN_BEST, _choose_with_trials
 from dlprof.results.advice import RESTS_ON_MEASURED, RESTS_ON_PREDICTED, Prediction
 from dlprof.results.analysis import Throughput
 from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS, TrialRun, TrialsResult
@@ -56,7 +56,7 @@ def test_the_recommendation_rests_on_measurement_when_the_chosen_count_was_tried
     predicted = predictions(21.0, 30.0, 44.0, 45.0, 45.1, 45.1)
     choice = _choose_with_trials(None, predicted, False, trials, False)
     # Best: 3 at 45 x (40.8/44 + 41/45.1) / 2 = 41.3 (predicted, scaled); 2 measured 40.8 is within 2 % of it
-    # (WITHIN_BEST_MEASURED), with fewer workers.
+    # (CHOOSE_WITHIN), with fewer workers.
     assert (choice.num_workers, choice.rests_on, choice.compared_on) == (2, RESTS_ON_MEASURED, BASIS_IN_EPOCH)
     assert choice.best.num_workers == 3 and choice.best.steps_per_s == pytest.approx(45 * (40.8 / 44 + 41 / 45.1) / 2)
     assert choice.bound == "consumer"
@@ -76,13 +76,13 @@ def test_a_count_measured_within_5_but_not_2_percent_of_the_best_is_not_chosen()
         trials = result(trial(0, 6.9, 6.9), trial(5, five, 40.9), trial(6, six, 43.8))
         choice = _choose_with_trials(None, predicted, False, trials, False)
         assert (choice.num_workers, choice.rests_on, choice.best.num_workers) == (6, RESTS_ON_MEASURED, 6)
-        assert 1 - WITHIN_BEST < five / six < 1 - WITHIN_BEST_MEASURED
+        assert 1 - WITHIN_BEST < five / six < 1 - CHOOSE_WITHIN
 
 
 def test_the_recommendation_rests_on_the_model_between_and_beyond_the_counts_tried():
     trials = result(trial(0, 20.0, 21.0), trial(1, 28.0, 30.0))
     choice = _choose_with_trials(None, predictions(21.0, 30.0, 40.0, 44.0, 44.0), False, trials, False)
-    # 28/30 at 1 scales 2, 3, 4: 37.3, 41.1, 41.1; 3 is the fewest within 5 % of the best.
+    # 28/30 at 1 scales 2, 3, 4: 37.3, 41.1, 41.1; 3 is the fewest within 2 % of the best.
     assert (choice.num_workers, choice.rests_on) == (3, RESTS_ON_PREDICTED)
     assert choice.chosen.steps_per_s == pytest.approx(44.0 * 28 / 30)
 
