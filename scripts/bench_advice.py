@@ -138,7 +138,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from dlprof.advice.rules import CHOOSE_WITHIN  # noqa: E402
+from dlprof.advice.rules import CHOOSE_WITHIN, close_enough  # noqa: E402
 from dlprof.workflows.analyze import build_report  # noqa: E402
 
 WORKLOAD = REPO / "scripts" / "bench_workload.py"
@@ -275,7 +275,7 @@ class Case:
 class Plan:
     """What one invocation runs, per case."""
 
-    #: Recordings per start, and of them with trials (None: each case's own).
+    #: Recordings per start (None: each case's own).
     recordings: int | None
     launches: int
     trials: bool
@@ -285,6 +285,7 @@ class Plan:
     rounds: int | None = None
     #: In-process processes (None: each case's own).
     processes: int | None = None
+    #: Of the recordings per start, how many run the trials (None: each case's own).
     trial_recordings: int | None = None
 
 
@@ -814,7 +815,7 @@ def recommendation_check(
                 words = []
                 for name, rate in truths.items():
                     best_at = max(rate, key=rate.get)
-                    enough = min(n for n in rate if rate[n] >= (1 - CHOOSE_WITHIN) * rate[best_at])
+                    enough = min(n for n in rate if close_enough(rate[n], rate[best_at]))
                     reached = rate[chosen] / rate[best_at] if chosen in rate else None
                     row[name] = {"reached": reached, "best": rate[best_at], "best_at": best_at, "fewest_within": enough}
                     words.append(
@@ -898,7 +899,7 @@ def trials_table(
                 continue
             value = statistics.median(v for _, _, v in values)
             around = [bracket_truth(r, brackets, n) for r, _, _ in values]
-            local = {BRACKET_TRUTH: statistics.fmean(around)} if None not in around else {}
+            around_truth = statistics.fmean(around) if None not in around else None
             point = {
                 "start": start,
                 "num_workers": n,
@@ -917,9 +918,9 @@ def trials_table(
             )
             cells += [fmt(value), each]
             if BRACKET_TRUTH in names:
-                cells.append(fmt(local.get(BRACKET_TRUTH)))
+                cells.append(fmt(around_truth))
             for name in names:
-                error = relative(value, local.get(name) if name == BRACKET_TRUTH else truths[name].get(n))
+                error = relative(value, around_truth if name == BRACKET_TRUTH else truths[name].get(n))
                 point[f"vs_{name}"] = error
                 if error is not None:
                     errors[name].append(error)

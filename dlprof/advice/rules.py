@@ -45,6 +45,12 @@ TOKENIZER_DOMINANT_PCT = 50.0
 PERSISTENT_WORKERS_MIN_LOSS_PCT = 1.0
 
 
+def close_enough(steps_per_s: float, best_steps_per_s: float) -> bool:
+    """Whether a count at ``steps_per_s`` is within CHOOSE_WITHIN of the best: the recommendation is the fewest workers
+    for which this holds, on predictions and trials alike, and ``dlprof sweep`` checks it on the measured speeds."""
+    return steps_per_s >= best_steps_per_s * (1 - CHOOSE_WITHIN)
+
+
 def verdict_of(data_wait_pct: float) -> str:
     if data_wait_pct > HIGHLY_INPUT_BOUND_PCT:
         return "HIGHLY"
@@ -265,7 +271,7 @@ def _choose(inputs: ModelInputs, predicted: list[Prediction], cpu_bound_loading:
         allowed = [p for p in allowed if p.num_workers <= inputs.usable_cores]
         limits.append(("cpu", inputs.usable_cores))
     best = max(p.effective_steps_per_s for p in allowed)
-    chosen = next(p for p in allowed if p.effective_steps_per_s >= best * (1 - CHOOSE_WITHIN))
+    chosen = next(p for p in allowed if close_enough(p.effective_steps_per_s, best))
     unconstrained = max(p.effective_steps_per_s for p in predicted)
     if unconstrained > best * (1 + WITHIN_BEST):  # a limit, not the model, stopped us
         for name, cap in limits:
@@ -322,7 +328,7 @@ def _choose_with_trials(
     if not allowed:
         return None
     best = max(allowed, key=lambda c: c.steps_per_s)
-    chosen = next(c for c in allowed if c.steps_per_s >= best.steps_per_s * (1 - CHOOSE_WITHIN))
+    chosen = next(c for c in allowed if close_enough(c.steps_per_s, best.steps_per_s))
     by_count = {p.num_workers: p for p in predicted}
     bound = by_count[chosen.num_workers].bound if chosen.num_workers in by_count else None
     if max(c.steps_per_s for c in found) > best.steps_per_s * (1 + WITHIN_BEST):  # a limit, not the speeds, stopped us

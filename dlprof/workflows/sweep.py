@@ -37,7 +37,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from dlprof import schema
-from dlprof.advice.rules import CHOOSE_WITHIN, WITHIN_BEST
+from dlprof.advice.rules import CHOOSE_WITHIN, WITHIN_BEST, close_enough
 from dlprof.analysis.unprofiled import distrust
 from dlprof.capture.child import child_argv
 from dlprof.capture.record import record
@@ -173,7 +173,7 @@ def judge(
     runs = tuple(runs)
     best = max(runs, key=lambda r: (r.steps_per_s, -r.num_workers))  # ties: the fewer workers
     floor = (1 - WITHIN_BEST) * best.steps_per_s
-    fewest = min(r.num_workers for r in runs if r.steps_per_s >= (1 - CHOOSE_WITHIN) * best.steps_per_s)
+    fewest = min(r.num_workers for r in runs if close_enough(r.steps_per_s, best.steps_per_s))
     chosen = next((r for r in runs if r.num_workers == recommended), None) if recommended is not None else None
     if recommended is None:
         held, outcome = None, OUTCOME_NO_RECOMMENDATION
