@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typing
 
-from dlprof._version import __version__
+from dlprof.core.version import __version__
 
 __all__ = ["__version__", "analyze"]
 
@@ -25,7 +25,7 @@ def analyze(path: str | Path | Sequence[str | Path]) -> Report:
     directories is the ones the nodes of one job wrote each on their own, analysed as one run.
 
     Raises:
-        dlprof.errors.DlprofError: the path holds no readable trace (the message says why and what to do).
+        dlprof.core.errors.DlprofError: the path holds no readable trace (the message says why and what to do).
     """
     from pathlib import Path
 

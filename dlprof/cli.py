@@ -1,7 +1,7 @@
 """The ``dlprof`` command. Each command parses options, calls one library function, prints the result.
 
 Errors reach the user as one line and exit code 2 (docs/ARCHITECTURE.md): Click's usage errors and dlprof's own
-(:class:`~dlprof.errors.DlprofError`) alike, never a traceback.
+(:class:`~dlprof.core.errors.DlprofError`) alike, never a traceback.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from dlprof import __version__
-from dlprof.errors import DlprofError
+from dlprof.core.errors import DlprofError
 
 #: Default schedule: skip start-up (the first steps are slow: allocation, caches, lazy imports), let the
 #: profiler warm up, record; then time unprofiled reference steps (the speed predictions are calibrated to).
@@ -94,7 +94,7 @@ def _output_options(what: str, formats: tuple[str, ...] = ("text", "markdown", "
 
 def _emit(result, fmt: str, output: Path | None, redactor=None) -> None:
     """Every command's one output step: render, redact (with ``--redact``), then print it or write ``-o``."""
-    from dlprof.errors import printable
+    from dlprof.core.errors import printable
     from dlprof.workflows.output import emit
 
     text = emit(result, fmt, output, redactor)
@@ -478,8 +478,8 @@ def record(ctx: click.Context, **options) -> None:
     that trains is recorded, one trace per rank. Writes traces/<run>/*.pt.trace.json.gz for TensorBoard
     (tensorboard --logdir traces) and Perfetto.
     """
-    from dlprof import schema
     from dlprof.capture.record import record as record_run
+    from dlprof.core import schema
 
     trials = _trial_request(options)
     request = _record_request(ctx, trials=trials, **options)
@@ -642,7 +642,7 @@ def sweep(
     count's window makes the advice and the predictions the others check. TensorBoard scalars go to
     <out>/<name>/scalars/.
     """
-    from dlprof.redact import for_command
+    from dlprof.core.redact import for_command
     from dlprof.report import pick_format
     from dlprof.results.sweep import SweepResult
     from dlprof.workflows.output import check_output

@@ -42,7 +42,7 @@ What is measured, per case:
    workers stay within 1 %. Real: each recording is followed by a launch at its count, the other counts (and any
    recommended count) run in interleaved rounds afterwards. A synthetic launch: at least 80 steps, the first 20
    left out, the others timed over at least 3 s, as an in-process segment (60 timed steps keep a synthetic speed
-   within 0.3-2 % at p90, dlprof/throughput.py's table, but at io-loading's 95 steps/s they last 0.6 s, and single
+   within 0.3-2 % at p90, dlprof/core/throughput.py's table, but at io-loading's 95 steps/s they last 0.6 s, and single
    launches strayed up to 5.9 % from each other). Real: 3 epochs, the first left out (``--quick``: 2).
 3. **Truth in one process** (scripts/measure_inprocess.py, no dlprof; ``--no-inprocess`` leaves it out): every
    count and any recommended one trained in turn inside one process, in rounds whose order alternates (0 1 2 ...,

@@ -42,7 +42,7 @@ from transformers import (  # noqa: E402
     TrainingArguments,
 )
 
-from dlprof.manifest import EPOCH_SETTLE_STEPS  # noqa: E402
+from dlprof.core.manifest import EPOCH_SETTLE_STEPS  # noqa: E402
 from dlprof.workloads.records import load_examples  # noqa: E402
 
 DATA = REPO / "dlprof" / "workloads" / "data"

@@ -124,7 +124,7 @@ def trials(rounds: int = 2) -> dict:
 def measure(doc: dict) -> dict[int, dict]:
     """dlprof.analysis.trials on one trials process's step clock: per count, steps/s inside an epoch and over epochs."""
     from dlprof.analysis.trials import trials_result
-    from dlprof.manifest import LoaderConfig, Manifest, StepClock, Trials, TrialSegment
+    from dlprof.core.manifest import LoaderConfig, Manifest, StepClock, Trials, TrialSegment
 
     clock, count = doc["clock"], len(doc["clock"]["wall"])
     steps = StepClock(

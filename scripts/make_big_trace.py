@@ -25,8 +25,8 @@ from pathlib import Path
 
 import orjson
 
-from dlprof import schema
 from dlprof.capture import merge
+from dlprof.core import schema
 
 TIMED_PHASES = ("X", "C", "i", "s", "f")
 STEP_PREFIX = "ProfilerStep#"

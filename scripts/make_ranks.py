@@ -19,8 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_big_trace import _load
 
-from dlprof import schema
 from dlprof.capture import merge
+from dlprof.core import schema
 
 #: Each rank's clock base is this much later than the previous rank's (µs).
 BASE_SHIFT_US = 137

@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from dlprof import schema  # noqa: E402
+from dlprof.core import schema  # noqa: E402
 
 ALIGNMENT_SCRIPT = r"""
 import json, sys, time, torch

@@ -20,11 +20,11 @@ Then, per run:
    of |window / long-run - 1|), and against the next window's (how far two windows differ).
 2. **The transient after a pause.** After each pause, the rate of the first steps is set against the
    long-run rate, leaving out nothing, a queue's worth (``num_workers × prefetch_factor`` batches), the steps
-   up to the first that waited, or what :func:`dlprof.throughput.transient_steps` leaves out (up to a wait
+   up to the first that waited, or what :func:`dlprof.core.throughput.transient_steps` leaves out (up to a wait
    per worker); and how many steps that rule leaves out.
 3. **N and T.** For every (N, T) of a grid, the worst p90 deviation over the runs: the smallest N and T
-   that keep every run within :data:`TARGET_PCT` are what :data:`dlprof.throughput.MIN_STEPS` and
-   :data:`~dlprof.throughput.MIN_SECONDS` should be.
+   that keep every run within :data:`TARGET_PCT` are what :data:`dlprof.core.throughput.MIN_STEPS` and
+   :data:`~dlprof.core.throughput.MIN_SECONDS` should be.
 
 The machine may be shared: the load average is printed with every run.
 """
@@ -45,8 +45,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from dlprof import throughput  # noqa: E402
-from dlprof.manifest import EPOCH_SETTLE_STEPS  # noqa: E402
+from dlprof.core import throughput  # noqa: E402
+from dlprof.core.manifest import EPOCH_SETTLE_STEPS  # noqa: E402
 
 WORKLOAD = REPO / "scripts" / "bench_workload.py"
 #: bench_workload.py options of the synthetic workloads (per-sample cpu/io ms, per-batch collate ms, per-step
@@ -163,9 +163,10 @@ def window_stats(steps: list[float], rate: float, n: int, t_s: float, period: in
 
 
 def trust_stats(steady: list[float], rate: float, period: int) -> dict:
-    """Measurements as dlprof makes them (:func:`dlprof.throughput.measure` over consecutive stretches of at least
-    :data:`~dlprof.throughput.MIN_STEPS` steps and :data:`~dlprof.throughput.MIN_SECONDS`): how many are trusted
-    (spread within :data:`~dlprof.throughput.MAX_SPREAD_PCT`), and their error against the long run, trusted or
+    """Measurements as dlprof makes them (:func:`dlprof.core.throughput.measure` over consecutive stretches of at least
+    :data:`~dlprof.core.throughput.MIN_STEPS` steps and :data:`~dlprof.core.throughput.MIN_SECONDS`): how many are
+    trusted
+    (spread within :data:`~dlprof.core.throughput.MAX_SPREAD_PCT`), and their error against the long run, trusted or
     not (p90 of |measured / long-run - 1|, %)."""
     trusted, distrusted, stretch = [], [], []
     for ms in steady:

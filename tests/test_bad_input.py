@@ -17,7 +17,7 @@ from conftest import DATA_DIR, run_dlprof
 
 from dlprof.capture import record as record_module
 from dlprof.cli import cli
-from dlprof.errors import RecordError
+from dlprof.core.errors import RecordError
 
 RUN = "run"
 SCRIPT = "import sys\n"  # never run: every case fails before training starts

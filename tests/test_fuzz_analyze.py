@@ -5,7 +5,7 @@ mutated: keys dropped, fields given the wrong type (str, null, list, object, boo
 NaN, Infinity, values nested 40, 1,000 and 100,000 levels deep), events duplicated, the event list truncated,
 manifest fields broken, the manifest's numbers given as NaN or infinity (as text, and in memory as numbers), the
 whole document nested 1,000 or 100,000 levels deep. Every mutant must either give a report or raise a
-:class:`~dlprof.errors.DlprofError`; a report must render in every format, its JSON must parse with a strict
+:class:`~dlprof.core.errors.DlprofError`; a report must render in every format, its JSON must parse with a strict
 parser, no time, size or count in it may be negative or non-finite, and no format may print NaN or infinity.
 
 Two searches: through a file (``dlprof.analyze``, the JSON parser included) and in memory (straight into
@@ -32,8 +32,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dlprof
-from dlprof import schema
-from dlprof.errors import DlprofError, TraceFormatError
+from dlprof.core import schema
+from dlprof.core.errors import DlprofError, TraceFormatError
 from dlprof.report import FORMATS, renderer
 from dlprof.results.report import Report
 from dlprof.trace.build import build_run

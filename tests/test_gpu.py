@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import SMALL_WORKLOAD, load_trace, run_dlprof
 
-from dlprof import schema
+from dlprof.core import schema
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 

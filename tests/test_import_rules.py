@@ -28,7 +28,7 @@ PACKAGE = REPO / "dlprof"
 #: The floors, lowest first: a room (a subpackage, a top-level module, ``dlprof`` for the package root) imports
 #: rooms on its own floor or below. (scripts/structure.py measures the same floors.)
 FLOORS = (
-    ("_version", "errors", "schema", "manifest", "results", "redact", "throughput"),
+    ("core", "results"),
     ("capture", "trace", "workloads"),
     ("analysis",),
     ("advice",),
@@ -46,9 +46,15 @@ TORCH_FREE_MODULES = (
     "dlprof.workflows.parallel",
 )
 #: What a renderer may import of dlprof.
-RENDERER_MAY_IMPORT = ("dlprof.results", "dlprof.errors", "dlprof.report")
+RENDERER_MAY_IMPORT = ("dlprof.results", "dlprof.core.errors", "dlprof.report")
 #: What a result may import of dlprof: the bottom layer only.
-RESULTS_MAY_IMPORT = ("dlprof.results", "dlprof.errors", "dlprof.schema", "dlprof.manifest", "dlprof._version")
+RESULTS_MAY_IMPORT = (
+    "dlprof.results",
+    "dlprof.core.errors",
+    "dlprof.core.schema",
+    "dlprof.core.manifest",
+    "dlprof.core.version",
+)
 
 
 # --- the module graph -------------------------------------------------------------------------------
@@ -282,16 +288,19 @@ def test_torch_rule_follows_imports_and_packages():
 def test_renderer_rule():
     assert renderer_violations({"dlprof.report.x": {"dlprof.workflows.analyze"}, "dlprof.workflows.analyze": set()})
     assert renderer_violations({"dlprof.report.x": {"dlprof.capture.recorder"}, "dlprof.capture.recorder": set()})
-    allowed = {"dlprof.results.report", "dlprof.errors", "dlprof.report.page"}
+    allowed = {"dlprof.results.report", "dlprof.core.errors", "dlprof.report.page"}
     assert renderer_violations({"dlprof.report.x": {*allowed, "json"}, **{m: set() for m in allowed}}) == []
 
 
 def test_results_rule():
-    graph = {"dlprof.results.x": {"dlprof.redact", "dlprof.manifest", "dataclasses"}, "dlprof.redact": set()}
-    graph["dlprof.manifest"] = set()
-    assert results_violations(graph) == ["dlprof.results.x -> dlprof.redact"]
-    del graph["dlprof.redact"]
-    graph["dlprof.results.x"] = {"dlprof.manifest", "dlprof.results.y"}
+    graph = {
+        "dlprof.results.x": {"dlprof.core.redact", "dlprof.core.manifest", "dataclasses"},
+        "dlprof.core.redact": set(),
+    }
+    graph["dlprof.core.manifest"] = set()
+    assert results_violations(graph) == ["dlprof.results.x -> dlprof.core.redact"]
+    del graph["dlprof.core.redact"]
+    graph["dlprof.results.x"] = {"dlprof.core.manifest", "dlprof.results.y"}
     graph["dlprof.results.y"] = set()
     assert results_violations(graph) == []
 

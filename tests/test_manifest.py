@@ -11,8 +11,9 @@ import typing
 import pytest
 from conftest import DATA_DIR
 
-from dlprof import schema
-from dlprof.manifest import MANIFEST_VERSION, MAX_NESTING, Manifest, StepClock, parse_manifest
+from dlprof.core import schema
+from dlprof.core.lenient import MAX_NESTING
+from dlprof.core.manifest import MANIFEST_VERSION, Manifest, StepClock, parse_manifest
 
 
 def _fixture_manifest() -> dict:

@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 from conftest import invoke
 
-from dlprof import schema
 from dlprof.analysis.unprofiled import reference_step_indices
 from dlprof.capture import record as record_module
-from dlprof.manifest import MANIFEST_VERSION, Manifest, StepClock, Trials, TrialSegment
+from dlprof.core import schema
+from dlprof.core.manifest import MANIFEST_VERSION, Manifest, StepClock, Trials, TrialSegment
 from dlprof.results.record import RecordResult
 
 

@@ -1,4 +1,4 @@
-"""``--redact``: reports and traces safe to post (dlprof/redact.py), and reports that never hold dataset text."""
+"""``--redact``: reports and traces safe to post (dlprof/core/redact.py), and reports that never hold dataset text."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import DATA_DIR, invoke, run_dlprof, trace_files
 
-from dlprof.redact import ARG, HOME, HOST, PATH, USER, Redactor, for_run
+from dlprof.core.redact import ARG, HOME, HOST, PATH, USER, Redactor, for_run
 
 FORMATS = ("text", "markdown", "json", "html")
 #: This checkout: ``python -m dlprof`` run from another directory must import it, not an installed dlprof.

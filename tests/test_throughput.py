@@ -1,10 +1,10 @@
-"""dlprof.throughput on hand-made step series with exact expected numbers: how every speed is measured."""
+"""dlprof.core.throughput on hand-made step series with exact expected numbers: how every speed is measured."""
 
 from __future__ import annotations
 
 import pytest
 
-from dlprof import throughput
+from dlprof.core import throughput
 from dlprof.results.analysis import Throughput
 
 # A step that found its batch ready (the hand-off only) and one that waited for it: two workers of an I/O-bound

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from conftest import load_trace
 
-from dlprof import schema
+from dlprof.core import schema
 
 #: How long TensorBoard may take to start and load the run (a few seconds here; generous for CI).
 TENSORBOARD_READY_S = 90

@@ -8,7 +8,7 @@ from dlprof.advice.measured import Candidate, candidates, persistent_comparison
 from dlprof.advice.measured import evidence as measured_evidence
 from dlprof.advice.model import EpochModel, ModelInputs, candidate_counts, memory_limit, predict
 from dlprof.analysis.trials import label, with_predictions
-from dlprof.manifest import EPOCH_SETTLE_STEPS, Host, LoaderConfig, Manifest
+from dlprof.core.manifest import EPOCH_SETTLE_STEPS, Host, LoaderConfig, Manifest
 from dlprof.results.advice import RESTS_ON_MEASURED, RESTS_ON_PREDICTED, Advice, Prediction
 from dlprof.results.analysis import GpuStats, LoaderStats, StepBreakdown, UnprofiledStats
 from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS, TrialsResult

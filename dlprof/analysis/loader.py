@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from dlprof import schema
 from dlprof.analysis.stats import summarize
+from dlprof.core import schema
 from dlprof.results.analysis import BatchCost, LoaderStats, WaitStats, WorkerStats
 from dlprof.trace.run import LoaderSpan, TraceRun
 

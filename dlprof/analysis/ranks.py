@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 
 from dlprof.analysis.intervals import Timeline
 from dlprof.analysis.stats import percentile
-from dlprof.errors import display
+from dlprof.core.errors import display
 from dlprof.results.analysis import (
     DATA_REASON_SHARE,
     HistogramBin,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from dlprof.analysis.intervals import Timeline, intersect, subtract, total
 from dlprof.analysis.stats import summarize
-from dlprof.errors import NoStepsError
+from dlprof.core.errors import NoStepsError
 from dlprof.results.analysis import CATEGORIES, StepBreakdown, StepTime
 from dlprof.trace.run import TraceRun
 

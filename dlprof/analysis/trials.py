@@ -2,19 +2,19 @@
 one running training, next to what the model predicted for it.
 
 The trials trained on after the reference steps, switching the training DataLoader between settings in rounds
-(``Manifest.trials``); each stretch at one setting is a :class:`~dlprof.manifest.TrialSegment` of the step clock.
+(``Manifest.trials``); each stretch at one setting is a :class:`~dlprof.core.manifest.TrialSegment` of the step clock.
 
 * **A segment's speed.** Its steps from the step clock, cut at its pauses: the switch that starts it, and every epoch
-  start inside it. After each pause the refill transient is left out (:func:`dlprof.throughput.transient_steps`),
-  with a queue of :func:`~dlprof.throughput.queue_steps` for the segment's ``num_workers``; right after the switch,
+  start inside it. After each pause the refill transient is left out (:func:`dlprof.core.throughput.transient_steps`),
+  with a queue of :func:`~dlprof.core.throughput.queue_steps` for the segment's ``num_workers``; right after the switch,
   for the previous setting's too: the batches it had in flight are kept and served first, so the first steps of the
   new setting take batches it did not make. Where workers were started (the switch to a setting with workers, an
-  epoch start without persistent workers) at least :data:`~dlprof.manifest.EPOCH_SETTLE_STEPS` are left out as well:
-  forking slows the next steps. The steady steps left are measured as steps over time
-  (:func:`dlprof.throughput.measure`), less the steps a surplus still there carried (the queue of batches already
-  made shrank over them: ``StepClock.ready``, :func:`dlprof.throughput.surplus_steps`).
-* **A setting's speed.** Its segments over the rounds combined (:func:`dlprof.throughput.combine`: all steps over all
-  their time; the spread is the range of the rounds' rates).
+  epoch start without persistent workers) at least :data:`~dlprof.core.manifest.EPOCH_SETTLE_STEPS` are left out
+  as well: forking slows the next steps. The steady steps left are measured as steps over time
+  (:func:`dlprof.core.throughput.measure`), less the steps a surplus still there carried (the queue of batches already
+  made shrank over them: ``StepClock.ready``, :func:`dlprof.core.throughput.surplus_steps`).
+* **A setting's speed.** Its segments over the rounds combined (:func:`dlprof.core.throughput.combine`: all steps
+  over all their time; the spread is the range of the rounds' rates).
 * **A setting's restart** (what an epoch boundary costs it), in this order of preference:
 
   1. measured at real epoch boundaries inside its segments: the steps left out after the epoch start, less as many
@@ -47,8 +47,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from dlprof import throughput
-from dlprof.manifest import EPOCH_SETTLE_STEPS, LoaderConfig, Manifest, StepClock, Trials, TrialSegment
+from dlprof.core import throughput
+from dlprof.core.manifest import EPOCH_SETTLE_STEPS, LoaderConfig, Manifest, StepClock, Trials, TrialSegment
 from dlprof.results.advice import Prediction
 from dlprof.results.analysis import LoaderStats, Throughput
 from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS, TrialRun, TrialsResult
@@ -91,7 +91,7 @@ class _Piece:
 
 def _pieces(clock: StepClock, segment: TrialSegment, queues: tuple[int, int], busy_at: int) -> list[_Piece]:
     """``queues``: the queue after the switch, and after an epoch start; ``busy_at``: ready batches at or below which
-    every worker is busy (:func:`dlprof.throughput.all_busy_below`)."""
+    every worker is busy (:func:`dlprof.core.throughput.all_busy_below`)."""
     stop = min(segment.first_step + segment.steps, len(clock))
     if segment.first_step >= stop:
         return []

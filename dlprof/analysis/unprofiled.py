@@ -5,10 +5,10 @@ profiler window (the reference steps) are what the user's own training does; ste
 slower by the profiler's per-operator cost. This module measures both, the profiler overhead, the
 consumer's unprofiled time, and what an epoch boundary costs (workers restarting).
 
-The speed is measured as :mod:`dlprof.throughput` says: steady state only, steps over time. The
+The speed is measured as :mod:`dlprof.core.throughput` says: steady state only, steps over time. The
 reference steps are cut at every pause of the main process (the profiler's export before the first
 of them, every epoch start, the fork probe); after each, the refill transient is left out
-(:func:`dlprof.throughput.transient_steps`: the export leaves the prefetch queue full, an epoch start
+(:func:`dlprof.core.throughput.transient_steps`: the export leaves the prefetch queue full, an epoch start
 leaves it empty), and so are the settling steps after an epoch start or the fork probe, whose excess
 is the restart's (or the fork's) cost. The speed is all the steady steps over all their time (with
 variable-length batches a long sequence is part of the real speed, not noise), and the consumer's,
@@ -24,8 +24,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field, replace
 
-from dlprof import throughput
-from dlprof.manifest import (
+from dlprof.core import throughput
+from dlprof.core.manifest import (
     EPOCH_SETTLE_STEPS,
     PHASE_AFTER,
     PHASE_BEFORE,
@@ -46,7 +46,7 @@ VOLATILE_FAULTS = 1000
 MIN_BEFORE_STEPS = 3
 
 #: Fewer steady reference steps than this give no unprofiled speed at all (the profiled steps stand in); from
-#: here up to :data:`dlprof.throughput.MIN_STEPS` steps (and :data:`~dlprof.throughput.MIN_SECONDS`) the speed
+#: here up to :data:`dlprof.core.throughput.MIN_STEPS` steps (and :data:`~dlprof.core.throughput.MIN_SECONDS`) the speed
 #: is reported as too short to trust.
 MIN_REFERENCE_STEPS = 3
 
@@ -97,7 +97,7 @@ def _segments(clock: StepClock, steps: range) -> list[range]:
 def _left_out(clock: StepClock, segment: range, queue: int, workers: int, busy_at: int) -> tuple[int, bool]:
     """How many of ``segment``'s first steps are not steady: its refill transient, and at least the settling steps
     after an epoch start or the fork probe; and whether a surplus may be left after them
-    (:attr:`dlprof.throughput.Transient.surplus_left`)."""
+    (:attr:`dlprof.core.throughput.Transient.surplus_left`)."""
     a, b = segment.start, segment.stop
     args = (clock.wall_ms[a:b], clock.wait_ms[a:b], queue, workers, clock.ready[a:b], busy_at)
     transient, surplus_left = throughput.transient(*args)
@@ -127,7 +127,7 @@ class _Steady:
 def _steady(manifest: Manifest) -> _Steady:
     """The steady reference steps of ``manifest``'s step clock (:class:`_Steady`).
 
-    Each segment's steady steps are cut to whole rounds (:func:`dlprof.throughput.whole_periods`): they begin at a
+    Each segment's steady steps are cut to whole rounds (:func:`dlprof.core.throughput.whole_periods`): they begin at a
     step that waited, the start of a round, and a stretch that ended mid-round would count one kind of step once
     too often."""
     clock = manifest.step_clock
@@ -166,7 +166,7 @@ def _speed(clock: StepClock, steady: _Steady) -> Throughput | None:
 
 def _surplus(clock: StepClock, segment: list[int], period: int) -> float:
     """Steps of the contiguous steady ``segment`` that a surplus made before it carried
-    (:func:`dlprof.throughput.surplus_steps`)."""
+    (:func:`dlprof.core.throughput.surplus_steps`)."""
     if len(segment) < 2:
         return 0.0
     per_step = max(1.0, statistics.fmean(clock.batches[i] for i in segment)) if clock.batches else 1.0

@@ -23,7 +23,7 @@ import psutil
 
 from dlprof.capture.memory import MemorySample, MemorySampler
 from dlprof.capture.session import SESSION_ENV, SIGNALLED_PREFIX
-from dlprof.errors import InputError, UsageError
+from dlprof.core.errors import InputError, UsageError
 
 #: Python options that take a value as the next argument (``python -W error script.py``).
 _PYTHON_OPTIONS_WITH_VALUE = {"-W", "-X", "--check-hash-based-pycs"}

@@ -4,7 +4,7 @@ Runs in ``dlprof record``'s own process once the training has ended (and in the 
 ``DlprofCallback``). Each rank's recording is read through one parser, :func:`read_rank_result`: past
 it, code reads typed fields. A run directory either holds finished traces, one per rank that trained
 (manifest status ``complete``, or ``partial`` with the error when training failed midway), or no trace
-at all: when nothing was recorded, the run directory is removed and :class:`~dlprof.errors.RecordError`
+at all: when nothing was recorded, the run directory is removed and :class:`~dlprof.core.errors.RecordError`
 says why and what to do.
 """
 
@@ -22,12 +22,13 @@ from pathlib import Path
 
 import orjson
 
-from dlprof import redact, schema
 from dlprof.capture import merge
 from dlprof.capture.run_dir import remove_unrecorded
 from dlprof.capture.session import ENDED_FILE, ERROR_FILE
-from dlprof.errors import RecordError
-from dlprof.manifest import Manifest, StepClock, parse_dataclass
+from dlprof.core import redact, schema
+from dlprof.core.errors import RecordError
+from dlprof.core.lenient import parse_dataclass
+from dlprof.core.manifest import Manifest, StepClock
 from dlprof.results.record import RankResult, RecordResult
 
 #: Each recorded process's recording in the session directory (``result-rank<R>-<pid>.json``).

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from dlprof.capture.session import ERROR_FILE, SESSION_ENV, arm, describe_failure
-from dlprof.errors import DlprofError
+from dlprof.core.errors import DlprofError
 
 __all__ = ["ERROR_FILE", "SESSION_ENV", "main"]
 

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import orjson
 
-from dlprof import schema
 from dlprof.capture.memory import MemorySample
 from dlprof.capture.session import spans_dir_of
 from dlprof.capture.spanfile import NextCall, SpanFiles, read_span_files
-from dlprof.manifest import (
+from dlprof.core import schema
+from dlprof.core.manifest import (
     MANIFEST_VERSION,
     LoaderConfig,
     MainProcessCpu,
@@ -298,7 +298,7 @@ class MergeInputs:
     memory_samples: list[MemorySample]
     memory_interval_ms: int
     overrides: dict | None = None
-    #: ``--redact``: write the trace with placeholders for host names, the user, arguments and paths (dlprof.redact).
+    #: ``--redact``: write the trace with placeholders for host names, the user, arguments and paths (core.redact).
     redact: bool = False
     #: The key of the job over several machines that this record is a node of (dlprof.capture.job), as the manifest
     #: holds it (a digest with ``--redact``); None: a job of its own.

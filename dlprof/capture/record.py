@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dlprof.capture import child, finalize, merge, run_dir
 from dlprof.capture.job import find_job
-from dlprof.errors import UsageError
+from dlprof.core.errors import UsageError
 from dlprof.results.record import RecordRequest, RecordResult
 
 

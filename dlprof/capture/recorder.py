@@ -23,14 +23,14 @@ from pathlib import Path
 
 import torch
 
-from dlprof import manifest, schema, throughput
-from dlprof._version import __version__
 from dlprof.capture import probe, spanfile, trial_plan
 from dlprof.capture.calibrate import measure_handoff, measure_worker_startup
 from dlprof.capture.rank_env import RankEnv
 from dlprof.capture.trial_plan import LoaderFacts, Plan
 from dlprof.capture.trials import Progress, TrialRun, not_run
-from dlprof.manifest import Epoch, Gpu, Handoff, Host, LoaderConfig, Schedule, StepClock, Trials, WorkerStartup
+from dlprof.core import manifest, schema, throughput
+from dlprof.core.manifest import Epoch, Gpu, Handoff, Host, LoaderConfig, Schedule, StepClock, Trials, WorkerStartup
+from dlprof.core.version import __version__
 from dlprof.results.analysis import Throughput
 from dlprof.results.record import ClockReading, RankResult, TrialRequest
 

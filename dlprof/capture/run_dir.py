@@ -2,7 +2,7 @@
 recorded.
 
 A run directory either holds finished traces (one per rank that trained) or nothing at all: while a
-record runs, its scratch files live in :data:`dlprof.schema.SCRATCH_DIR` inside it, created
+record runs, its scratch files live in :data:`dlprof.core.schema.SCRATCH_DIR` inside it, created
 exclusively, so two records never share one. The records of the nodes of one job (:mod:`dlprof.capture.job`) share
 one run directory: each node has its own scratch folder there (``.dlprof-scratch-<node>``), and writes, and on failure
 removes, only its own files.
@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from dlprof import schema
 from dlprof.capture.job import Job
 from dlprof.capture.session import CONFIG_FILE
-from dlprof.errors import InputError, UsageError
+from dlprof.core import schema
+from dlprof.core.errors import InputError, UsageError
 from dlprof.results.record import RecordRequest
 
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

@@ -32,7 +32,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from dlprof import schema
+from dlprof.core import schema
 
 #: Environment variable naming the session (scratch) directory of this recording.
 SESSION_ENV = "DLPROF_SESSION"
@@ -123,7 +123,7 @@ class Session:
             from dlprof.capture.rank_env import RankEnv
             from dlprof.capture.recorder import Recorder
             from dlprof.capture.trial_plan import request_from_config
-            from dlprof.manifest import Schedule
+            from dlprof.core.manifest import Schedule
 
             recorder = Recorder(
                 Schedule(**self.config["schedule"]),
@@ -330,7 +330,7 @@ def start_in_process(session_dir: Path, config: dict) -> Session:
     """
     global _SESSION
     if _SESSION is not None and not _SESSION.finished:
-        from dlprof.errors import UsageError
+        from dlprof.core.errors import UsageError
 
         raise UsageError(
             f"a dlprof recording is already under way in this process (session {_SESSION.session_dir}); "

@@ -12,7 +12,7 @@ Every record is ``<kind, name, a_ns, b_ns, c_ns, d_ns, loader, epoch, batch, wor
   were busy), for ``collate_fn`` spans the number of tensors in the collated batch.
 * ``KIND_NEXT``: the main process's ``__next__`` from ``a_ns`` to ``b_ns`` that returned ``batch``.
 * ``KIND_WORKER``: worker ``worker`` of ``loader`` started at ``a_ns`` serving ``epoch``
-  (a :class:`~dlprof.manifest.WorkerStart`); ``batch`` holds the loader's num_workers, which the
+  (a :class:`~dlprof.core.manifest.WorkerStart`); ``batch`` holds the loader's num_workers, which the
   manifest takes from the loader's settings instead.
 """
 
@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlprof import schema
-from dlprof.manifest import WorkerStart
+from dlprof.core import schema
+from dlprof.core.manifest import WorkerStart
 
 RECORD = struct.Struct("<BBqqqqiiii")
 KIND_SPAN, KIND_NEXT, KIND_WORKER = 1, 2, 3

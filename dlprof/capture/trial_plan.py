@@ -4,7 +4,7 @@ which step training stops.
 
 Every rank of a job must switch its DataLoader and stop at the same step, or a collective waits forever for a rank
 still at the previous step. The reference phase ends on a rule that reads clocks (enough steady steps and seconds,
-:mod:`dlprof.throughput`), which ranks would not agree on; so one rank decides (rank 0, or the one process), writes
+:mod:`dlprof.core.throughput`), which ranks would not agree on; so one rank decides (rank 0, or the one process), writes
 the :class:`Plan` into the session directory (:data:`PLAN_FILE`, replaced atomically) a few steps ahead
 (:data:`RANK_MARGIN_STEPS`), and every other rank reads it at its step boundaries (one ``stat`` a step) and follows.
 Ranks of a data-parallel job run in lockstep, one step apart at most, so the margin suffices; a rank that reads the
@@ -23,9 +23,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from dlprof import throughput
-from dlprof.errors import UsageError
-from dlprof.manifest import EPOCH_SETTLE_STEPS, parse_dataclass
+from dlprof.core import throughput
+from dlprof.core.errors import UsageError
+from dlprof.core.lenient import parse_dataclass
+from dlprof.core.manifest import EPOCH_SETTLE_STEPS
 from dlprof.results.record import TrialRequest
 
 #: The plan, in the session directory.

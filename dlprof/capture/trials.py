@@ -3,7 +3,7 @@
 After the reference steps, :class:`TrialRun` asks the probe (:mod:`dlprof.capture.probe.switch`) to switch the
 training DataLoader to each planned setting at its segment's first step; the switch happens at the loader's next
 ``__next__`` (inside that step's wait), or where its next epoch starts (an IterableDataset). What each switch cost and
-the step it landed in become the manifest's :class:`~dlprof.manifest.Trials`; the analysis measures each segment's
+the step it landed in become the manifest's :class:`~dlprof.core.manifest.Trials`; the analysis measures each segment's
 speed from the step clock. When the trials end (or the training does), the loader gets its own settings back for the
 epochs that follow.
 """
@@ -19,7 +19,7 @@ from typing import TextIO
 from dlprof.capture import probe
 from dlprof.capture.probe import switch
 from dlprof.capture.trial_plan import Plan, PlannedSegment
-from dlprof.manifest import Trials, TrialSegment
+from dlprof.core.manifest import Trials, TrialSegment
 from dlprof.results.record import TrialRequest
 
 #: Seconds between two redraws of the progress bar on a terminal.

@@ -31,7 +31,6 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from dlprof import schema
 from dlprof.capture import finalize, merge, probe
 from dlprof.capture import session as session_module
 from dlprof.capture.memory import MemorySampler
@@ -44,8 +43,9 @@ from dlprof.capture.run_dir import (
     remove_unrecorded,
     write_session_config,
 )
-from dlprof.errors import DlprofError, UsageError
-from dlprof.manifest import Schedule
+from dlprof.core import schema
+from dlprof.core.errors import DlprofError, UsageError
+from dlprof.core.manifest import Schedule
 from dlprof.results.record import DEFAULT_MEMORY_INTERVAL_MS, RecordRequest, RecordResult
 
 #: What the callback's messages call the training command (``dlprof record`` names the user's script).
@@ -138,7 +138,7 @@ class DlprofCallback(TrainerCallback):
         report = dlprof.analyze(callback.result.run_dir)
 
     One callback records one ``train()``. A second ``train()`` with the same callback raises
-    :class:`~dlprof.errors.UsageError` before training starts (add a new ``DlprofCallback`` instead). A
+    :class:`~dlprof.core.errors.UsageError` before training starts (add a new ``DlprofCallback`` instead). A
     newer callback replaces one that has not trained yet (re-running a notebook cell); one whose
     ``train()`` was interrupted is finished as ``partial`` then, or by :meth:`finish`. Under
     ``dlprof record``, or in a process whose ``RANK`` is not 0, the callback does nothing: there the
@@ -147,7 +147,7 @@ class DlprofCallback(TrainerCallback):
     Attributes:
         result: the :class:`~dlprof.results.record.RecordResult` once ``train()`` has ended (None before,
             and when nothing could be recorded).
-        error: why no trace was written (a :class:`~dlprof.errors.DlprofError`), else None.
+        error: why no trace was written (a :class:`~dlprof.core.errors.DlprofError`), else None.
         run_dir: the run directory (None when the callback does nothing).
     """
 

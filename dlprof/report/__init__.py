@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dlprof.errors import UsageError
+from dlprof.core.errors import UsageError
 from dlprof.results.diff import DiffResult
 from dlprof.results.report import Report
 from dlprof.results.sweep import SweepResult
@@ -107,7 +107,7 @@ def write_report(path: Path, text: str) -> None:
     import os
     import tempfile
 
-    from dlprof.errors import InputError
+    from dlprof.core.errors import InputError
 
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():

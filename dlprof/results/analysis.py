@@ -161,7 +161,7 @@ class GpuStats:
 
 @dataclass(frozen=True)
 class Throughput:
-    """A measured speed: steady-state steps over the time they took (:mod:`dlprof.throughput`)."""
+    """A measured speed: steady-state steps over the time they took (:mod:`dlprof.core.throughput`)."""
 
     steps_per_s: float
     #: Steps timed (the steady ones), and the time they took.
@@ -232,7 +232,7 @@ class UnprofiledStats:
     cpu_ms: float  # main process CPU time (all threads) per step
     runq_ms: float
     epoch: EpochStats | None
-    #: The speed as measured (:mod:`dlprof.throughput`): steps, seconds, the steps left out, the spread and whether
+    #: The speed as measured (:mod:`dlprof.core.throughput`): steps, seconds, the steps left out, the spread and whether
     #: it can be trusted; None for results built without it.
     speed: Throughput | None = None
     #: Why the speed is not to be trusted (too few steady steps or seconds, too wide a spread); None when it is.

@@ -4,8 +4,8 @@
 :class:`RankResult` is one training process's recording, written by the recorder into the session
 directory and read back by ``dlprof record``'s own process through one parser
 (:func:`dlprof.capture.finalize.read_rank_result`); the merge turns it and the rank's trace into the
-trace's :class:`~dlprof.manifest.Manifest`; :class:`RecordResult` comes out. Standard library and
-:mod:`dlprof.manifest` only: no torch.
+trace's :class:`~dlprof.core.manifest.Manifest`; :class:`RecordResult` comes out. Standard library and
+:mod:`dlprof.core.manifest` only: no torch.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlprof.manifest import Host, LoaderConfig, Manifest, Schedule, StepClock, Trials
+from dlprof.core.manifest import Host, LoaderConfig, Manifest, Schedule, StepClock, Trials
 
 #: Shortest period of the memory sampler (:mod:`dlprof.capture.memory`), ms: resolves a worker's start-up and
 #: growth over a run of seconds.
@@ -57,14 +57,14 @@ class RecordRequest:
     overrides: dict | None = None
     #: The name was made up by dlprof: if it is taken, take the next free one instead of failing.
     fresh_name_if_taken: bool = False
-    #: ``--redact``: traces with placeholders for host names, the user, arguments and paths (dlprof.redact).
+    #: ``--redact``: traces with placeholders for host names, the user, arguments and paths (dlprof.core.redact).
     redact: bool = False
     #: ``--try-workers``: candidate DataLoader settings tried in the training process after the reference steps.
     trials: TrialRequest | None = None
 
     @property
     def schedule(self) -> Schedule:
-        """The profiler's schedule (:meth:`~dlprof.manifest.Schedule.check` it before anything starts)."""
+        """The profiler's schedule (:meth:`~dlprof.core.manifest.Schedule.check` it before anything starts)."""
         return Schedule(self.wait, self.warmup, self.active)
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dlprof.manifest import Manifest
+from dlprof.core.manifest import Manifest
+from dlprof.core.schema import STATUS_COMPLETE
 from dlprof.results.advice import Advice
 from dlprof.results.analysis import GpuStats, LoaderStats, RankComparison, StepBreakdown, UnprofiledStats
 from dlprof.results.trials import TrialsResult
-from dlprof.schema import STATUS_COMPLETE
 
 SCHEMA = "dlprof.report/1"
 

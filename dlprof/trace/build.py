@@ -22,9 +22,9 @@ from pathlib import Path
 
 import msgspec
 
-from dlprof import schema
-from dlprof.errors import NoStepsError, TraceFormatError
-from dlprof.manifest import parse_manifest
+from dlprof.core import schema
+from dlprof.core.errors import NoStepsError, TraceFormatError
+from dlprof.core.manifest import parse_manifest
 from dlprof.trace import events as ev
 from dlprof.trace.reader import (
     ABSENT,

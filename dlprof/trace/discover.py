@@ -13,8 +13,8 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from dlprof import schema
-from dlprof.errors import TraceNotFoundError, UsageError, display
+from dlprof.core import schema
+from dlprof.core.errors import TraceNotFoundError, UsageError, display
 from dlprof.trace.build import build_run
 from dlprof.trace.reader import Progress, parse_trace, read_bytes
 from dlprof.trace.run import TraceRun

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from dlprof import schema
+from dlprof.core import schema
 
 KERNEL_CATEGORIES = frozenset({"kernel"})
 MEMCPY_CATEGORIES = frozenset({"gpu_memcpy", "memcpy"})

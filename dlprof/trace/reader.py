@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from dlprof.errors import TraceFormatError, TraceNotFoundError
+from dlprof.core.errors import TraceFormatError, TraceNotFoundError
 
 GZIP_MAGIC = b"\x1f\x8b"
 #: Compressed bytes read at a time: the compressed file is never held whole next to the JSON.
@@ -229,7 +229,7 @@ def parse_trace(path: Path, text: bytes | bytearray) -> dict:
     Nesting is bounded here, where the file enters: msgspec recurses on Python's stack, and what nests deeper than it
     follows (RecursionError, near Python's recursion limit) is one error. Past the reader nothing walks an event's
     values recursively (they are read field by field), and the manifest's parser bounds its free-form values
-    (:data:`dlprof.manifest.MAX_NESTING`).
+    (:data:`dlprof.core.lenient.MAX_NESTING`).
     """
     try:
         return _parse(path, text)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 
-from dlprof.manifest import Manifest
+from dlprof.core.manifest import Manifest
 from dlprof.trace import events as ev
 
 # The bounds of every value in a TraceRun: the builder skips (and counts) an event beyond them.

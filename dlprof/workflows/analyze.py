@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from dlprof import schema
 from dlprof.advice.rules import advise
 from dlprof.analysis.gpu import gpu_stats
 from dlprof.analysis.intervals import Timeline
@@ -17,7 +16,8 @@ from dlprof.analysis.ranks import compare_ranks, missing_ranks, rank_stats, slow
 from dlprof.analysis.steps import Segment, segments_between, segments_by_step, step_breakdown, step_segments
 from dlprof.analysis.trials import trials_result, with_predictions
 from dlprof.analysis.unprofiled import unprofiled_stats
-from dlprof.errors import DlprofError, TraceFormatError, display
+from dlprof.core import schema
+from dlprof.core.errors import DlprofError, TraceFormatError, display
 from dlprof.results.analysis import RankStats
 from dlprof.results.report import Lane, Report, RunInfo, RunReport, Skipped, TimelinePicture
 from dlprof.trace.discover import find_job_runs, is_profiler_trace_name, load_run

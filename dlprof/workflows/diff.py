@@ -15,13 +15,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dlprof.errors import UsageError
+from dlprof.core.errors import UsageError
 from dlprof.results.diff import DiffResult, DiffRow, DiffRun
 from dlprof.results.report import RunReport
 from dlprof.trace.discover import find_traces
 from dlprof.workflows.analyze import analyze_traces
 
-#: DataLoader settings compared between the runs (fields of :class:`dlprof.manifest.LoaderConfig`).
+#: DataLoader settings compared between the runs (fields of :class:`dlprof.core.manifest.LoaderConfig`).
 #: Left out: what the run did rather than how it was configured (``iterations``, ``batches``,
 #: ``epochs``), ``length`` (follows from the dataset and ``batch_size``), ``id`` and
 #: ``num_workers_requested`` (dlprof's own bookkeeping).
@@ -201,7 +201,7 @@ def diff(path_a: str | Path, path_b: str | Path) -> DiffResult:
         10.0 → 12.3), data wait 41.0 → 3.20 ms per step".
 
     Raises:
-        dlprof.errors.DlprofError: a path holds no readable trace, or several runs.
+        dlprof.core.errors.DlprofError: a path holds no readable trace, or several runs.
     """
     a, b = _load(Path(path_a)), _load(Path(path_b))
     changed, unknown = _compare_settings(a.report, b.report)

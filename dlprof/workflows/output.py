@@ -7,8 +7,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from dlprof import redact
-from dlprof.errors import DlprofError, InputError, UsageError, display
+from dlprof.core import redact
+from dlprof.core.errors import DlprofError, InputError, UsageError, display
 from dlprof.report import render, write_report
 from dlprof.results.diff import DiffResult
 from dlprof.results.report import Report, RunReport

@@ -31,7 +31,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from dlprof.errors import DlprofError, UsageError, printable
+from dlprof.core.errors import DlprofError, UsageError, printable
 
 #: A worker's peak memory per byte of trace JSON: measured 1.3-1.6 x (the file's buffer, then the events kept).
 PEAK_PER_JSON_BYTE = 1.6

@@ -16,10 +16,10 @@ with no more workers than the fewest measured within :data:`~dlprof.advice.rules
 recommendation follows), or did not.
 
 Measured speed is the unprofiled speed: the trials' steady steps, or the steady reference steps after each run's
-profiler window (steps over time, each pause's refill transient left out, :mod:`dlprof.throughput`), because that is
-what the user's training gets and what the predictions are calibrated to; a launch without enough reference steps
-falls back to its profiled steps and says so. Every count of a sweep is measured, and predicted, on one basis: over
-whole epochs when every count and every prediction knows that speed, else inside an epoch.
+profiler window (steps over time, each pause's refill transient left out, :mod:`~dlprof.core.throughput`),
+because that is what the user's training gets and what the predictions are calibrated to; a launch without enough
+reference steps falls back to its profiled steps and says so. Every count of a sweep is measured, and predicted, on one
+basis: over whole epochs when every count and every prediction knows that speed, else inside an epoch.
 
 The renderers in :mod:`dlprof.report.sweep` format the :class:`~dlprof.results.sweep.SweepResult`; they never
 compute.
@@ -36,13 +36,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from dlprof import schema
 from dlprof.advice.rules import CHOOSE_WITHIN, WITHIN_BEST, close_enough
 from dlprof.analysis.unprofiled import distrust
 from dlprof.capture.child import child_argv
 from dlprof.capture.record import record
-from dlprof.errors import DlprofError, RecordError, UsageError
-from dlprof.manifest import Schedule
+from dlprof.core import schema
+from dlprof.core.errors import DlprofError, RecordError, UsageError
+from dlprof.core.manifest import Schedule
 from dlprof.results.record import RecordRequest
 from dlprof.results.report import RunReport
 from dlprof.results.sweep import (

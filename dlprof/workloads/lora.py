@@ -23,8 +23,8 @@ import warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from dlprof.errors import InputError, UsageError
-from dlprof.manifest import EPOCH_SETTLE_STEPS, MAX_REFERENCE_FACTOR, Schedule, whole_epochs_to_time
+from dlprof.core.errors import InputError, UsageError
+from dlprof.core.manifest import EPOCH_SETTLE_STEPS, MAX_REFERENCE_FACTOR, Schedule, whole_epochs_to_time
 from dlprof.workloads.records import load_examples
 
 DATA_DIR = Path(__file__).resolve().parent / "data"

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlprof.errors import InputError
+from dlprof.core.errors import InputError
 
 _PROMPT_KEYS = ("instruction", "query", "prompt", "question")
 _RESPONSE_KEYS = ("output", "response", "completion", "answer")

@@ -11,7 +11,7 @@ from conftest import DATA_DIR
 from dlprof.advice.model import EpochModel, ModelInputs, candidate_counts, memory_limit, predict, restart_ms
 from dlprof.advice.rules import CHOOSE_WITHIN, WITHIN_BEST, _choose, advise, trainer_arguments, verdict_of
 from dlprof.analysis.unprofiled import unprofiled_stats
-from dlprof.manifest import LoaderConfig
+from dlprof.core.manifest import LoaderConfig
 from dlprof.report import render
 from dlprof.results.advice import Advice, Prediction
 from dlprof.results.report import Report

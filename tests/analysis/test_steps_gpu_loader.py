@@ -9,7 +9,7 @@ from dlprof.analysis.gpu import gpu_stats
 from dlprof.analysis.intervals import intersect, subtract, union
 from dlprof.analysis.loader import loader_stats
 from dlprof.analysis.steps import step_breakdown
-from dlprof.errors import NoStepsError
+from dlprof.core.errors import NoStepsError
 from dlprof.results.analysis import CATEGORIES
 from dlprof.trace.discover import load_run
 

@@ -6,7 +6,7 @@ import pytest
 from conftest import DATA_DIR
 
 from dlprof.analysis.trials import trials_result, with_predictions
-from dlprof.manifest import LoaderConfig, Manifest, StepClock, Trials, TrialSegment
+from dlprof.core.manifest import LoaderConfig, Manifest, StepClock, Trials, TrialSegment
 from dlprof.results.advice import Prediction
 from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS
 from dlprof.trace.discover import load_run

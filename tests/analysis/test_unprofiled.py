@@ -8,7 +8,7 @@ import pytest
 from conftest import DATA_DIR
 
 from dlprof.analysis.unprofiled import unprofiled_stats
-from dlprof.manifest import Epoch, StepClock
+from dlprof.core.manifest import Epoch, StepClock
 from dlprof.trace.discover import load_run
 
 

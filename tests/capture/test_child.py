@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from dlprof.capture.child import child_argv, run_child
-from dlprof.errors import InputError, UsageError
+from dlprof.core.errors import InputError, UsageError
 
 INJECT = ["-m", "dlprof.capture.inject"]
 

@@ -7,11 +7,11 @@ from dataclasses import asdict, replace
 
 import pytest
 
-from dlprof import schema
 from dlprof.capture import finalize
 from dlprof.capture.rank_env import RankEnv, env_int
-from dlprof.errors import RecordError
-from dlprof.manifest import Epoch, Handoff, Host, LoaderConfig, Schedule, StepClock, WorkerStartup
+from dlprof.core import schema
+from dlprof.core.errors import RecordError
+from dlprof.core.manifest import Epoch, Handoff, Host, LoaderConfig, Schedule, StepClock, WorkerStartup
 from dlprof.results.record import ClockReading, RankResult, RecordRequest
 
 

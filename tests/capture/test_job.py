@@ -9,11 +9,11 @@ import socket
 
 import pytest
 
-from dlprof import schema
 from dlprof.capture.job import Job, find_job
 from dlprof.capture.record import record
 from dlprof.capture.run_dir import prepare_run_dir, remove_unrecorded, scratch_dir
-from dlprof.errors import UsageError
+from dlprof.core import schema
+from dlprof.core.errors import UsageError
 from dlprof.results.record import RecordRequest
 
 TORCHRUN = ("torchrun", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d")
@@ -148,7 +148,7 @@ def test_a_node_that_fails_leaves_the_other_nodes_files(tmp_path):
     from dlprof.capture.finalize import Wording, write_traces
     from dlprof.capture.merge import MergeInputs
     from dlprof.capture.session import ERROR_FILE
-    from dlprof.errors import RecordError
+    from dlprof.core.errors import RecordError
 
     node0, node1 = Job("rdzv-id=j", "--rdzv-id", 2, 0), Job("rdzv-id=j", "--rdzv-id", 2, 1)
     run = prepare_run_dir(tmp_path, "job", job=node0)

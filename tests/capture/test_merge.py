@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from dlprof import schema
 from dlprof.capture import merge, spanfile
 from dlprof.capture.memory import MemorySample
 from dlprof.capture.session import spans_dir_of
-from dlprof.manifest import Host, LoaderConfig, Schedule, StepClock, WorkerStart, parse_manifest
+from dlprof.core import schema
+from dlprof.core.manifest import Host, LoaderConfig, Schedule, StepClock, WorkerStart, parse_manifest
 from dlprof.results.record import ClockReading, RankResult
 
 BASE_NS = 1_700_000_000_000_000_000

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import SCRIPTS_DIR, leftover_processes, load_trace, run_dlprof, trace_files
 
-from dlprof import analyze, schema
-from dlprof.manifest import EPOCH_SETTLE_STEPS, MANIFEST_VERSION, MAX_REFERENCE_FACTOR, parse_manifest
+from dlprof import analyze
+from dlprof.core import schema
+from dlprof.core.manifest import EPOCH_SETTLE_STEPS, MANIFEST_VERSION, MAX_REFERENCE_FACTOR, parse_manifest
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ import psutil
 import pytest
 from conftest import SCRIPTS_DIR, leftover_processes, run_dlprof, trace_files
 
-from dlprof import schema
+from dlprof.core import schema
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader
 from dlprof.capture import probe, trial_plan
 from dlprof.capture.rank_env import RankEnv
 from dlprof.capture.recorder import Recorder, TrainingStopped
-from dlprof.manifest import MAX_REFERENCE_FACTOR, PHASE_AFTER, Schedule
+from dlprof.core.manifest import MAX_REFERENCE_FACTOR, PHASE_AFTER, Schedule
 from dlprof.results.record import TrialRequest
 
 

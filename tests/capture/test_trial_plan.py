@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from dlprof import throughput
 from dlprof.capture import trial_plan
 from dlprof.capture.run_dir import write_session_config
 from dlprof.capture.trial_plan import LoaderFacts, Plan, plan_trials
 from dlprof.capture.trials import Progress
-from dlprof.errors import UsageError
-from dlprof.manifest import EPOCH_SETTLE_STEPS
+from dlprof.core import throughput
+from dlprof.core.errors import UsageError
+from dlprof.core.manifest import EPOCH_SETTLE_STEPS
 from dlprof.results.record import RecordRequest, TrialRequest
 
 

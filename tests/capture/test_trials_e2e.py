@@ -14,7 +14,7 @@ import pytest
 from conftest import DATA_DIR, SCRIPTS_DIR, SMALL_WORKLOAD, leftover_processes, run_dlprof, trace_files
 
 from dlprof import analyze
-from dlprof.manifest import PHASE_AFTER, PHASE_TRIAL
+from dlprof.core.manifest import PHASE_AFTER, PHASE_TRIAL
 from dlprof.workloads.lora import DEFAULT_DATASET
 
 pytestmark = pytest.mark.slow

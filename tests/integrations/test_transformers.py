@@ -19,10 +19,10 @@ import torch
 from conftest import TESTS_DIR, load_trace, trace_files
 from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler
 
-from dlprof import schema
 from dlprof.capture import probe
 from dlprof.capture import session as session_module
-from dlprof.errors import UsageError
+from dlprof.core import schema
+from dlprof.core.errors import UsageError
 
 SEQ = 32
 

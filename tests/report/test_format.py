@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dlprof.errors import UsageError
+from dlprof.core.errors import UsageError
 from dlprof.report import pick_format, renderer
 from dlprof.report.format import fixed, ms, pct, per_s, rate, rounded
 from dlprof.results.diff import DiffResult

@@ -11,8 +11,8 @@ import pytest
 from conftest import DATA_DIR, assert_one_line_error, invoke, render_all, write_json
 
 import dlprof
-from dlprof import schema
-from dlprof.errors import NoStepsError, TraceFormatError
+from dlprof.core import schema
+from dlprof.core.errors import NoStepsError, TraceFormatError
 from dlprof.results.report import Report
 from dlprof.trace.build import build_run
 from dlprof.trace.events import is_backward

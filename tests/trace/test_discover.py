@@ -11,7 +11,7 @@ import pytest
 from conftest import DATA_DIR, assert_one_line_error, invoke, render_all, write_json
 
 import dlprof
-from dlprof.errors import DlprofError
+from dlprof.core.errors import DlprofError
 from dlprof.report import FORMATS, renderer
 from dlprof.results.report import Report
 from dlprof.trace.discover import find_traces

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import DATA_DIR
 
-from dlprof.errors import TraceFormatError
+from dlprof.core.errors import TraceFormatError
 from dlprof.trace import reader
 from dlprof.trace.build import build_run
 from dlprof.trace.discover import load_run

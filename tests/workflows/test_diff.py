@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from conftest import DATA_DIR
 
-from dlprof.errors import DlprofError, UsageError
+from dlprof.core.errors import DlprofError, UsageError
 from dlprof.results.diff import SCHEMA
 from dlprof.workflows.analyze import build_report
 from dlprof.workflows.diff import diff

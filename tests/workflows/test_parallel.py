@@ -18,7 +18,7 @@ import pytest
 from conftest import DATA_DIR, assert_one_line_error, invoke, run_dlprof
 
 from dlprof.analysis.steps import segments_between
-from dlprof.errors import DlprofError, UsageError
+from dlprof.core.errors import DlprofError, UsageError
 from dlprof.trace.discover import load_run
 from dlprof.trace.run import TraceRun
 from dlprof.workflows import analyze as analyze_module

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dlprof.errors import RecordError, UsageError
+from dlprof.core.errors import RecordError, UsageError
 from dlprof.report import render
 from dlprof.report.sweep import document, verdict_line
 from dlprof.results.advice import Prediction
@@ -392,7 +392,7 @@ def test_sweep_refuses_a_sweep_dir_that_holds_runs(stubbed):
 
 
 def test_sweep_rejects_a_missing_script_before_recording(stubbed):
-    from dlprof.errors import InputError
+    from dlprof.core.errors import InputError
 
     with pytest.raises(InputError, match="no such script"):
         sweep([0, 1], RecordRequest(("python", str(stubbed.root / "nope.py")), stubbed.root, "sw", 1, 1, 4))

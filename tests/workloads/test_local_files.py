@@ -7,7 +7,7 @@ import json
 import pytest
 from conftest import load_trace, run_dlprof
 
-from dlprof import schema
+from dlprof.core import schema
 from dlprof.workloads.lora import DEFAULT_TOKENIZER
 
 pytestmark = pytest.mark.slow

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dlprof.errors import UsageError
+from dlprof.core.errors import UsageError
 from dlprof.workloads.lora import DEFAULT_DATASET, WorkloadOptions, load_tokenizer, parse_args, plan
 from dlprof.workloads.records import load_examples
 

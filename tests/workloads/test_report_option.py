@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from dlprof.errors import UsageError
+from dlprof.core.errors import UsageError
 from dlprof.workloads.lora import DEFAULT_DATASET, WorkloadOptions, check, load_tokenizer, main, parse_args
 from dlprof.workloads.records import load_examples
 

@@ -40,7 +40,7 @@ def batches_ready() -> int:
     without workers (nothing is made ahead); -1 when it cannot be told. Read it in an :data:`EVENT_BATCH` callback.
 
     The trials and the reference steps use it to tell a surplus the workers made during a pause from their steady
-    output (:mod:`dlprof.throughput`)."""
+    output (:mod:`dlprof.core.throughput`)."""
     return _READY[0]
 
 

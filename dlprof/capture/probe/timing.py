@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dlprof import schema
 from dlprof.capture import spanfile
+from dlprof.core import schema
 
 _time_ns = time.time_ns
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from dlprof import schema
 from dlprof.capture import spanfile
 from dlprof.capture.probe import timing
+from dlprof.core import schema
 
 from .conftest import TokenizingDataset, pad_collate, spans_by_batch
 

@@ -7,9 +7,9 @@ import pickle
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from dlprof import schema
 from dlprof.capture import spanfile
 from dlprof.capture.probe import worker
+from dlprof.core import schema
 
 from .conftest import TokenizingDataset, pad_collate, spans_by_batch
 

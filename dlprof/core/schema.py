@@ -14,7 +14,7 @@ from pathlib import Path
 
 #: Top-level key of the manifest inside a trace file.
 MANIFEST_KEY = "dlprof"
-# The manifest itself, and its version, are dlprof.manifest.
+# The manifest itself, and its version, are dlprof.core.manifest.
 
 #: ``cat`` of every event dlprof adds (worker spans, memory counters).
 CATEGORY = "dlprof"

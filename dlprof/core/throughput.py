@@ -48,7 +48,7 @@ from dlprof.results.analysis import Throughput
 # With steps of one cost, 40 steps and 2 s keep every window within 2 % (3 % is the aim); fewer steps leave too
 # few per sub-window for the spread. With batches of varying length no window short of whole epochs gets
 # there (its steps' mean is 1.3-1.4 x their median): the spread says so (of 64 such measurements of the LoRA
-# workload, 2 were trusted), and short epochs are timed whole (dlprof.manifest.whole_epochs_to_time).
+# workload, 2 were trusted), and short epochs are timed whole (dlprof.core.manifest.whole_epochs_to_time).
 
 #: Fewest steps a speed is measured over: four sub-windows of 10 steps each, so that a pattern of steps
 #: that alternate (two or three workers delivering in turn) averages out inside every sub-window.

@@ -317,7 +317,7 @@ class Redactor:
         return value
 
     def redact_fields(self, value: Any) -> Any:
-        """A copy of a frozen dataclass (a :class:`~dlprof.manifest.Manifest`) with every string in it redacted, as
+        """A copy of a frozen dataclass (a :class:`~dlprof.core.manifest.Manifest`) with every string in it redacted, as
         :meth:`redact_value` redacts its ``to_dict()``: keys, numbers and types kept."""
         if isinstance(value, str):
             return self.redact(value)
