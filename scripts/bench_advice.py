@@ -37,13 +37,13 @@ What is measured, per case:
    (default 3), the median. Synthetic: a round of launches at every count before the first trial recording and
    after each one (the order reversed from round to round: 5 per count with the defaults), and each trial recording
    is also compared with the two rounds right around it (``launches around``), the truth of the trials' own minutes:
-   where the workers outpace training (io-loading at 4-6 workers, bound by the main process on 2 cores) this VM's
-   speed drifts by up to 15 % within a minute, in one process as across launches, while the counts bound by their
-   workers stay within 1 %. Real: each recording is followed by a launch at its count, the other counts (and any
-   recommended count) run in interleaved rounds afterwards. A synthetic launch: at least 80 steps, the first 20
-   left out, the others timed over at least 3 s, as an in-process segment (60 timed steps keep a synthetic speed
-   within 0.3-2 % at p90, dlprof/core/throughput.py's table, but at io-loading's 95 steps/s they last 0.6 s, and single
-   launches strayed up to 5.9 % from each other). Real: 3 epochs, the first left out (``--quick``: 2).
+   where the workers outpace training, the machine's speed drifts within a minute, in one process as across
+   launches, while the counts bound by their workers hold (docs/ARCHITECTURE.md#facts-the-code-relies-on). Real:
+   each recording is followed by a launch at its count, the other counts (and any recommended count) run in
+   interleaved rounds afterwards. A synthetic launch: at least 80 steps, the first 20
+   left out, the others timed over at least 3 s, as an in-process segment (steps alone would last too short a time
+   at a fast count, and single launches stray from each other: docs/validation.md). Real: 3 epochs, the first left
+   out (``--quick``: 2).
 3. **Truth in one process** (scripts/measure_inprocess.py, no dlprof; ``--no-inprocess`` leaves it out): every
    count and any recommended one trained in turn inside one process, in rounds whose order alternates (0 1 2 ...,
    then reversed) so that drift cancels. It has no launch-to-launch speed modes. Synthetic: one process of 2
@@ -51,10 +51,9 @@ What is measured, per case:
    refill, in whole rounds of the workers' delivery (longer than the trials' 40 steps and 2 s: the truth must be
    the finer measurement); the median over the rounds. Real: ``--processes`` processes (default 3; ``--quick``
    1), each of 2 rounds of 2 whole epochs per count (``--quick``: 1), worker restarts included, each process run
-   right after a recording; the truth is the median of all their segments (6 per count). The machine's speed
-   drifts: one epoch's rate varies by up to 10 % on this 2-core VM, and its speed over minutes by 10-20 % (one
-   process of 3 rounds, run in one block after the recordings, measured all counts 15 % below the recordings
-   made minutes before it, and plain processes matched the recordings again afterwards).
+   right after a recording; the truth is the median of all their segments (6 per count). Each process runs right
+   after a recording because the machine's speed drifts from epoch to epoch and over minutes
+   (docs/ARCHITECTURE.md#facts-the-code-relies-on).
 
 Compared (signed errors in the tables, their sizes in the statistics):
 
@@ -86,28 +85,18 @@ other launches at its count) and the error of single recordings.
 both truths with every launch and segment, the comparisons, and the targets, the plan and the timings; it is written
 after every case (``complete`` turns true when the run ends), so that a long run that fails later keeps its cases.
 
-Duration on 2 cores (each run prints its own table, and ``--json`` keeps it). Timed in the smoke tests: io-bound
-(``--quick``): a recording with trials at 7 counts 49 s, a launch of 80 steps 4-14 s (2.5-3 s of it start-up), the
-in-process truth 63 s; lora and trainer (``--quick``): a recording with trials at 2 counts 33 s / 41 s, a launch of 2
-epochs 12 s / 16 s, the in-process truth of 2 counts 22 s / 30 s. The last full runs (2026-12-01):
-
-| case | recordings | launches | in-process | in all |
-|---|---|---|---|---|
-| synthetic, each: 4 with trials, 35 launches | 177-303 s | 243-330 s | 51-85 s | 7.9-12.0 min, 63 min for 7 |
-| lora: 2 with trials, 4 without, 12 launches | 255 s | 244 s | 254 s | 12.6 min |
-| trainer: the same | 294 s | 283 s | 335 s | 15.2 min |
-| all | 38 min | 37 min | 17 min | ~91 min |
+Duration: each run prints its own table of timings, and ``--json`` keeps it; docs/validation.md gives the last
+full runs'.
 
 The allocator: every process the bench starts (launches, in-process truths, recordings and their training) runs
 with glibc's malloc held to fixed thresholds (``--allocator fixed``, the default: ``MALLOC_MMAP_THRESHOLD_``,
 ``MALLOC_TRIM_THRESHOLD_`` and ``MALLOC_TOP_PAD_``, below). With glibc's defaults, a CPU training process takes
-2,000-10,800 minor page faults per step (5-24 ms of system time in a 65 ms LoRA step): malloc maps and unmaps the
-step's mid-sized tensors, and it raises its own threshold whenever a large mapped block is freed, so each process
-settles at a level of its own, by chance, and keeps it. That gives the real cases launch-to-launch speed modes of up
-to 19 % and shifts a process's speed by about 10 % after a profiler window, whose freed buffers raise the
-threshold: noise no DataLoader model can predict. Fixed thresholds take the faults to ~0 in every process alike,
-and a window then leaves the speed as it was (4 plain LoRA processes, 2 epochs before and after a window: 20.2 ->
-19.4, 19.8 -> 18.9, 11.4 -> 16.4 (a slow start) and 17.1 -> 17.0 steps/s, 0 faults per step throughout).
+thousands of minor page faults per step: malloc maps and unmaps the step's mid-sized tensors, and it raises its own
+threshold whenever a large mapped block is freed, so each process settles at a level of its own, by chance, and
+keeps it. That gives the real cases launch-to-launch speed modes and shifts a process's speed after a profiler
+window, whose freed buffers raise the threshold: noise no DataLoader model can predict. Fixed thresholds take the
+faults to about none in every process alike, and a window then leaves the speed as it was
+(docs/ARCHITECTURE.md#facts-the-code-relies-on).
 ``--allocator glibc`` keeps glibc's defaults; dlprof's report then names the page faults where they take 5 % of the
 step or more (the step clock keeps each step's page faults and kernel time).
 

@@ -2,7 +2,7 @@
 
     python scripts/bench_analyze.py                       # record the built-in workload (~25 s), then 100 and 300 MB
     python scripts/bench_analyze.py --trace RUN_OR_TRACE --sizes 100,300,1000 --work /tmp/big --hta-max-mb 300
-    python scripts/bench_analyze.py --trace RUN_OR_TRACE --ranks 16     # many ranks: --jobs 1, 2, --ray local, HTA
+    python scripts/bench_analyze.py --trace RUN_OR_TRACE --ranks 16     # many ranks: --processes 1, 2, --ray local, HTA
 
 Times ``dlprof analyze`` on the recorded run (median of 3), then builds traces of the chosen sizes (MB of
 uncompressed JSON) by repeating that run's steps (``scripts/make_big_trace.py``) and, for each, measures
@@ -17,15 +17,15 @@ Peak RSS is the child's ``ru_maxrss`` from ``os.wait4``. ``--dlprof-root`` bench
 and at least 8 x faster than HTA's load.
 
 ``--ranks N``: a run of N ranks, each a copy of the real trace with its own rank (``scripts/make_ranks.py``),
-analysed by ``dlprof analyze RUN --format json`` at ``--jobs 1`` and ``--jobs 2`` (interleaved, median of
+analysed by ``dlprof analyze RUN --format json`` at ``--processes 1`` and ``--processes 2`` (interleaved, median of
 ``--repeat``) and with ``--ray local`` (when Ray is installed), next to HTA's ``TraceAnalysis(trace_dir=RUN)``
-(which parses the ranks in a process pool of its own). For each, the wall time (``--jobs``: plain runs, nothing
+(which parses the ranks in a process pool of its own). For each, the wall time (``--processes``: plain runs, nothing
 else on the cores), and, from a run of its own, the peak memory of every process of the command's tree (``VmHWM``
 from /proc, sampled every 20 ms until each process ends, which takes a share of 2 cores; the whole tree's largest
 is checked against the ``ru_maxrss`` of ``wait4``), by role: the command's own process, its workers, and the
 rest (the fork server, Ray's services). Then the extrapolation to 256 ranks of 1 GB, with its arithmetic.
-Targets (issue 14): on 2 cores ``--jobs 2`` at least 1.6 x faster than ``--jobs 1`` on 16 ranks, and no process
-past 2.5 x the biggest trace.
+Targets (issue 14): on 2 cores ``--processes 2`` at least 1.6 x faster than ``--processes 1`` on 16 ranks, and no
+process past 2.5 x the biggest trace.
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def _memory(result: dict, trace_mb: float) -> str:
 
 
 def ranks_mode(args: argparse.Namespace, base: Path, work: Path, env: dict) -> None:
-    """``--ranks N``: N copies of ``base`` as one run, analysed at --jobs 1 and 2, with --ray local, and by HTA."""
+    """``--ranks N``: N copies of ``base`` as one run, analysed at --processes 1 and 2, with --ray local, and by HTA."""
     run = work / f"ranks{args.ranks}"
     if not run.is_dir():
         make_ranks(base, run, args.ranks)
@@ -195,7 +195,7 @@ def ranks_mode(args: argparse.Namespace, base: Path, work: Path, env: dict) -> N
     print(f"{args.ranks} ranks of {trace_mb:.1f} MB of JSON each ({base.name}); {psutil.cpu_count()} cores.")
     print(f"A bare process importing the analyze path peaks at {bare['maxrss']:.0f} MB.\n")
     dlprof = [sys.executable, "-m", "dlprof", "analyze", str(run), "--format", "json"]
-    modes = {"--jobs 1": [*dlprof, "--jobs", "1"], "--jobs 2": [*dlprof, "--jobs", "2"]}
+    modes = {"--processes 1": [*dlprof, "--processes", "1"], "--processes 2": [*dlprof, "--processes", "2"]}
     # Speed from plain runs, interleaved so that the machine's load falls on both alike. The memory sampler takes a
     # share of 2 cores (16 ranks: 1.53 x with it, 1.62 x without, measured), so memory comes from runs of their own.
     walls: dict[str, list[float]] = {mode: [] for mode in modes}
@@ -228,11 +228,13 @@ def ranks_mode(args: argparse.Namespace, base: Path, work: Path, env: dict) -> N
             f" {max(r['maxrss'] for r in rs):.0f} MB | {_memory(max(rs, key=lambda r: r['maxrss']), trace_mb)} |"
         )
     print(f"\nSame JSON report from every dlprof run: {len(reports) == 1} ({len(reports)} distinct)")
-    one = statistics.median(walls["--jobs 1"])
-    two = statistics.median(walls["--jobs 2"])
-    ratios = sorted(a / b for a, b in zip(walls["--jobs 1"], walls["--jobs 2"], strict=True))
+    one = statistics.median(walls["--processes 1"])
+    two = statistics.median(walls["--processes 2"])
+    ratios = sorted(a / b for a, b in zip(walls["--processes 1"], walls["--processes 2"], strict=True))
     print(f"each round's ratio: {', '.join(f'{r:.2f}' for r in ratios)} (median {statistics.median(ratios):.2f})")
-    print(f"--jobs 2 is {one:.2f} / {two:.2f} = {one / two:.2f} x faster than --jobs 1 (target: at least 1.6 x)")
+    print(
+        f"--processes 2 is {one:.2f} / {two:.2f} = {one / two:.2f} x faster than --processes 1 (target: at least 1.6 x)"
+    )
     for mode, rs in results.items():  # what each process grew by, above what it started from
         command = max(max(r["roles"].get("command", [0])) for r in rs)
         line = (
@@ -256,29 +258,29 @@ def _ray_installed(env: dict) -> bool:
 
 
 def extrapolate(ranks: int, trace_mb: float, one_s: float, two_s: float, hta_s: float | None, start_s: float) -> None:
-    """256 ranks of 1 GB, from the per-GB time measured here, the parallel efficiency measured at --jobs 2 and the
-    memory bound of --jobs' default: ceil(256 / jobs) waves of one rank's time over the efficiency. ``one_s`` and
-    ``two_s`` are the walls less ``start_s``, a bare process's start (Python and dlprof's imports)."""
+    """256 ranks of 1 GB, from the per-GB time measured here, the parallel efficiency measured at --processes 2 and
+    the memory bound of --processes' default: ceil(256 / processes) waves of one rank's time over the efficiency.
+    ``one_s`` and ``two_s`` are the walls less ``start_s``, a bare process's start (Python and dlprof's imports)."""
     per_gb = one_s / ranks / trace_mb * 1000
     efficiency = one_s / two_s / 2
     peak_gb = 1.6 * 1 + 0.04  # PEAK_PER_JSON_BYTE x 1 GB + WORKER_BASE_BYTES
     print(f"\nExtrapolation to 256 ranks of 1 GB of JSON each (256 GB), the walls less {start_s:.2f} s of start-up:")
     print(
         f"  one rank: {one_s:.2f} s / {ranks} ranks / {trace_mb:.1f} MB x 1000 = {per_gb:.1f} s per GB (issue 8"
-        f" measured 16.6 s on one 1 GB trace); efficiency at --jobs 2: {one_s:.2f} / {two_s:.2f} / 2 ="
+        f" measured 16.6 s on one 1 GB trace); efficiency at --processes 2: {one_s:.2f} / {two_s:.2f} / 2 ="
         f" {efficiency:.2f};"
         f" a worker's peak: 1.6 x 1 GB + 0.04 GB = {peak_gb:.2f} GB"
     )
-    print(f"  --jobs 1: 256 x {per_gb:.1f} s = {256 * per_gb / 3600:.2f} h")
+    print(f"  --processes 1: 256 x {per_gb:.1f} s = {256 * per_gb / 3600:.2f} h")
     setups = (("this machine, 2 cores, 24 GB", 1, 2, 24), ("one node, 64 cores, 512 GB", 1, 64, 512))
     for label, nodes, cores, memory_gb in (*setups, ("Ray, 8 such nodes (--ray auto)", 8, 64, 512)):
         per_node = min(cores, int(memory_gb // peak_gb))
-        jobs = nodes * per_node
-        waves = -(-256 // jobs)
+        processes = nodes * per_node
+        waves = -(-256 // processes)
         seconds = waves * per_gb / efficiency
         print(
-            f"  {label}: {nodes} x min({cores} cores, {memory_gb} GB / {peak_gb:.2f} GB) = {jobs} at once ->"
-            f" ceil(256 / {jobs}) = {waves} x {per_gb:.1f} s / {efficiency:.2f} = {seconds / 60:.1f} min"
+            f"  {label}: {nodes} x min({cores} cores, {memory_gb} GB / {peak_gb:.2f} GB) = {processes} at once ->"
+            f" ceil(256 / {processes}) = {waves} x {per_gb:.1f} s / {efficiency:.2f} = {seconds / 60:.1f} min"
         )
     if hta_s is None:
         return
@@ -286,7 +288,7 @@ def extrapolate(ranks: int, trace_mb: float, one_s: float, two_s: float, hta_s: 
     print(
         f"  HTA's TraceAnalysis here: {hta_s:.1f} s for the {ranks} ranks (its own process pool) = {hta_per_gb:.0f} s"
         f" per GB of ranks -> 256 GB: {256 * hta_per_gb / 3600:.1f} h on this machine, at 7.5-8.1 x the JSON in"
-        " memory per trace (the table in README.md): 7-8 GB per 1 GB rank"
+        " memory per trace (the table in docs/validation.md): 7-8 GB per 1 GB rank"
     )
 
 
@@ -311,7 +313,7 @@ def main() -> None:
         "--dlprof-root", type=Path, default=ROOT, help="source tree of the dlprof to measure (default: this one)"
     )
     parser.add_argument("--ranks", type=int, help="many-ranks mode: a run of this many ranks (see above)")
-    parser.add_argument("--repeat", type=int, default=3, help="many-ranks mode: runs of each --jobs (default 3)")
+    parser.add_argument("--repeat", type=int, default=3, help="many-ranks mode: runs of each --processes (default 3)")
     parser.add_argument("--no-ray", action="store_true", help="many-ranks mode: leave --ray local out")
     parser.add_argument("--no-hta", action="store_true", help="many-ranks mode: leave HTA out")
     args = parser.parse_args()

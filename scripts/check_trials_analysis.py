@@ -128,19 +128,24 @@ def measure(doc: dict) -> dict[int, dict]:
 
     clock, count = doc["clock"], len(doc["clock"]["wall"])
     steps = StepClock(
-        ("trial",) * count,
-        tuple(clock["wall"]),
-        (0.0,) * count,
-        (0.0,) * count,
-        tuple(clock["wait"]),
-        (1,) * count,
-        tuple(clock["epoch_start"]),
-        (False,) * count,
+        phase=("trial",) * count,
+        wall_ms=tuple(clock["wall"]),
+        cpu_ms=(0.0,) * count,
+        runq_ms=(0.0,) * count,
+        wait_ms=tuple(clock["wait"]),
+        batches=(1,) * count,
+        epoch_start=tuple(clock["epoch_start"]),
+        fork_probe=(False,) * count,
     )
     segments = tuple(TrialSegment(**s) for s in doc["segments"])
-    loader = LoaderConfig(0, num_workers=0, prefetch_factor=2, persistent_workers=False, length=EPOCH_STEPS)
+    loader = LoaderConfig(id=0, num_workers=0, prefetch_factor=2, persistent_workers=False, length=EPOCH_STEPS)
     manifest = Manifest(
-        3, loader=loader, step_clock=steps, trials=Trials(COUNTS, doc["rounds"], 40, False, 0, segments)
+        manifest_version=3,
+        loader=loader,
+        step_clock=steps,
+        trials=Trials(
+            counts=COUNTS, rounds=doc["rounds"], trial_steps=40, persistent=False, loader=0, segments=segments
+        ),
     )
     result = trials_result(manifest, 1.0)
     return {r.num_workers: {"steady": r.steps_per_s, "epoch": r.epoch_steps_per_s} for r in result.runs}

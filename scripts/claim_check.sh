@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's "popular claim" experiment: "tokenizing a batch takes 50-100 ms, so 4 workers make it 1.75x faster".
+# The "popular claim" experiment of docs/validation.md: "tokenizing a batch takes 50-100 ms, so 4 workers make it 1.75x faster".
 #
 #   bash scripts/claim_check.sh [OUT_DIR] [extra dlprof sweep options...]
 #

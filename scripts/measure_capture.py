@@ -3,7 +3,7 @@
     python scripts/measure_capture.py            # ~2-3 minutes on 2 cores
     python scripts/measure_capture.py --quick    # fewer repeats
 
-Prints a Markdown report (the numbers in README.md come from it):
+Prints a Markdown report (the numbers in docs/recording.md come from it):
 
 1. Clock alignment. Kineto event times (``baseTimeNanoseconds + ts``) against ``time.time_ns()``
    read just before and just after ``record_function`` regions: how far apart the two clocks can be.

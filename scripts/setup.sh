@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 "$PYTHON" -m pip install --quiet --disable-pip-version-check "torch==${DLPROF_TORCH_VERSION:-2.13.0}"
-# The Ray extra too: the test of 'dlprof analyze --ray local' runs in CI.
-"$PYTHON" -m pip install --quiet --disable-pip-version-check -e ".[test,ray]"
+# The Ray and HTA extras too: the tests run 'dlprof analyze --ray local' and load dlprof's traces in HTA.
+"$PYTHON" -m pip install --quiet --disable-pip-version-check -e ".[test,ray,hta]"

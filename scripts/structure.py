@@ -3,8 +3,8 @@ functions.
 
     python scripts/structure.py [--top 10] [--json]
 
-A *room* is a subpackage of ``dlprof`` (``capture``, ``trace``, ...) or a top-level module (``cli``,
-``errors``, ...); the package root ``dlprof/__init__.py`` is the room ``dlprof``. An *arrow* is a room
+A *room* is a subpackage of ``dlprof`` (``core``, ``capture``, ``trace``, ...) or a top-level module (``cli``,
+``hf``, ...); the package root ``dlprof/__init__.py`` is the room ``dlprof``. An *arrow* is a room
 that imports another (at module level or inside a function; ``TYPE_CHECKING`` imports count too, since
 they say what a room depends on). *Floors* are the intended layers of docs/ARCHITECTURE.md, lowest
 first; an arrow *runs back up* when it goes from a lower floor to a higher one. A *circle* is a set of
@@ -26,13 +26,13 @@ PACKAGE = ROOT / "dlprof"
 #: The intended floors, lowest first (docs/ARCHITECTURE.md). A room that is not listed is on no floor
 #: and is reported as such.
 FLOORS = (
-    ("_version", "errors", "schema", "manifest", "results", "redact", "throughput"),
+    ("core", "results"),
     ("capture", "trace", "workloads"),
     ("analysis",),
     ("advice",),
     ("report",),
     ("workflows", "integrations"),
-    ("cli", "dlprof", "__main__", "hf"),
+    ("cli", "cli_options", "dlprof", "__main__", "hf"),
 )
 FLOOR_OF = {room: level for level, rooms in enumerate(FLOORS) for room in rooms}
 

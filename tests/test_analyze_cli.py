@@ -22,7 +22,10 @@ def test_text_report_to_the_terminal():
 
 @pytest.mark.parametrize(
     ("suffix", "check"),
-    [(".md", lambda t: t.startswith("### dlprof")), (".json", lambda t: json.loads(t)["schema"] == "dlprof.report/1")],
+    [
+        (".md", lambda t: t.startswith("**num_workers 1 -> 0: ") and "\n### dlprof: " in t),
+        (".json", lambda t: json.loads(t)["schema"] == "dlprof.report/1"),
+    ],
 )
 def test_format_follows_the_output_extension(tmp_path, suffix, check):
     out = tmp_path / f"report{suffix}"
@@ -39,8 +42,10 @@ def test_directory_of_runs_is_compared(tmp_path):
     result = invoke("analyze", str(tmp_path), "--format", "json")
     document = json.loads(result.stdout)
     assert [r["run"]["name"] for r in document["runs"]] == ["a", "b"]
-    text = invoke("analyze", str(tmp_path)).stdout
-    assert text.startswith("Runs compared")
+    lines = invoke("analyze", str(tmp_path)).stdout.splitlines()
+    # Each run's headline first, then the table.
+    headline = document["runs"][0]["headline"]["text"]
+    assert lines[:4] == [f"a: {headline}", f"b: {headline}", "", "Runs compared"]
 
 
 def test_real_gpu_trace_from_another_tool():

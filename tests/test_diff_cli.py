@@ -16,6 +16,8 @@ import pytest
 from conftest import DATA_DIR, assert_one_line_error, invoke
 from workflows.test_diff import ROW_KEYS, before_after
 
+from dlprof import __version__
+
 
 @pytest.fixture
 def runs(tmp_path):
@@ -27,7 +29,11 @@ def test_text_to_the_terminal(runs):
     result = invoke("diff", a, b)
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0] == f"dlprof diff: A = before  ({a / 'host_1.1.pt.trace.json'})"
+    # Each side's headline first, as its own report leads with it.
+    for side, run, line in zip("AB", (a, b), lines):
+        headline = json.loads(invoke("analyze", run, "--format", "json").stdout)["headline"]["text"]
+        assert line == f"{side} = {run.name}: {headline}"
+    assert lines[2:4] == ["", f"dlprof diff: A = before  ({a / 'host_1.1.pt.trace.json'})"]
     assert "B is 25.0 % faster than A (unprofiled steps/s 2000.0 → 2500.0), data wait 0.20 → 0.04 ms per step" in lines
     settings = lines.index("Settings changed (A → B)")
     table = next(i for i, line in enumerate(lines) if line.startswith("  metric "))
@@ -50,7 +56,8 @@ def test_markdown_table_with_settings_above_it(runs, tmp_path):
     assert f"wrote {out}" in result.stderr and result.stdout == ""
     text = out.read_text()
     lines = text.splitlines()
-    assert lines[0] == "### dlprof diff: `before` → `after`"
+    assert lines[0].startswith("- **A = before: ") and lines[1].startswith("- **B = after: ")
+    assert lines[2:4] == ["", "### dlprof diff: `before` → `after`"]
     assert (
         "**B is 25.0 % faster than A (unprofiled steps/s 2000.0 → 2500.0), data wait 0.20 → 0.04 ms per step**" in lines
     )
@@ -66,7 +73,11 @@ def test_json_schema(runs, tmp_path):
     result = invoke("diff", a, b, "--format", "json")
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
-    assert document["schema"] == "dlprof.diff/1"
+    assert document["schema"] == "dlprof.diff/1" and document["dlprof_version"] == __version__
+    for side, run in (("a", a), ("b", b)):  # each side leads with its own report's headline
+        assert document[side]["headline"] == json.loads(invoke("analyze", run, "--format", "json").stdout)["headline"]
+    headline = document["a"].pop("headline")
+    assert set(headline) == {"text", "change", "gain_pct", "basis"}
     assert document["a"] == {"name": "before", "trace_file": str(a / "host_1.1.pt.trace.json")}
     assert document["b"]["name"] == "after"
     assert document["settings_changed"] == {
@@ -147,10 +158,16 @@ def test_a_run_of_several_ranks_says_which_rank_it_compares(tmp_path):
     assert slowest == 1 and analyzed["run"]["trace_file"].endswith("rank1.json")
     text = invoke("diff", a, b)
     assert text.exit_code == 0, text.output
-    assert text.stdout.splitlines()[0] == (
+    assert text.stdout.splitlines()[3] == (
         f"dlprof diff: A = a  ({analyzed['run']['trace_file']}; rank 1 of 2: the slowest, which dlprof analyze reports)"
     )
     document = json.loads(invoke("diff", a, b, "--format", "json").stdout)
-    assert document["a"] == {"name": "a", "trace_file": analyzed["run"]["trace_file"], "rank": slowest, "ranks": 2}
+    assert document["a"] == {
+        "name": "a",
+        "trace_file": analyzed["run"]["trace_file"],
+        "headline": analyzed["headline"],
+        "rank": slowest,
+        "ranks": 2,
+    }
     markdown = invoke("diff", a, b, "--format", "markdown").stdout
     assert "B: `" + str(b / "rank1.json") + "`, rank 1 of 2: the slowest, which dlprof analyze reports" in markdown

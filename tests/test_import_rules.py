@@ -4,10 +4,11 @@
 1. No torch on the analyze path: no module of trace/, analysis/, advice/, report/, results/, nor the analyze and
    diff workflows, nor any dlprof module they import, imports torch; and importing them all leaves torch (and
    Ray, imported only for ``--ray``) out of ``sys.modules``.
-2. Renderers import results only: a module of report/ imports, of dlprof, only results/, errors and report/; and
-   results import only the bottom layer (results/, errors, schema, manifest).
+2. Renderers import results only: a module of report/ imports, of dlprof, only results/, core/errors and report/;
+   and results import only the bottom floor (results/, and core/'s errors, schema, manifest and version).
 3. trace/ and analysis/ never import capture/.
 4. No circles between dlprof's modules, and no arrow running back up between the floors.
+5. No module over 500 lines.
 
 Each rule is a function of a module graph (``{module: modules it imports}``), tested below on small graphs that break
 it, so that a rule that could never fail would fail here.
@@ -34,7 +35,7 @@ FLOORS = (
     ("advice",),
     ("report",),
     ("workflows", "integrations"),
-    ("cli", "dlprof", "__main__", "hf"),
+    ("cli", "cli_options", "dlprof", "__main__", "hf"),
 )
 FLOOR_OF = {room: level for level, rooms in enumerate(FLOORS) for room in rooms}
 #: The analyze path: these rooms, and these modules (``dlprof analyze`` and ``dlprof diff``, their output step).
@@ -45,6 +46,8 @@ TORCH_FREE_MODULES = (
     "dlprof.workflows.output",
     "dlprof.workflows.parallel",
 )
+#: No module of dlprof is longer (lines).
+MAX_MODULE_LINES = 500
 #: What a renderer may import of dlprof.
 RENDERER_MAY_IMPORT = ("dlprof.results", "dlprof.core.errors", "dlprof.report")
 #: What a result may import of dlprof: the bottom layer only.
@@ -263,6 +266,15 @@ def test_no_circles(graph):
 
 def test_no_arrow_runs_back_up(graph):
     assert back_arrows(graph) == []
+
+
+def test_no_module_is_over_the_size_of_one_room():
+    """A module over MAX_MODULE_LINES holds more than one job: split it along a seam (docs/ARCHITECTURE.md)."""
+    sizes = {
+        path.relative_to(REPO).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
+        for path in sorted(PACKAGE.rglob("*.py"))
+    }
+    assert {path: lines for path, lines in sizes.items() if lines > MAX_MODULE_LINES} == {}
 
 
 # --- each rule can fail ---------------------------------------------------------------------------------

@@ -28,7 +28,13 @@ def _manifest(rank: int, after: int) -> Manifest:
         epoch_start=(False,) * n,
         fork_probe=(False,) * n,
     )
-    return Manifest(MANIFEST_VERSION, status=schema.STATUS_COMPLETE, rank=rank, step_clock=clock, stopped_early=True)
+    return Manifest(
+        manifest_version=MANIFEST_VERSION,
+        status=schema.STATUS_COMPLETE,
+        rank=rank,
+        step_clock=clock,
+        stopped_early=True,
+    )
 
 
 def _recorded(monkeypatch, tmp_path, *manifests: Manifest):
@@ -36,7 +42,16 @@ def _recorded(monkeypatch, tmp_path, *manifests: Manifest):
         run_dir = request.out_dir / request.name
         paths = tuple(run_dir / f"h_{m.rank}.1{schema.TRACE_SUFFIX}" for m in manifests)
         return RecordResult(
-            run_dir, paths[0], schema.STATUS_COMPLETE, 0, None, 2, 0, True, trace_paths=paths, manifests=manifests
+            run_dir=run_dir,
+            trace_path=paths[0],
+            status=schema.STATUS_COMPLETE,
+            exit_code=0,
+            error=None,
+            steps_recorded=2,
+            workers_seen=0,
+            stopped_early=True,
+            trace_paths=paths,
+            manifests=manifests,
         )
 
     monkeypatch.setattr(record_module, "record", fake_record)
@@ -62,16 +77,22 @@ def test_ranks_that_timed_different_counts_are_given_as_a_range(monkeypatch, tmp
 
 def test_the_stop_message_says_that_trials_ran(monkeypatch, tmp_path):
     segments = tuple(
-        TrialSegment(n, False, r, 14 + 20 * i, 20) for i, (r, n) in enumerate([(0, 0), (0, 2), (1, 2), (1, 0)])
+        TrialSegment(num_workers=n, persistent_workers=False, round=r, first_step=14 + 20 * i, steps=20)
+        for i, (r, n) in enumerate([(0, 0), (0, 2), (1, 2), (1, 0)])
     )
-    manifest = replace(_manifest(0, after=12), trials=Trials((0, 2), 2, 10, segments=segments))
+    manifest = replace(
+        _manifest(0, after=12), trials=Trials(counts=(0, 2), rounds=2, trial_steps=10, segments=segments)
+    )
     result = _recorded(monkeypatch, tmp_path, manifest)
     assert result.exit_code == 0, result.output
     assert (
         "stopped training after the window and 12 unprofiled reference steps, then tried num_workers 0,2 in the"
         " training (4 segments in 2 rounds); add --run-to-end (without --try-workers) to let it train to its end"
     ) in result.stdout
-    cut = replace(manifest, trials=Trials((0, 2), 2, 10, segments=segments[:1], incomplete="the training ended"))
+    cut = replace(
+        manifest,
+        trials=Trials(counts=(0, 2), rounds=2, trial_steps=10, segments=segments[:1], incomplete="the training ended"),
+    )
     result = _recorded(monkeypatch, tmp_path / "cut", cut)
     assert "(1 segment in 1 round)" in result.stdout
     assert "dlprof: the trials are incomplete: the training ended" in result.stderr

@@ -188,15 +188,11 @@ def test_redact_option_offered(command):
 
 
 def test_sweep_request_carries_redact(tmp_path):
-    """``sweep`` shares ``--redact`` with ``record`` (``_record_options``): the request it builds asks for redacted
+    """``sweep`` shares ``--redact`` with ``record`` (``record_options``): the request it builds asks for redacted
     traces."""
-    import click
+    from dlprof.workflows.record import record_request
 
-    from dlprof.cli import _record_request, sweep
-
-    ctx = click.Context(sweep)
-    request = _record_request(
-        ctx,
+    request = record_request(
         out_dir=tmp_path,
         name="s",
         wait=1,
@@ -206,6 +202,8 @@ def test_sweep_request_carries_redact(tmp_path):
         run_to_end=False,
         loader_spans=True,
         command=("python", "train.py"),
+        cli_argv=("dlprof", "sweep"),
+        name_prefix="sweep-",
         redact=True,
     )
     assert request.redact is True

@@ -243,6 +243,11 @@ def test_sweep_with_launches_end_to_end(tmp_path, script):
     assert document["recommendation"]["from_run"] == 0
     assert document["best_measured"]["num_workers"] in (0, 1)
     assert document["held"] in (True, False, None)
+    # The sweep leads with its measured answer: the first count kept, or the fewest workers within 2 % of the best.
+    headline = document["headline"]
+    assert headline["basis"] == "measured"
+    assert headline["text"].startswith(("num_workers 0 -> 1: ", "keep num_workers=0"))
+    assert headline["change"] in ("num_workers 0 -> 1", None) and document["dlprof_version"]
 
     scalars = sweep_dir / "scalars"
     files = [p.name for p in scalars.iterdir()]

@@ -141,14 +141,17 @@ def test_too_few_steps_or_seconds_or_too_wide_a_spread_is_not_trusted():
 
 
 def test_combine_is_all_steps_over_all_time_and_the_range_of_the_parts():
-    a = Throughput(30.0, 60, 2.0, 1.0, transient_steps=4)
-    b = Throughput(33.0, 66, 2.0, 2.0, transient_steps=5)
+    a = Throughput(steps_per_s=30.0, steps=60, seconds=2.0, spread_pct=1.0, transient_steps=4)
+    b = Throughput(steps_per_s=33.0, steps=66, seconds=2.0, spread_pct=2.0, transient_steps=5)
     both = throughput.combine([a, b])
     assert both.steps_per_s == pytest.approx(126 / 4.0) and (both.steps, both.seconds) == (126, 4.0)
     assert both.spread_pct == pytest.approx(100 * 3.0 / 31.5) and both.transient_steps == 9
     assert both.trusted
     assert throughput.combine([a]) is a
-    assert throughput.combine([]) is None and throughput.combine([Throughput(0.0, 0, 0.0, 0.0)]) is None
+    assert (
+        throughput.combine([]) is None
+        and throughput.combine([Throughput(steps_per_s=0.0, steps=0, seconds=0.0, spread_pct=0.0)]) is None
+    )
 
 
 def test_whole_rounds_of_the_workers_delivery():

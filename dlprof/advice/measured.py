@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from dlprof.analysis.trials import label, predicted_on_basis
 from dlprof.results.advice import Prediction
-from dlprof.results.trials import BASIS_WHOLE_EPOCHS, TrialRun, TrialsResult
+from dlprof.results.trials import BASIS_WHOLE_EPOCHS, TrialSetting, TrialsResult
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Candidate:
     steps_per_s: float
     #: The tried setting this speed was measured at (the faster one, when a count was tried with and without
     #: persistent workers); None for a prediction.
-    run: TrialRun | None = None
+    run: TrialSetting | None = None
     #: The factor the prediction was scaled by (the model's measured error near this count); 1 when measured.
     scale: float = 1.0
 
@@ -44,12 +44,12 @@ class Candidate:
 def error_scale(trials: TrialsResult, recorded_persistent: bool) -> Callable[[int], float]:
     """measured / predicted as a function of ``num_workers`` (see the module's docstring); 1 where nothing tells."""
     points = sorted(
-        (run.num_workers, trials.measured(run) / run.predicted_steps_per_s)
+        (run.num_workers, measured / run.predicted_steps_per_s)
         for run in trials.runs
         if run.num_workers > 0
         and run.persistent_workers == recorded_persistent
         and run.predicted_steps_per_s
-        and trials.measured(run)
+        and (measured := trials.measured(run))
     )
 
     def scale(num_workers: int) -> float:

@@ -33,7 +33,7 @@ MAX_CANDIDATES = 64
 MIN_STEP_MS = 0.001
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EpochModel:
     """What an epoch boundary costs with workers that restart (``persistent_workers=False``)."""
 
@@ -46,7 +46,7 @@ class EpochModel:
     fork_cost_ms: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelInputs:
     """What the model needs from a run (ms per step or per batch); consumer and CPU times are unprofiled when known."""
 
@@ -80,7 +80,7 @@ def _raw(inputs: ModelInputs, num_workers: int) -> tuple[float, str]:
         handoff_cpu = 0.0 if inputs.cpu_includes_handoff else inputs.handoff_ms
         workers_cpu = inputs.batches_per_step * inputs.batch_cpu_ms + inputs.worker_send_ms
         bounds["cpu"] = (inputs.main_cpu_ms + handoff_cpu + workers_cpu) / inputs.usable_cores
-    bound = max(bounds, key=bounds.get)
+    bound = max(bounds, key=bounds.__getitem__)
     return bounds[bound], bound
 
 
@@ -121,7 +121,14 @@ def predict(inputs: ModelInputs, num_workers: int) -> Prediction:
     if inputs.epoch is not None:
         steps = inputs.epoch.steps_per_epoch
         epoch_rate = 1000 * steps / (steps * step_ms + restart) if steps > 0 else None
-    return Prediction(num_workers, step_ms, 1000 / step_ms, bound, epoch_rate, restart)
+    return Prediction(
+        num_workers=num_workers,
+        step_ms=step_ms,
+        steps_per_s=1000 / step_ms,
+        bound=bound,
+        epoch_steps_per_s=epoch_rate,
+        restart_ms=restart,
+    )
 
 
 def candidate_counts(inputs: ModelInputs) -> list[int]:

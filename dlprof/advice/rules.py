@@ -1,14 +1,17 @@
-"""Recommendations, each with the numbers from the run that justify it. Thresholds are named constants."""
+"""Recommendations, each with the numbers from the run that justify it: the input-bound verdict, the num_workers
+chosen on the predictions (or on the trials' measurements), and pin_memory, prefetch_factor and persistent_workers.
+Thresholds are named constants; what the model needs from the run is :mod:`dlprof.advice.inputs`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from dlprof.advice.inputs import model_inputs
 from dlprof.advice.measured import Candidate, candidates, persistent_comparison
 from dlprof.advice.measured import evidence as measured_evidence
-from dlprof.advice.model import EpochModel, ModelInputs, candidate_counts, memory_limit, predict
+from dlprof.advice.model import ModelInputs, candidate_counts, memory_limit, predict
 from dlprof.analysis.trials import label, with_predictions
-from dlprof.core.manifest import EPOCH_SETTLE_STEPS, Host, LoaderConfig, Manifest
+from dlprof.core.manifest import LoaderConfig, Manifest
 from dlprof.results.advice import RESTS_ON_MEASURED, RESTS_ON_PREDICTED, Advice, Prediction
 from dlprof.results.analysis import GpuStats, LoaderStats, StepBreakdown, UnprofiledStats
 from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS, TrialsResult
@@ -21,12 +24,9 @@ MODERATELY_INPUT_BOUND_PCT = 5.0
 WITHIN_BEST = 0.05
 #: Recommend the smallest num_workers within this fraction of the best, predicted or measured in the trials:
 #: WITHIN_BEST less what the speeds of two counts can stray from the user's own training without dlprof, in opposite
-#: directions, so that the count chosen stays within WITHIN_BEST of the best in truth (scripts/bench_advice.py).
-#: Trials against separate launches on the synthetic cases: p90 1.2-1.7 %, up to 2.6 %; at 5 %, I/O-heavy loading's 5
-#: workers, measured 0.4-0.9 % fast, came within 3-4 % of 6 workers measured 1.0-2.6 % slow, and were 5.9 % slower
-#: than them in truth. The model: at 5 %, io-loading recorded at 0 workers predicted 3 workers at 95.3 % of the
-#: plateau at 4-6 (88.5 against 92.8 steps/s) and recommended 3, which ran at 92.3 % of 4-6 without dlprof: a plateau
-#: bound by the main process drifts by several per cent on a shared machine, while the producers' bound at 3 does not.
+#: directions, so that the count chosen stays within WITHIN_BEST of the best in truth: a plateau bound by the main
+#: process drifts by a few per cent between launches, so a looser rule would chase noise (scripts/bench_advice.py;
+#: see docs/ARCHITECTURE.md#facts-the-code-relies-on).
 CHOOSE_WITHIN = 0.02
 #: Workers may use at most this share of the RAM available when the run was recorded (the model,
 #: optimizer state and the OS need the rest).
@@ -59,206 +59,6 @@ def verdict_of(data_wait_pct: float) -> str:
     return "NOT"
 
 
-def _model_inputs(
-    steps: StepBreakdown,
-    loader: LoaderStats | None,
-    gpu: GpuStats | None,
-    manifest: Manifest | None,
-    batches_per_step: float,
-    loads_in_main: bool | None,
-    unprofiled: UnprofiledStats | None,
-    basis: list[str],
-) -> ModelInputs | None:
-    """What the throughput model needs from this run; None when what a batch costs is unknown. Says in ``basis``
-    what each input rests on."""
-    host = manifest.host if manifest else None
-    cores, ram_mib = _share_of_machine(manifest, basis)
-    producer = _producer(steps, loader, host, batches_per_step, loads_in_main, unprofiled, basis)
-    if producer is None:
-        return None
-    batch_ms, batch_cpu_ms, handoff = producer
-    consumer, main_cpu_ms = _consumer(steps, loader, gpu, manifest, cores, batches_per_step, unprofiled, basis)
-    pss = [w.pss_mib_last for w in (loader.workers if loader else []) if w.worker >= 0 and w.pss_mib_last]
-    if not pss:
-        basis.append("worker memory unknown (no workers recorded): the memory bound is left out")
-    config = manifest.loader if manifest else None
-    recorded = config.num_workers if config else (0 if loads_in_main else None)
-    return ModelInputs(
-        consumer_ms=consumer,
-        batches_per_step=batches_per_step,
-        batch_ms=batch_ms,
-        batch_cpu_ms=batch_cpu_ms,
-        handoff_ms=handoff,
-        usable_cores=cores,
-        main_cpu_ms=main_cpu_ms,
-        worker_pss_mib=sum(pss) / len(pss) if pss else None,
-        available_ram_mib=ram_mib,
-        recorded_workers=recorded,
-        measured_step_ms=unprofiled.step_ms if unprofiled else None,
-        cpu_includes_handoff=bool(recorded),
-        epoch=_epoch_model(unprofiled, host, basis),
-        worker_send_ms=_worker_send_ms(loader, host, batches_per_step),
-    )
-
-
-def _share_of_machine(manifest: Manifest | None, basis: list[str]) -> tuple[int | None, float | None]:
-    """The usable cores and available RAM (MiB) of this rank: the machine's, shared among the ranks on it."""
-    host = manifest.host if manifest else None
-    cores = host.usable_cores if host else None
-    ram_mib = host.ram_available_mib if host else None
-    if cores is None:
-        basis.append("usable cores unknown (no dlprof manifest): the CPU bound is left out")
-    sharing = (manifest.local_world_size or 1) if manifest else 1
-    if sharing > 1 and cores is not None:
-        # Ranks on one machine share its cores and RAM: each rank's workers get their share.
-        cores = max(1, cores // sharing)
-        ram_mib = ram_mib / sharing if ram_mib else ram_mib
-        basis.append(
-            f"{sharing} ranks share this machine: {cores} usable core(s) and 1/{sharing} of the available RAM per rank"
-        )
-    return cores, ram_mib
-
-
-def _producer(
-    steps: StepBreakdown,
-    loader: LoaderStats | None,
-    host: Host | None,
-    batches_per_step: float,
-    loads_in_main: bool | None,
-    unprofiled: UnprofiledStats | None,
-    basis: list[str],
-) -> tuple[float, float, float] | None:
-    """What a batch costs to produce (wall and CPU ms) and the hand-off per step; None when unknown."""
-    if loader is not None:
-        batch_ms = max(0.0, loader.batch.mean_ms - loader.batch_runq_ms_mean)
-        batch_cpu_ms = loader.batch_cpu_ms_mean
-        basis.append("producer cost measured in the loader processes (dlprof spans)")
-        if loader.in_main_process and unprofiled is not None and steps.categories["data_wait"].mean_ms > 0:
-            # Loading in the main process ran under the profiler too (collate's tensor ops): scale it
-            # to the unprofiled steps' time in the DataLoader.
-            scale = min(1.0, unprofiled.wait_ms / steps.categories["data_wait"].mean_ms)
-            batch_ms, batch_cpu_ms = batch_ms * scale, batch_cpu_ms * scale
-        return batch_ms, batch_cpu_ms, _handoff_ms(loader, host, batches_per_step, basis)
-    if loads_in_main:
-        # Without spans, a num_workers=0 run's data wait is the loading itself.
-        batch_ms = (unprofiled.wait_ms if unprofiled else steps.categories["data_wait"].mean_ms) / batches_per_step
-        basis.append(
-            "no worker spans: producer cost taken from the data wait, assumed to be all CPU (record with dlprof record"
-            " to measure it)"
-        )
-        return batch_ms, batch_ms, 0.0
-    basis.append(
-        "no worker spans: what a batch costs to produce is unknown, so no num_workers can be predicted (record with"
-        " dlprof record)"
-    )
-    return None
-
-
-def _consumer(
-    steps: StepBreakdown,
-    loader: LoaderStats | None,
-    gpu: GpuStats | None,
-    manifest: Manifest | None,
-    cores: int | None,
-    batches_per_step: float,
-    unprofiled: UnprofiledStats | None,
-    basis: list[str],
-) -> tuple[float, float]:
-    """The step without data wait (ms), and the main process's CPU time per step (core-ms), loading left out."""
-    host = manifest.host if manifest else None
-    in_main = loader.batch_cpu_ms_mean * batches_per_step if (loader and loader.in_main_process) else 0.0
-    if unprofiled is not None:
-        basis.append(
-            f"consumer and main-process CPU time from {unprofiled.reference_steps} unprofiled reference steps "
-            "(means): what your training does without dlprof"
-        )
-        return unprofiled.consumer_ms, max(0.0, unprofiled.cpu_ms - in_main)
-    # The step without data wait, less the time the training thread waited for a core: how long the
-    # consumer takes on its own; contention for cores is the CPU bound's to model.
-    measured = manifest.main_process_cpu if manifest else None
-    runq = measured.runq_ms_per_step if measured else 0.0
-    consumer = max(0.0, steps.consumer_ms - runq)
-    basis.append(
-        "no unprofiled reference steps: predictions are of profiled steps, which the profiler slows (record with"
-        " dlprof record)"
-    )
-    if runq:
-        basis.append(f"the training thread waited {runq:.2f} ms per step for a core: left out of the consumer's time")
-    if measured:
-        basis.append("main process CPU time measured per step")
-        return consumer, max(0.0, measured.cpu_ms_per_step - in_main)
-    threads = 1 if gpu is not None else min((host.torch_threads if host else None) or cores or 1, cores or 1)
-    basis.append(f"main process CPU time not measured: assumed {threads} busy core(s) for the whole step")
-    return consumer, consumer * threads
-
-
-def _worker_send_ms(loader: LoaderStats | None, host: Host | None, batches_per_step: float) -> float:
-    """Per step with workers: the workers' CPU to send batches (tensors moved to shared memory), from this machine's
-    calibration."""
-    handoff = host.handoff if host else None
-    tensors = loader.tensors_per_batch if loader else 0.0
-    if handoff is None or handoff.worker_per_tensor_ms is None or not tensors:
-        return 0.0
-    return batches_per_step * ((handoff.worker_per_batch_ms or 0.0) + handoff.worker_per_tensor_ms * tensors)
-
-
-def _epoch_model(unprofiled: UnprofiledStats | None, host: Host | None, basis: list[str]) -> EpochModel | None:
-    epoch = unprofiled.epoch if unprofiled else None
-    if epoch is None or epoch.steps_per_epoch is None:
-        basis.append("epoch length unknown: predictions are for steps inside an epoch, worker restarts left out")
-        return None
-    startup = host.worker_startup if host else None
-    if epoch.restart_ms is not None and epoch.num_workers and not epoch.persistent_workers:
-        basis.append(
-            f"an epoch boundary (workers restarting) measured at {epoch.restart_ms:.0f} ms over"
-            f" {epoch.boundaries_measured} boundary(ies)"
-        )
-    elif not epoch.persistent_workers and epoch.fork_probe_ms is not None:
-        basis.append(
-            "worker restarts per epoch estimated from this machine's start-up calibration, the first batch, and the"
-            f" fork probe (forking once slowed the next {EPOCH_SETTLE_STEPS} steps by {epoch.fork_probe_ms:.0f} ms in"
-            " all); dlprof sweep measures them"
-        )
-    elif not epoch.persistent_workers:
-        basis.append(
-            "worker restarts per epoch estimated from this machine's start-up calibration and the first batch: a lower"
-            " bound (forking also slows the training process for a few steps after); dlprof sweep measures it"
-        )
-    return EpochModel(
-        steps_per_epoch=epoch.steps_per_epoch,
-        persistent_workers=epoch.persistent_workers,
-        restart_measured_ms=epoch.restart_ms if epoch.num_workers else None,
-        startup_fixed_ms=startup.fixed_ms if startup else None,
-        startup_per_worker_ms=startup.per_worker_ms if startup else None,
-        fork_cost_ms=epoch.fork_probe_ms,
-    )
-
-
-def _handoff_ms(loader: LoaderStats, host: Host | None, batches_per_step: float, basis: list[str]) -> float:
-    """What receiving ready batches from workers costs the main process per step, on an idle machine.
-
-    This machine's calibration (a worker's batches already waiting). The waits for ready batches that
-    a run with workers measured include contention (the worker's GIL, busy cores): those belong to
-    the CPU bound and the anchoring on the measured step, not to a fixed cost added to every count.
-    """
-    calibration = host.handoff if host else None
-    if calibration and loader.tensors_per_batch:
-        per_batch = calibration.per_batch_ms + calibration.per_tensor_ms * loader.tensors_per_batch
-        basis.append(
-            f"hand-off to the main process from this machine's calibration: {per_batch:.2f} ms per batch of"
-            f" {loader.tensors_per_batch:g} tensors"
-        )
-        return per_batch * batches_per_step
-    if not loader.in_main_process and loader.wait:
-        basis.append(
-            "hand-off to the main process as measured in the run (under load, an upper bound):"
-            f" {loader.wait.ready_ms_mean:.2f} ms per step"
-        )
-        return loader.wait.ready_ms_mean
-    basis.append("hand-off to the main process unknown: predictions with workers leave it out")
-    return 0.0
-
-
 def _choose(inputs: ModelInputs, predicted: list[Prediction], cpu_bound_loading: bool) -> tuple[int, str]:
     """The fewest workers within CHOOSE_WITHIN of the best throughput training gets (over whole epochs when known)."""
     allowed = predicted
@@ -286,7 +86,7 @@ def _choose(inputs: ModelInputs, predicted: list[Prediction], cpu_bound_loading:
     return chosen.num_workers, chosen.bound
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Choice:
     """The recommended count, the bound that sets it, and what it rests on."""
 
@@ -342,7 +142,14 @@ def _choose_with_trials(
         if steady is not None and in_epoch is not None and steady > in_epoch * (1 + WITHIN_BEST):
             bound = "worker restarts"  # another setting measured faster inside an epoch, not over whole ones
     rests_on = RESTS_ON_MEASURED if chosen.measured else RESTS_ON_PREDICTED
-    return _Choice(chosen.num_workers, bound, rests_on, trials.basis, chosen, best)
+    return _Choice(
+        num_workers=chosen.num_workers,
+        bound=bound,
+        rests_on=rests_on,
+        compared_on=trials.basis,
+        chosen=chosen,
+        best=best,
+    )
 
 
 def _choice(
@@ -361,7 +168,7 @@ def _choice(
         return None
     num_workers, bound = _choose(inputs, predicted, cpu_bound_loading)
     basis = BASIS_WHOLE_EPOCHS if predicted[0].epoch_steps_per_s is not None else BASIS_IN_EPOCH
-    return _Choice(num_workers, bound, RESTS_ON_PREDICTED, basis)
+    return _Choice(num_workers=num_workers, bound=bound, rests_on=RESTS_ON_PREDICTED, compared_on=basis)
 
 
 def advise(
@@ -374,8 +181,9 @@ def advise(
     unprofiled: UnprofiledStats | None = None,
     manifest_problems: tuple[str, ...] = (),
     trials: TrialsResult | None = None,
-) -> Advice:
-    """Recommend DataLoader settings for the run behind these statistics.
+) -> tuple[Advice, TrialsResult | None]:
+    """Recommend DataLoader settings for the run behind these statistics; and its trials, the model's predictions set
+    beside their measurements (None without trials).
 
     Args:
         loads_in_main: whether the run loaded batches in the main process (num_workers=0); None if unknown.
@@ -393,7 +201,7 @@ def advise(
     loader_config = manifest.loader if manifest else None
     verdict = verdict_of(steps.data_wait_pct)
     evidence = _speed_evidence(steps, verdict, unprofiled)
-    inputs = _model_inputs(steps, loader, gpu, manifest, batches_per_step, loads_in_main, unprofiled, basis)
+    inputs = model_inputs(steps, loader, gpu, manifest, batches_per_step, loads_in_main, unprofiled, basis)
     predicted = [predict(inputs, n) for n in candidate_counts(inputs)] if inputs is not None else []
     recorded_persistent = bool(loader_config is not None and loader_config.persistent_workers)
     if trials is not None:
@@ -402,9 +210,12 @@ def advise(
     choice = _choice(inputs, predicted, cpu_bound_loading, trials, recorded_persistent)
     num_workers = choice.num_workers if choice else None
     bound = choice.bound if choice else None
-    if choice is not None and inputs is not None and num_workers < len(predicted):
-        evidence += _num_workers_evidence(inputs, predicted, num_workers, bound, loader_config, choice.chosen is None)
+    if choice is not None and inputs is not None and choice.num_workers < len(predicted):
+        evidence += _num_workers_evidence(
+            inputs, predicted, choice.num_workers, bound, loader_config, choice.chosen is None
+        )
     if choice is not None and choice.chosen is not None:
+        assert trials is not None and choice.best is not None  # a choice among the trials names the best one too
         evidence += measured_evidence(trials, choice.chosen, choice.best, CHOOSE_WITHIN, trials_tried(manifest))
     if loader is not None:
         evidence.append(
@@ -416,10 +227,20 @@ def advise(
     persistent = _persistent_from_trials(trials, num_workers, loader_config, evidence)
     if persistent is _UNDECIDED:
         persistent = _persistent_workers(manifest, loader_config, inputs, predicted, num_workers, evidence)
-    if bound == "worker restarts":
+    if choice is not None and bound == "worker restarts":
         evidence.append(_restarts_line(predicted, choice, trials))
     evidence += _tokenizer_evidence(loader)
-    advice = Advice(verdict, num_workers, pin_memory, prefetch, persistent, bound, predicted, evidence, basis)
+    advice = Advice(
+        verdict=verdict,
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        prefetch_factor=prefetch,
+        persistent_workers=persistent,
+        bound=bound,
+        predicted=predicted,
+        evidence=evidence,
+        basis=basis,
+    )
     # The model's own pick, the trials left out: the same choice when there were none.
     model = choice if trials is None else _choice(inputs, predicted, cpu_bound_loading, None, recorded_persistent)
     advice = replace(
@@ -428,7 +249,7 @@ def advise(
         compared_on=choice.compared_on if choice else None,
         model_num_workers=model.num_workers if model else None,
     )
-    return replace(advice, trainer_arguments=trainer_arguments(advice, loader_config))
+    return replace(advice, trainer_arguments=trainer_arguments(advice, loader_config)), trials
 
 
 def trials_tried(manifest: Manifest | None) -> tuple[int, ...]:
@@ -439,10 +260,12 @@ def trials_tried(manifest: Manifest | None) -> tuple[int, ...]:
 def _restarts_line(predicted: list[Prediction], choice: _Choice, trials: TrialsResult | None) -> str:
     """Why fewer workers win over whole epochs: more would be faster inside an epoch, if they did not restart."""
     if choice.chosen is not None and choice.chosen.run is not None and trials is not None:
-        fastest = max((r for r in trials.runs if r.steps_per_s is not None), key=lambda r: r.steps_per_s)
+        speed, fastest = max(
+            ((r.steps_per_s, r) for r in trials.runs if r.steps_per_s is not None), key=lambda pair: pair[0]
+        )
         return (
             "restarting workers at every epoch costs more than they save: inside an epoch,"
-            f" {label(fastest.num_workers, fastest.persistent_workers)} measured {fastest.steps_per_s:.2f} steps/s;"
+            f" {label(fastest.num_workers, fastest.persistent_workers)} measured {speed:.2f} steps/s;"
             " with persistent_workers=True it keeps its workers"
         )
     steady_best = min(predicted, key=lambda p: p.step_ms)

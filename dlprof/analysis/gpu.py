@@ -45,7 +45,8 @@ def gpu_stats(run: TraceRun) -> GpuStats | None:
             i = bisect.bisect_left(gpu_starts, gap_end)
             if i >= len(run.gpu):
                 continue
-            launched = launch_by_correlation.get(run.gpu[i].correlation)
+            correlation = run.gpu[i].correlation
+            launched = None if correlation is None else launch_by_correlation.get(correlation)
             if launched is not None and launched > gap_start:
                 launch_wait.append((gap_start, min(launched, gap_end)))
         launch_wait = union(launch_wait)

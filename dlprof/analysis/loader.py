@@ -24,18 +24,21 @@ def _inside(span: LoaderSpan, outer: LoaderSpan | None) -> bool:
     return outer is not None and outer.start_us <= span.start_us and span.end_us <= outer.end_us
 
 
+def _first(spans: list[LoaderSpan] | None) -> LoaderSpan | None:
+    return spans[0] if spans else None
+
+
 def _batch_costs(spans: list[LoaderSpan]) -> list[BatchCost]:
     by_batch: dict[tuple, dict[str, list[LoaderSpan]]] = defaultdict(lambda: defaultdict(list))
     for span in spans:
         by_batch[(span.pid, span.batch)][span.name].append(span)
     costs = []
     for (pid, key), named in by_batch.items():
-        whole = named.get(schema.SPAN_BATCH)
-        if not whole:
+        whole = _first(named.get(schema.SPAN_BATCH))
+        if whole is None:
             continue  # a batch that failed or was cut by the window
-        whole = whole[0]
-        fetch = (named.get(schema.SPAN_FETCH) or [None])[0]
-        collate = (named.get(schema.SPAN_COLLATE) or [None])[0]
+        fetch = _first(named.get(schema.SPAN_FETCH))
+        collate = _first(named.get(schema.SPAN_COLLATE))
         tokens = named.get(schema.SPAN_TOKENIZER, [])
         tok_in_fetch = [t for t in tokens if _inside(t, fetch)]
         tok_in_collate = [t for t in tokens if _inside(t, collate)]
@@ -87,12 +90,11 @@ def _memory(run: TraceRun) -> dict[int, tuple[float, float | None]]:
 
 def _wait_stats(run: TraceRun, costs: list[BatchCost]) -> WaitStats | None:
     ready_at = {c.batch: c.end_us for c in costs}
-    linked = [c for c in run.next_calls if c.batch in ready_at]
+    linked = [(c, ready_at[c.batch]) for c in run.next_calls if c.batch is not None and c.batch in ready_at]
     if not linked or not run.steps:
         return None
     not_ready = ready = 0.0
-    for call in linked:
-        produced = ready_at[call.batch]
+    for call, produced in linked:
         waiting_for_production = min(max(produced - call.start_us, 0.0), call.dur_us)
         not_ready += waiting_for_production
         ready += call.dur_us - waiting_for_production

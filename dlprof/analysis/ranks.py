@@ -7,7 +7,7 @@ collectives and the rest, its *own* work; the rank with the most own work per st
 others wait for, and what each other rank spends in collectives beyond that rank's own collective
 time is waiting for it.
 
-For a job of many ranks, :func:`summarize_ranks` sums the ranks up (``RankSummary``): how step time, data
+For a job of many ranks, :func:`summarize_ranks` sums the ranks up (``JobSummary``): how step time, data
 wait and collectives spread over them, the few slowest ranks with why and who waited for each, the ranks
 by machine, and the data of the HTML report's histogram and heat map.
 """
@@ -24,12 +24,12 @@ from dlprof.core.errors import display
 from dlprof.results.analysis import (
     DATA_REASON_SHARE,
     HistogramBin,
+    JobSummary,
     LoaderStats,
     NodeGroup,
     RankComparison,
     RankSpread,
     RankStats,
-    RankSummary,
     SlowRank,
     StepBreakdown,
     StepHeatMap,
@@ -54,7 +54,7 @@ def collective_ms_per_step(run: TraceRun) -> tuple[float, list[str]]:
     by_kind: dict[str, float] = {}
     for c in run.collectives:
         by_kind[c.name] = by_kind.get(c.name, 0.0) + c.dur_us
-    return total_us / 1000 / len(run.steps), sorted(by_kind, key=by_kind.get, reverse=True)
+    return total_us / 1000 / len(run.steps), sorted(by_kind, key=by_kind.__getitem__, reverse=True)
 
 
 def rank_stats(
@@ -119,7 +119,15 @@ def compare_ranks(rows: list[RankStats]) -> RankComparison:
     slowest = min(rows, key=slowness)
     extra_wait, _, reason = _excess(slowest, rows)
     waited = {r.rank: max(0.0, r.collective_ms - slowest.collective_ms) for r in rows if r.rank != slowest.rank}
-    return RankComparison(rows, slowest.rank, reason, extra_wait, waited, collectives, summarize_ranks(rows))
+    return RankComparison(
+        ranks=rows,
+        slowest_rank=slowest.rank,
+        slowest_reason=reason,
+        extra_data_wait_ms=extra_wait,
+        waited_ms=waited,
+        collectives=collectives,
+        summary=summarize_ranks(rows),
+    )
 
 
 def _spread(rows: Sequence[RankStats], value) -> RankSpread:
@@ -141,13 +149,13 @@ def _slow_rank(row: RankStats, rows: Sequence[RankStats]) -> SlowRank:
     }
     values = list(waits.values())
     return SlowRank(
-        row,
-        reason,
-        extra_wait,
-        extra_own,
-        tuple(sorted(waits)),
-        sum(values) / len(values) if values else None,
-        max(values) if values else None,
+        stats=row,
+        reason=reason,
+        extra_data_wait_ms=extra_wait,
+        extra_own_ms=extra_own,
+        waited_by=tuple(sorted(waits)),
+        waited_ms_mean=sum(values) / len(values) if values else None,
+        waited_ms_max=max(values) if values else None,
     )
 
 
@@ -160,11 +168,11 @@ def _nodes(rows: Sequence[RankStats]) -> list[NodeGroup]:
         slowest = min(members, key=slowness)
         groups.append(
             NodeGroup(
-                host,
-                tuple(r.rank for r in members),
-                statistics.median(r.step_ms for r in members),
-                slowest.rank,
-                slowest.own_ms,
+                host=host,
+                ranks=tuple(r.rank for r in members),
+                step_ms_p50=statistics.median(r.step_ms for r in members),
+                slowest_rank=slowest.rank,
+                slowest_own_ms=slowest.own_ms,
             )
         )
     return sorted(groups, key=lambda g: (-g.slowest_own_ms, g.ranks[0]))
@@ -191,19 +199,19 @@ def _heat_map(rows: Sequence[RankStats]) -> StepHeatMap:
         cells.append(tuple(by_step.get(number) for number in steps))
     known = [v for row in cells for v in row if v is not None]
     return StepHeatMap(
-        tuple(r.rank for r in rows),
-        tuple(steps),
-        tuple(cells),
-        min(known, default=0.0),
-        max(known, default=0.0),
+        ranks=tuple(r.rank for r in rows),
+        steps=tuple(steps),
+        step_ms=tuple(cells),
+        lo_ms=min(known, default=0.0),
+        hi_ms=max(known, default=0.0),
     )
 
 
-def summarize_ranks(rows: Sequence[RankStats]) -> RankSummary:
+def summarize_ranks(rows: Sequence[RankStats]) -> JobSummary:
     """The ranks summed up (at least one): the spread of step time, data wait and collectives over them, the
     :data:`SLOWEST_RANKS` slowest with why and who waited for each, the ranks by machine, and the pictures' data."""
     rows = sorted(rows, key=lambda r: r.rank)
-    return RankSummary(
+    return JobSummary(
         step=_spread(rows, lambda r: r.step_ms),
         data_wait=_spread(rows, lambda r: r.data_wait_ms),
         collectives=_spread(rows, lambda r: r.collective_ms),

@@ -25,8 +25,8 @@ from dlprof.trace.run import TraceRun
 
 
 @dataclass(frozen=True)
-class Segment:
-    """A stretch of one step's time assigned to one category (for timelines)."""
+class TimelineBar:
+    """A stretch of one step's time assigned to one category, as a timeline draws it."""
 
     category: str
     start_us: float
@@ -64,44 +64,44 @@ def _timelines(
     return claims, Timeline(near(run.backward)), Timeline(near(run.host_ops))
 
 
-def step_segments(run: TraceRun, first: int, count: int) -> list[Segment]:
-    """Category segments of ``count`` consecutive steps from step index ``first``, in time order."""
+def step_bars(run: TraceRun, first: int, count: int) -> list[TimelineBar]:
+    """Category bars of ``count`` consecutive steps from step index ``first``, in time order."""
     shown = run.steps[first : first + count]
     claims, backward, host = _timelines(
         run, shown[0].start_us, shown[-1].end_us
     )  # a few steps need only their own events
-    segments = []
+    bars = []
     for step in shown:
         for category, intervals in _assign(step.start_us, step.end_us, claims, backward, host).items():
-            segments += [Segment(category, s, e) for s, e in intervals]
-    return sorted(segments, key=lambda g: g.start_us)
+            bars += [TimelineBar(category, s, e) for s, e in intervals]
+    return sorted(bars, key=lambda g: g.start_us)
 
 
-def segments_between(run: TraceRun, lo_us: float, hi_us: float) -> list[Segment]:
-    """Category segments of the steps that overlap ``[lo_us, hi_us]`` (the trace's clock), clipped to it."""
+def bars_between(run: TraceRun, lo_us: float, hi_us: float) -> list[TimelineBar]:
+    """Category bars of the steps that overlap ``[lo_us, hi_us]`` (the trace's clock), clipped to it."""
     shown = [step for step in run.steps if step.end_us > lo_us and step.start_us < hi_us]
     if not shown:
         return []
     claims, backward, host = _timelines(run, shown[0].start_us, shown[-1].end_us)
-    segments = []
+    bars = []
     for step in shown:
         for category, intervals in _assign(step.start_us, step.end_us, claims, backward, host).items():
-            segments += [
-                Segment(category, max(s, lo_us), min(e, hi_us)) for s, e in intervals if e > lo_us and s < hi_us
+            bars += [
+                TimelineBar(category, max(s, lo_us), min(e, hi_us)) for s, e in intervals if e > lo_us and s < hi_us
             ]
-    return sorted(segments, key=lambda g: g.start_us)
+    return sorted(bars, key=lambda g: g.start_us)
 
 
-def segments_by_step(run: TraceRun, count: int) -> list[tuple[Segment, ...]]:
-    """The category segments of each of the first ``count`` steps, unclipped, in the order
-    :func:`segments_between` meets them: clipping them to a stretch gives what it gives for that stretch."""
+def bars_by_step(run: TraceRun, count: int) -> list[tuple[TimelineBar, ...]]:
+    """The category bars of each of the first ``count`` steps, unclipped, in the order
+    :func:`bars_between` meets them: clipping them to a stretch gives what it gives for that stretch."""
     shown = run.steps[:count]
     if not shown:
         return []
     claims, backward, host = _timelines(run, shown[0].start_us, shown[-1].end_us)
     return [
         tuple(
-            Segment(category, s, e)
+            TimelineBar(category, s, e)
             for category, intervals in _assign(step.start_us, step.end_us, claims, backward, host).items()
             for s, e in intervals
         )
@@ -127,9 +127,9 @@ def step_breakdown(run: TraceRun) -> StepBreakdown:
         spent = {c: total(taken[c]) / 1000 for c in CATEGORIES}
         steps.append(
             StepTime(
-                step.number,
-                step.start_us,
-                (step.end_us - step.start_us) / 1000,
+                number=step.number,
+                start_us=step.start_us,
+                step_ms=(step.end_us - step.start_us) / 1000,
                 **{f"{c}_ms": spent[c] for c in CATEGORIES},
             )
         )

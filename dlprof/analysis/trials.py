@@ -25,8 +25,8 @@ The trials trained on after the reference steps, switching the training DataLoad
      the previous workers down and start new ones as an epoch boundary does (the switch falls in the segment's
      first step); without steady steps to measure against, from the switches' timings: the median time from creating
      the iterator to its first batch plus the median time to shut its workers down when the trials left it, a rough
-     estimate (part of that first batch is made while training would have waited for it anyway: in an I/O-bound
-     check it came out twice the restart measured at epoch boundaries at one worker);
+     estimate that errs high, because part of that first batch is made while training would have waited for it
+     anyway (docs/ARCHITECTURE.md#facts-the-code-relies-on);
   4. persistent workers: the wait for an epoch's first batch, which the workers, alive, make from scratch: a step's
      batches made by ``num_workers`` workers in parallel, ``ceil(batches per step / num_workers)`` batch times, at the
      batch time measured in the loader processes; without worker spans, the switches' wait for the first batch less
@@ -51,7 +51,7 @@ from dlprof.core import throughput
 from dlprof.core.manifest import EPOCH_SETTLE_STEPS, LoaderConfig, Manifest, StepClock, Trials, TrialSegment
 from dlprof.results.advice import Prediction
 from dlprof.results.analysis import LoaderStats, Throughput
-from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS, TrialRun, TrialsResult
+from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS, TrialSetting, TrialsResult
 
 #: A DataLoader setting tried: (num_workers, persistent_workers).
 Setting = tuple[int, bool]
@@ -76,7 +76,7 @@ def switched_loader(manifest: Manifest) -> LoaderConfig | None:
 # ------------------------------------------------------------------------------------ one segment
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Piece:
     """A stretch of a segment between two pauses: steps ``start`` to ``stop`` of the step clock, ``left_out`` of them
     the transient after the pause at ``start`` (an epoch start when ``boundary``, else the switch)."""
@@ -109,7 +109,7 @@ def _pieces(clock: StepClock, segment: TrialSegment, queues: tuple[int, int], bu
         left, surplus_left = throughput.transient(*args)
         if segment.num_workers and (k == 0 or not segment.persistent_workers):
             left = max(left, min(EPOCH_SETTLE_STEPS, b - a))  # workers were started: forking slows the next steps
-        pieces.append(_Piece(a, b, left, k > 0, surplus_left))
+        pieces.append(_Piece(start=a, stop=b, left_out=left, boundary=k > 0, surplus_left=surplus_left))
     return pieces
 
 
@@ -253,7 +253,7 @@ _RESTART_NOTES = {
 
 
 def _notes(
-    trials: Trials, runs: list[TrialRun], sources: dict[Setting, str | None], rounds: int, basis: str
+    trials: Trials, runs: list[TrialSetting], sources: dict[Setting, str | None], rounds: int, basis: str
 ) -> list[str]:
     notes = list(trials.notes)
     if trials.incomplete:
@@ -302,9 +302,9 @@ def trials_result(
         batches_per_step: the run's batches per training step (the queue's length in steps, the epoch's in steps).
         loader: the loader's statistics (its batch time estimates a persistent worker's first batch of an epoch).
     """
-    trials = manifest.trials if manifest is not None else None
-    if trials is None or not len(manifest.step_clock):
+    if manifest is None or manifest.trials is None or not len(manifest.step_clock):
         return None
+    trials = manifest.trials
     clock = manifest.step_clock
     config = switched_loader(manifest)
     prefetch = config.prefetch_factor if config else None
@@ -331,7 +331,7 @@ def trials_result(
         restart = _restart(setting, pauses, switched_to, shutdowns.get(setting, []), loader, batches_per_step)
         sources[setting] = restart.source
         runs.append(
-            TrialRun(
+            TrialSetting(
                 num_workers=setting[0],
                 persistent_workers=setting[1],
                 speed=speed,
@@ -348,7 +348,7 @@ def trials_result(
     basis = BASIS_WHOLE_EPOCHS if whole else BASIS_IN_EPOCH
     rounds = _complete_rounds(trials)
     notes = _notes(trials, runs, sources, rounds, basis)
-    return TrialsResult(rounds, trials.rounds, basis, tuple(runs), tuple(notes))
+    return TrialsResult(rounds=rounds, rounds_planned=trials.rounds, basis=basis, runs=tuple(runs), notes=tuple(notes))
 
 
 def predicted_on_basis(

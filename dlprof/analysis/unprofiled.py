@@ -37,9 +37,8 @@ from dlprof.core.manifest import (
 from dlprof.results.analysis import EpochStats, PageFaults, Throughput, UnprofiledStats
 
 #: The main process's page faults make its speed volatile when its kernel time is at least this share of the step
-#: and it takes at least :data:`VOLATILE_FAULTS` faults per step. Measured on the built-in LoRA workload on CPU: glibc's
-#: malloc took 2,000-10,800 faults per step, 5-24 ms of kernel time in a 65 ms step, at a level each launch settled on
-#: by chance (launches 19 % apart); with fixed thresholds, ~0 faults and 0.2 ms.
+#: and it takes at least :data:`VOLATILE_FAULTS` faults per step: glibc's malloc settles on a fault level by chance at
+#: each launch, enough to set launches apart (docs/ARCHITECTURE.md#facts-the-code-relies-on).
 VOLATILE_SYS_PCT = 5.0
 VOLATILE_FAULTS = 1000
 #: Unprofiled steps before the window that give a page-fault level (the first, start-up, left out).
@@ -106,7 +105,7 @@ def _left_out(clock: StepClock, segment: range, queue: int, workers: int, busy_a
     return min(transient, len(segment)), surplus_left
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Steady:
     """The steady reference steps, by segment (indices into the step clock, each segment's in whole rounds of the
     workers' delivery), the steps left out at each segment's first step, the round's steps, and whether the
@@ -143,14 +142,16 @@ def _steady(manifest: Manifest) -> _Steady:
         kept = list(segment[skip:])
         segments.append(kept[: throughput.whole_periods(len(kept), period)])
         surplus_left.append(surplus)
-    return _Steady(segments, left_out, period, whole is not None, surplus_left)
+    return _Steady(
+        segments=segments, left_out=left_out, period=period, whole_epochs=whole is not None, surplus_left=surplus_left
+    )
 
 
 def _speed(clock: StepClock, steady: _Steady) -> Throughput | None:
     """All the steady steps over all their time, with the steps left out. The spread: over whole epochs, the range
     of the epochs' own steady rates (each epoch has every batch length once, so its parts would differ by the
-    lengths they drew: 10 consecutive steps of the built-in workload stray 29 % from its long-run rate at p90,
-    scripts/measure_variation.py); else the range of the steady steps' sub-windows."""
+    lengths they drew, far more than the epochs differ: scripts/measure_variation.py); else the range of the steady
+    steps' sub-windows."""
     walls = [[clock.wall_ms[i] for i in segment] for segment in steady.segments]
     surpluses = [
         _surplus(clock, segment, steady.period) if left else 0.0
@@ -197,8 +198,8 @@ def _whole_epoch_speed(clock: StepClock, whole: range | None) -> Throughput | No
     if whole is None:
         return None
     starts = [i for i in whole if _flagged(clock.epoch_start, i)] + [whole.stop]
-    epochs = [throughput.measure(clock.wall_ms[a:b]) for a, b in zip(starts, starts[1:])]
-    epochs = [e for e in epochs if e is not None]
+    measured = [throughput.measure(clock.wall_ms[a:b]) for a, b in zip(starts, starts[1:])]
+    epochs = [e for e in measured if e is not None]
     if len(epochs) == 1:  # one epoch: its sub-windows differ by the restart in the first; no spread is known
         return replace(epochs[0], spread_pct=0.0, trusted=throughput.enough(epochs[0].steps, epochs[0].seconds))
     return throughput.combine(epochs)
@@ -261,7 +262,7 @@ def _epoch_stats(
 
 def _settling_profiled(clock: StepClock) -> list[float]:
     """The profiled steps' wall times, but those settling after an epoch start or the fork probe."""
-    near = set()
+    near: set[int] = set()
     for i in range(len(clock)):
         if _flagged(clock.epoch_start, i) or _flagged(clock.fork_probe, i):
             near.update(range(i, i + EPOCH_SETTLE_STEPS))

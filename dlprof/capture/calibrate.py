@@ -3,8 +3,8 @@
 The hand-off is what the main process pays to receive a ready batch.
 
 A batch a worker produced reaches the main process through a queue; each tensor in it is passed as
-a shared-memory file descriptor, fetched over a socket from the worker. That costs ~1 ms per batch
-and more per tensor on a small VM, and a run recorded with ``num_workers=0`` cannot show it. So
+a shared-memory file descriptor, fetched over a socket from the worker. That costs enough per batch, and more
+per tensor, to matter on a small VM, and a run recorded with ``num_workers=0`` cannot show it. So
 ``dlprof record`` measures it once, after training: one worker fills its prefetch queue, then the
 main process times ``__next__`` on batches that are already waiting, for batches of 1 and of
 :data:`MANY_TENSORS` tensors.
@@ -15,9 +15,11 @@ from __future__ import annotations
 import multiprocessing
 import statistics
 import time
+from typing import cast
 
 import torch
 from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 MANY_TENSORS = 4
 #: Batches timed per size (the worker prefetches them all before timing starts).
@@ -60,10 +62,11 @@ def _ready_next_ms(tensors: int) -> tuple[float, float]:
         timeout=WORKER_TIMEOUT_S,
         sampler=range(2 * TIMED_BATCHES + 4),
     )
-    iterator = iter(loader)
+    iterator = cast(_MultiProcessingDataLoaderIter, iter(loader))  # num_workers=1: the worker's iterator
     next(iterator)  # the worker is up
     time.sleep(FILL_S)
     worker = iterator._workers[0].pid
+    assert worker is not None  # a started process has its pid
     worker_cpu = _process_cpu_ms(worker)
     timings = []
     for _ in range(TIMED_BATCHES):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from dlprof.capture.memory import MemorySample, MemorySampler
+from dlprof.capture.memory import MemoryReading, MemorySampler
 from dlprof.capture.session import SESSION_ENV, SIGNALLED_PREFIX
 from dlprof.core.errors import InputError, UsageError
 
@@ -108,7 +108,8 @@ def _children() -> set[tuple[int, float]]:
 def _end_leftovers(earlier: set[tuple[int, float]]) -> None:
     """Terminate (then kill) any process still descending from us that the command started: no worker outlives the
     record. The caller's own children from before the command (``earlier``), and theirs, are left alone: a notebook's,
-    or the fork server and resource tracker of multiprocessing, which ``dlprof analyze --jobs`` starts and reuses."""
+    or the fork server and resource tracker of multiprocessing, which ``dlprof analyze --processes`` starts and
+    reuses."""
     leftovers = []
     for process in psutil.Process().children():
         try:
@@ -189,7 +190,7 @@ def _wait(child: subprocess.Popen, signals: _Signals, scratch: Path) -> int:
 
 def run_child(
     argv: list[str], env: dict, memory_interval_ms: int, scratch: Path
-) -> tuple[int, list[MemorySample], int | None]:
+) -> tuple[int, list[MemoryReading], int | None]:
     """Run the command to its end; returns its exit code (as a shell reports it), the memory samples, and the signal
     that stopped dlprof, if one did."""
     _become_subreaper()

@@ -244,6 +244,7 @@ def _write_rank(
 ) -> tuple[Path, Manifest]:
     """Merge one rank's recording into its trace file (redacted when asked), and return the file and its manifest."""
     scratch = inputs.session_dir
+    assert result.trace_file is not None  # only ranks that exported a trace are written (_traced_results)
     try:
         kineto = orjson.loads((scratch / result.trace_file).read_bytes())
     except (OSError, orjson.JSONDecodeError) as error:  # written in part: the disk filled up during the export
@@ -286,7 +287,7 @@ def _record_result(run_dir: Path, traces: list[tuple[Path, Manifest]], exit_code
         error=next(
             (f"rank {m.rank}: {m.error}" if len(manifests) > 1 else m.error for m in manifests if m.error), None
         ),
-        steps_recorded=min(m.steps.recorded for m in manifests),
+        steps_recorded=min(m.steps.recorded for m in manifests if m.steps is not None),  # the merge sets steps
         workers_seen=sum(len({(w.loader, w.worker_id) for w in m.workers}) for m in manifests),
         stopped_early=all(m.stopped_early for m in manifests),
         trace_paths=tuple(path for path, _ in traces),

@@ -17,19 +17,15 @@ import psutil
 
 from dlprof.results.record import DEFAULT_MEMORY_INTERVAL_MS
 
-#: Most of the time the sampler may spend reading. USS and PSS come from /proc/<pid>/smaps_rollup, which
-#: walks the process's page tables under its memory-map lock: ~20 ms for a training process with torch
-#: and transformers loaded, the same for each forked worker. Read every 100 ms, that took ~60 % of a core
-#: on 2 cores and made the training's steps 40 % slower. So one process is read at a time (the one read
-#: longest ago, a new worker first), and the period grows with the measured cost. At 2 % of a core (and psutil's
-#: scan of every process on the machine each round, 1.1 ms), a loader-bound training at 4 workers on 2 cores ran
-#: 3.2 % slower under dlprof after the window, 1.5 % with no sampling (medians of 6 interleaved pairs); a worker's
-#: memory changes over seconds, not milliseconds.
+#: Most of the time the sampler may spend reading: USS and PSS come from /proc/<pid>/smaps_rollup, which walks a
+#: process's page tables under its memory-map lock, slowly enough that frequent readings slow the training, so one
+#: process is read at a time (the one read longest ago, a new worker first) and the period grows with the cost of a
+#: reading, while a worker's memory changes over seconds (docs/ARCHITECTURE.md#facts-the-code-relies-on).
 MAX_DUTY_FRACTION = 0.005
 
 
-@dataclass(frozen=True)
-class MemorySample:
+@dataclass(frozen=True, kw_only=True)
+class MemoryReading:
     """One reading of one process."""
 
     time_ns: int
@@ -41,8 +37,8 @@ class MemorySample:
 
 def descendants(pid: int) -> list[int] | None:
     """Every process under ``pid``, from the kernel's list of each thread's children (``/proc/PID/task/TID/children``):
-    0.24 ms for a training process with 4 workers, against 1.1 ms for psutil's scan of every process on the machine
-    (measured), repeated every round. None where the kernel keeps no such list."""
+    a fraction of the cost of psutil's scan of every process on the machine, which matters because it is repeated
+    every round. None where the kernel keeps no such list."""
     found: list[int] = []
     todo = [pid]
     while todo:
@@ -73,7 +69,7 @@ class MemorySampler:
     def __init__(self, root_pid: int, interval_ms: int = DEFAULT_MEMORY_INTERVAL_MS):
         self.root_pid = root_pid
         self.interval_s = interval_ms / 1000
-        self.samples: list[MemorySample] = []
+        self.samples: list[MemoryReading] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dlprof-memory", daemon=True)
         self._processes: dict[int, psutil.Process] = {}
@@ -82,7 +78,7 @@ class MemorySampler:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> list[MemorySample]:
+    def stop(self) -> list[MemoryReading]:
         self._stop.set()
         self._thread.join()
         return self.samples
@@ -104,8 +100,8 @@ class MemorySampler:
 
     def _pause(self, root: psutil.Process, seconds: float) -> None:
         """Wait ``seconds`` between readings, or until a process never read appears (looked for every interval, from
-        the kernel's lists, 0.24 ms): a reading of 20 ms waits 4 s at :data:`MAX_DUTY_FRACTION`, longer than the
-        workers of a short epoch live."""
+        the kernel's lists, which are cheap): a slow reading backs off to seconds at :data:`MAX_DUTY_FRACTION`, longer
+        than the workers of a short epoch live."""
         left = seconds
         while left > 0:
             step = min(self.interval_s, left)
@@ -147,5 +143,13 @@ class MemorySampler:
         except psutil.Error:
             return False, unread_left  # exited between listing and reading
         if info.rss:  # a process that is exiting (or a zombie) reads as all zeros
-            self.samples.append(MemorySample(now, known.pid, info.uss, getattr(info, "pss", info.uss), info.rss))
+            self.samples.append(
+                MemoryReading(
+                    time_ns=now,
+                    pid=known.pid,
+                    uss_bytes=info.uss,
+                    pss_bytes=getattr(info, "pss", info.uss),
+                    rss_bytes=info.rss,
+                )
+            )
         return True, unread_left

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import orjson
 
-from dlprof.capture.memory import MemorySample
+from dlprof.capture.memory import MemoryReading
 from dlprof.capture.session import spans_dir_of
-from dlprof.capture.spanfile import NextCall, SpanFiles, read_span_files
+from dlprof.capture.spanfile import NextCallRecord, SpanFiles, read_span_files
 from dlprof.core import schema
 from dlprof.core.manifest import (
     MANIFEST_VERSION,
@@ -38,10 +38,11 @@ from dlprof.core.manifest import (
 from dlprof.results.record import ClockReading, RankResult
 
 #: A main-process ``__next__`` span dlprof measured and the Kineto event inside it are matched when
-#: Kineto's event lies within ours give or take this much (Kineto's ts are µs with ns decimals; its op
-#: timestamps land 2-4 µs inside a ``time_ns()`` read taken just before: docs/ARCHITECTURE.md, facts).
+#: Kineto's event lies within ours give or take this much (Kineto's ts are µs with ns decimals; its op timestamps
+#: land a few µs inside a ``time_ns()`` read taken just before: docs/ARCHITECTURE.md#facts-the-code-relies-on).
 MATCH_TOLERANCE_NS = 50_000
-#: gzip level of the trace: level 6 is 2-3x faster than 9 on Kineto JSON for a file ~3 % larger.
+#: gzip level of the trace: 6 compresses Kineto JSON much faster than 9 for a file barely larger (see
+#: docs/ARCHITECTURE.md#facts-the-code-relies-on).
 GZIP_LEVEL = 6
 _MIB = 2**20
 
@@ -61,7 +62,7 @@ def _percentiles(values: list[float]) -> dict | None:
     }
 
 
-def link_next_events(events: list[dict], base_ns: int, next_calls: list[NextCall]) -> dict:
+def link_next_events(events: list[dict], base_ns: int, next_calls: list[NextCallRecord]) -> dict:
     """Tag Kineto's DataLoader ``__next__`` events with the batch they returned, and re-label them.
 
     Each Kineto ``enumerate(DataLoader)#...__next__`` event lies inside one ``__next__`` call that
@@ -187,11 +188,13 @@ def span_events(
     return events
 
 
-def memory_events(samples: Iterable[MemorySample], pids: set[int], base_ns: int, window: tuple[int, int]) -> list[dict]:
+def memory_events(
+    samples: Iterable[MemoryReading], pids: set[int], base_ns: int, window: tuple[int, int]
+) -> list[dict]:
     """Counter events (``ph: C``) for the processes in ``pids``: their readings inside ``window``, and
     each one's last reading before it (sampling is sparse: a counter track then starts with its value)."""
     lo, hi = window
-    before: dict[int, MemorySample] = {}
+    before: dict[int, MemoryReading] = {}
     kept = []
     for s in samples:
         if s.pid not in pids or s.time_ns > hi:
@@ -215,12 +218,12 @@ def memory_events(samples: Iterable[MemorySample], pids: set[int], base_ns: int,
 
 
 def memory_summary(
-    samples: list[MemorySample], main_pid: int, workers: Sequence[WorkerStart], interval_ms: int
+    samples: list[MemoryReading], main_pid: int, workers: Sequence[WorkerStart], interval_ms: int
 ) -> MemorySummary:
     """Per process, first / last / peak USS and PSS over the whole run (not only the traced window)."""
-    roles = {main_pid: ("main", None)}
+    roles: dict[int, tuple[str, int | None]] = {main_pid: ("main", None)}
     roles.update({w.pid: ("worker", w.worker_id) for w in workers})
-    by_pid: dict[int, list[MemorySample]] = {}
+    by_pid: dict[int, list[MemoryReading]] = {}
     for s in samples:
         if s.pid in roles:
             by_pid.setdefault(s.pid, []).append(s)
@@ -287,7 +290,7 @@ def write_gzip_json_atomically(document: dict, final_path: Path, scratch_dir: Pa
     os.replace(tmp, final_path)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MergeInputs:
     """What the ``dlprof record`` process knows beyond the session directory."""
 
@@ -295,7 +298,7 @@ class MergeInputs:
     command: tuple[str, ...]
     script: tuple[str, ...]
     exit_code: int
-    memory_samples: list[MemorySample]
+    memory_samples: list[MemoryReading]
     memory_interval_ms: int
     overrides: dict | None = None
     #: ``--redact``: write the trace with placeholders for host names, the user, arguments and paths (core.redact).
@@ -351,7 +354,8 @@ def merge_rank(kineto: dict, result: RankResult, inputs: MergeInputs) -> tuple[d
 
     # torch.profiler writes distributedInfo only when the process group existed as the window opened
     # (often not yet): dlprof always writes the rank and world size it knows from the launcher.
-    distributed = kineto.get("distributedInfo") if isinstance(kineto.get("distributedInfo"), dict) else {}
+    found_info = kineto.get("distributedInfo")
+    distributed = found_info if isinstance(found_info, dict) else {}
     backend = distributed.get("backend")
     kineto["distributedInfo"] = {
         **distributed,

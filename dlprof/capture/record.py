@@ -41,13 +41,13 @@ def record(request: RecordRequest) -> RecordResult:
         argv, child.child_env(scratch), request.memory_interval_ms, scratch
     )
     inputs = merge.MergeInputs(
-        scratch,
-        request.cli_argv,
-        tuple(request.command),
-        exit_code,
-        samples,
-        request.memory_interval_ms,
-        request.overrides,
+        session_dir=scratch,
+        command=request.cli_argv,
+        script=tuple(request.command),
+        exit_code=exit_code,
+        memory_samples=samples,
+        memory_interval_ms=request.memory_interval_ms,
+        overrides=request.overrides,
         redact=request.redact,
         job=None if job is None else (job.digest if request.redact else job.key),
     )

@@ -3,19 +3,15 @@ over (:class:`~dlprof.results.record.RankResult`).
 
 One profiler step per training step: after each ``optimizer.step()`` of the first optimizer that
 steps (a global post-hook, so no code change), or, for a script that never steps an optimizer (for
-example inference), after each batch a DataLoader returns.
+example inference), after each batch a DataLoader returns. Every step is timed by the step clock
+(:mod:`dlprof.capture.step_clock`); what the recording says of the machine is :mod:`dlprof.capture.facts`.
 """
 
 from __future__ import annotations
 
 import gc
 import json
-import multiprocessing
 import os
-import platform
-import resource
-import signal
-import socket
 import sys
 import time
 from dataclasses import asdict, replace
@@ -23,14 +19,14 @@ from pathlib import Path
 
 import torch
 
-from dlprof.capture import probe, spanfile, trial_plan
-from dlprof.capture.calibrate import measure_handoff, measure_worker_startup
+from dlprof.capture import probe, spanfile, step_clock, trial_plan
+from dlprof.capture.facts import calibrate, host_facts, loader_config, versions
 from dlprof.capture.rank_env import RankEnv
+from dlprof.capture.step_clock import StepRow
 from dlprof.capture.trial_plan import LoaderFacts, Plan
-from dlprof.capture.trials import Progress, TrialRun, not_run
+from dlprof.capture.trials import TrialProgress, TrialRunner, not_run
 from dlprof.core import manifest, schema, throughput
-from dlprof.core.manifest import Epoch, Gpu, Handoff, Host, LoaderConfig, Schedule, StepClock, Trials, WorkerStartup
-from dlprof.core.version import __version__
+from dlprof.core.manifest import Schedule, StepClock, Trials
 from dlprof.results.analysis import Throughput
 from dlprof.results.record import ClockReading, RankResult, TrialRequest
 
@@ -44,10 +40,6 @@ BATCHES_BEFORE_BATCH_STEPPING = 16
 MAX_EPOCH_BATCHES_TO_CROSS = 400
 #: Why a file the profiler should have written is missing, as far as dlprof can tell.
 UNWRITTEN_CAUSE = "no space left on the device, or a file-size limit?"
-#: In a run without workers, the after-window step at which the training process forks once (the fork probe).
-FORK_PROBE_AFTER_STEP = 2
-#: How long the probe's child lives: longer than the settling steps, as a worker would.
-FORK_PROBE_CHILD_S = 2.0
 
 
 class TrainingStopped(SystemExit):
@@ -59,67 +51,6 @@ class TrainingStopped(SystemExit):
 
     def __init__(self) -> None:
         super().__init__(0)
-
-
-def host_facts() -> Host:
-    """Usable cores, memory and GPU of this machine, as the training process sees them."""
-    import psutil
-
-    memory = psutil.virtual_memory()
-    gpu = None
-    if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        gpu = Gpu(
-            name=props.name,
-            count=torch.cuda.device_count(),
-            memory_mib=props.total_memory // 2**20,
-            cuda=torch.version.cuda,
-            hip=getattr(torch.version, "hip", None),
-        )
-    return Host(
-        hostname=socket.gethostname(),
-        usable_cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        cpu_count=os.cpu_count(),
-        ram_total_mib=memory.total // 2**20,
-        ram_available_mib=memory.available // 2**20,
-        gpu=gpu,
-        # Intra-op threads: on a CPU device, training itself uses this many cores.
-        torch_threads=torch.get_num_threads(),
-        platform=platform.platform(),
-    )
-
-
-def versions() -> dict[str, str]:
-    """Versions of the stack that shaped the trace; packages the script never imported are left out."""
-    found = {"dlprof": __version__, "python": platform.python_version(), "torch": torch.__version__}
-    for name in ("transformers", "peft", "tokenizers", "accelerate"):
-        module = sys.modules.get(name)
-        if module is not None:
-            found[name] = getattr(module, "__version__", "unknown")
-    return found
-
-
-def calibrate(host: Host) -> Host:
-    """``host`` with this machine's DataLoader hand-off and worker start-up costs (``None`` where they cannot be
-    measured)."""
-    handoff, startup = measure_handoff(), measure_worker_startup()
-    return replace(
-        host,
-        handoff=Handoff(**handoff) if handoff is not None else None,
-        worker_startup=WorkerStartup(**startup) if startup is not None else None,
-    )
-
-
-def loader_config(record: probe.LoaderRecord) -> LoaderConfig:
-    """One DataLoader the process created, with its settings as the DataLoader really got them."""
-    return LoaderConfig(
-        id=record.loader_id,
-        iterations=record.iterations,
-        batches=record.batches,
-        length=record.length,
-        epochs=tuple(Epoch(**epoch.as_manifest()) for epoch in record.epochs),
-        **record.config,
-    )
 
 
 class Recorder:
@@ -160,7 +91,7 @@ class Recorder:
         self.deterministic = rank_env.world_size > rank_env.local_world_size
         self.decider = rank_env.local_rank == 0 if self.deterministic else rank_env.rank == 0
         self.plan: Plan | None = None
-        self.trial_run: TrialRun | None = None
+        self.trial_run: TrialRunner | None = None
         self.stopped_early = False
         self.trace_path = session_dir / f"kineto-rank{self.rank}-{os.getpid()}.json"
         self.steps = 0
@@ -168,22 +99,19 @@ class Recorder:
         self.window_start_ns: int | None = None
         # Profiled steps' boundaries (wall, process CPU, run-queue): the main process's CPU per step.
         self.window_clock: list[tuple[int, int, int]] = []
-        # Every step, profiled or not: [phase, wall, cpu, runq, wait, batches, epoch_start, fork_probe, ready, faults,
-        # sys] (ns; ready: the batches already made when the step's first batch was asked for, -1 unknown; faults: the
-        # main process's minor page faults, sys its kernel CPU time).
-        self.all_steps: list[list] = []
+        # Every step, profiled or not: the step clock.
+        self.all_steps: list[StepRow] = []
         # Run-queue wait of the training thread: time it was ready to run but the cores were busy
         # (with DataLoader workers, say), which stretches the step without being the step's own work.
         self._main_runq_ns = spanfile.run_queue_clock()
-        self._step_begin = self._clocks()
+        self._step_begin = step_clock.read_clocks(self._main_runq_ns)
         self._step_wait_ns = 0
         self._step_batches = 0
         self._step_ready = -1
         self._step_epoch_start = False
         self._steps_after_window = 0
         self._after_epoch_starts = 0
-        self._fork_probed = False
-        self._fork_probe_pid: int | None = None
+        self._fork_probe = step_clock.ForkProbe()
         self._step_fork_probe = False
         self.exported = False
         self.export_error: str | None = None
@@ -205,22 +133,7 @@ class Recorder:
             on_trace_ready=self._export,
         )
         self._profiler.start()
-        self._step_begin = self._clocks()
-
-    def _clocks(self) -> tuple[int, int, int, int, int]:
-        """Wall, process CPU and run-queue ns, then minor page faults and kernel CPU ns (about 1 us in all).
-
-        The page faults tell how glibc's malloc serves the training: in CPU training it may map and unmap the step's
-        mid-sized tensors, thousands of faults per step at a level each process settles on by chance (and a profiler
-        window's freed buffers can lower it), which moves the step's speed by 10-20 %."""
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        return (
-            time.time_ns(),
-            time.process_time_ns(),
-            self._main_runq_ns(),
-            usage.ru_minflt,
-            round(usage.ru_stime * 1e9),
-        )
+        self._step_begin = step_clock.read_clocks(self._main_runq_ns)
 
     def on_loader_event(self, event: str, ns: int) -> None:
         """A DataLoader event in this process (:func:`probe.add_loader_callback`)."""
@@ -256,9 +169,10 @@ class Recorder:
         self.steps += 1
         # The main process's CPU time (all its threads) at each step boundary: what training itself
         # demands of the cores, which no trace event tells.
-        reading = self._clocks()
+        reading = step_clock.read_clocks(self._main_runq_ns)
         window_was_open = self.window_start_ns is not None and not self.exported
         profiler = self._profiler
+        assert profiler is not None  # steps are counted from start() on
         if profiler.current_action != torch.profiler.ProfilerAction.NONE:
             phase = manifest.PHASE_PROFILED
         elif self.trial_run is not None and self.trial_run.applied:  # from the step its first switch landed in
@@ -268,7 +182,7 @@ class Recorder:
         begin = self._step_begin
         epoch_started = self._step_epoch_start
         self.all_steps.append(
-            [
+            StepRow(
                 phase,
                 reading[0] - begin[0],
                 reading[1] - begin[1],
@@ -280,7 +194,7 @@ class Recorder:
                 self._step_ready,
                 reading[3] - begin[3],
                 reading[4] - begin[4],
-            ]
+            )
         )
         self._step_wait_ns = self._step_batches = 0
         self._step_ready = -1
@@ -296,27 +210,28 @@ class Recorder:
             self._steps_after_window += 1
             if epoch_started:
                 self._after_epoch_starts += 1
-        probed = self.exported and self._maybe_probe_fork()
+        probed = self.exported and self._fork_probe.maybe_fork(self._steps_after_window, self._training_loader)
         may_stop = self.top_level or self.step_mode == "optimizer"
         if not self.run_to_end and may_stop and (self.exported or self.export_error is not None):
             self._follow_plan()
         # The next step starts once the profiler's and dlprof's own work (an export, deciding the plan) is done: not
         # training's time.
-        self._step_begin = self._clocks()
+        self._step_begin = step_clock.read_clocks(self._main_runq_ns)
         self._step_fork_probe = probed
 
     def _follow_plan(self) -> None:
         """At a step boundary after the window: decide (or read) the plan, ask for the trials' switches that are due,
         and stop training at the plan's step, as every rank does."""
         completed = len(self.all_steps)
-        if self.plan is None:
+        plan = self.plan
+        if plan is None:
             plan = self._decide(completed) if self.decider else self._read_plan()
             if plan is None:
                 return
             self._start(plan, completed)
         if self.trial_run is not None:
             self.trial_run.at_boundary(completed)
-        if completed >= self.plan.stop_step:
+        if completed >= plan.stop_step:
             if self.trial_run is not None:
                 self.trial_run.finish()
             self.stopped_early = True
@@ -364,8 +279,8 @@ class Recorder:
         training = self._training_loader()
         if self.trial_request is None or not plan.segments or training is None:
             return
-        progress = Progress(plan) if self.rank == 0 else None
-        self.trial_run = TrialRun(plan, self.trial_request, training, lambda: len(self.all_steps), progress)
+        progress = TrialProgress(plan) if self.rank == 0 else None
+        self.trial_run = TrialRunner(plan, self.trial_request, training, lambda: len(self.all_steps), progress)
         if completed > plan.trials_start:
             self.trial_run.notes.append(
                 f"rank {self.rank} read rank {plan.decided_by}'s plan at step {completed},"
@@ -404,6 +319,7 @@ class Recorder:
         """Whether whole epochs were timed after the window (always, when epochs are long or unknown)."""
         if not self._short_epochs(training):
             return True
+        assert training is not None and training.length is not None  # short epochs have a known length
         epochs = manifest.whole_epochs_to_time(training.length)
         if self._after_epoch_starts >= epochs + 1:  # a boundary, the whole epochs, and the next boundary
             return True
@@ -418,25 +334,9 @@ class Recorder:
         return max(1.0, training.batches / max(1, self.steps))
 
     def _steady_reference(self, training: probe.LoaderRecord | None) -> tuple[list[float], list[float]]:
-        """The steady reference steps so far, their wall and data-wait ms: the refill transient after the export left
-        out, and the steps settling after an epoch start or the fork probe (their excess is a restart's cost, not the
-        speed)."""
-        rows = [row for row in self.all_steps if row[0] == manifest.PHASE_AFTER]
-        wall_ms = [row[1] / 1e6 for row in rows]
-        wait_ms = [row[4] / 1e6 for row in rows]
-        transient = 0
-        if training is not None and rows:
-            config = training.config
-            queue = throughput.queue_steps(
-                config.get("num_workers"), config.get("prefetch_factor"), self._batches_per_step(training)
-            )
-            transient = throughput.transient_steps(wall_ms, wait_ms, queue, config.get("num_workers") or 1)
-        settling = set()
-        for i, row in enumerate(rows):
-            if row[6] or row[7]:  # an epoch start, the fork probe
-                settling.update(range(i, i + manifest.EPOCH_SETTLE_STEPS))
-        steady = [i for i in range(len(rows)) if i >= transient and i not in settling]
-        return [wall_ms[i] for i in steady], [wait_ms[i] for i in steady]
+        """The steady reference steps so far, their wall and data-wait ms (:func:`step_clock.steady_reference`)."""
+        per_step = self._batches_per_step(training) if training is not None else 1.0
+        return step_clock.steady_reference(self.all_steps, training, per_step)
 
     def _reference_speed(self, training: probe.LoaderRecord | None) -> Throughput | None:
         """The steady speed of the reference steps so far (:meth:`_steady_reference`)."""
@@ -448,7 +348,8 @@ class Recorder:
             return None
         config = training.config
         per_step = self._batches_per_step(training)
-        starts = [i for i, row in enumerate(self.all_steps) if row[6]]
+        starts = step_clock.epoch_starts(self.all_steps)
+        epoch_steps: int | None
         if training.length:
             epoch_steps = max(1, round(training.length / per_step))
         else:  # an IterableDataset without a length: from the epochs seen
@@ -461,45 +362,6 @@ class Recorder:
             epoch_steps=epoch_steps,
             last_epoch_start=starts[-1] if starts else None,
         )
-
-    def _maybe_probe_fork(self) -> bool:
-        """Fork once after the window in a run without workers: what starting forked workers costs training.
-
-        Forking marks the training process's memory copy-on-write: for a few steps after, each page it
-        writes is copied. Starting DataLoader workers does that at every epoch, which a num_workers=0 run
-        cannot show; a child that lives on like a worker (then exits without running anything) can.
-        """
-        if self._fork_probed or self._steps_after_window != FORK_PROBE_AFTER_STEP or not hasattr(os, "fork"):
-            return False
-        training = self._training_loader()
-        if (
-            training is None
-            or training.config.get("num_workers")
-            or multiprocessing.get_start_method(allow_none=True) not in (None, "fork")
-        ):
-            return False
-        if "fork" not in multiprocessing.get_all_start_methods():
-            return False
-        self._fork_probed = True
-        child = os.fork()
-        if child == 0:  # the child: live as long as the settling steps take, then leave without a trace
-            try:
-                time.sleep(FORK_PROBE_CHILD_S)
-            finally:
-                os._exit(0)
-        self._fork_probe_pid = child
-        return True
-
-    def _reap_fork_probe(self) -> None:
-        """Collect the probe's child: no zombie is left behind, whenever training ends."""
-        if self._fork_probe_pid is None:
-            return
-        try:
-            os.kill(self._fork_probe_pid, signal.SIGKILL)
-            os.waitpid(self._fork_probe_pid, 0)
-        except (ChildProcessError, ProcessLookupError):
-            pass
-        self._fork_probe_pid = None
 
     def _export(self, profiler: torch.profiler.profile) -> None:
         """Save the window's events (profiler's ``on_trace_ready``), inside the training's step: never raise into it."""
@@ -533,26 +395,12 @@ class Recorder:
         gc.collect()
 
     def step_clock_columns(self) -> StepClock:
-        """Every step seen, in ms (a step is never shorter than 0, whatever the wall clock did meanwhile)."""
-        ms = lambda ns: round(max(0, ns) / 1e6, 4)
-        rows = self.all_steps
-        return StepClock(
-            phase=tuple(r[0] for r in rows),
-            wall_ms=tuple(ms(r[1]) for r in rows),
-            cpu_ms=tuple(ms(r[2]) for r in rows),
-            runq_ms=tuple(ms(r[3]) for r in rows),
-            wait_ms=tuple(ms(r[4]) for r in rows),
-            batches=tuple(r[5] for r in rows),
-            epoch_start=tuple(r[6] for r in rows),
-            fork_probe=tuple(r[7] for r in rows),
-            ready=tuple(r[8] for r in rows),
-            faults=tuple(max(0, r[9]) for r in rows),
-            sys_ms=tuple(ms(r[10]) for r in rows),
-        )
+        """Every step seen, in ms (:func:`step_clock.columns`)."""
+        return step_clock.columns(self.all_steps)
 
     def finish(self, status: str, error: str | None) -> RankResult:
         """Stop profiling (exporting what was recorded) and write this process's recording for the merge."""
-        self._reap_fork_probe()
+        self._fork_probe.reap()
         if self.trial_run is not None:
             self.trial_run.finish()  # the training ended during the trials: the loader gets its own settings back
         if self._profiler is not None:

@@ -108,6 +108,7 @@ class Session:
             from dlprof.capture import probe
 
             if event == probe.EVENT_EPOCH_START and self.start_recording():
+                assert self.recorder is not None  # start_recording() returned True: it set the recorder
                 self.recorder.on_loader_event(event, ns)  # the first step begins with this iteration
 
     # --------------------------------------------------------------------------------- recording

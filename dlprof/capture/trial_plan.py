@@ -131,9 +131,8 @@ def allowance_steps(
     had in flight (``previous_queue``, in steps), kept and served first, and the new setting's own queue, filled
     meanwhile.
 
-    Twice, because the surplus is used up only as fast as training outruns the workers, and the transient ends once
-    every worker has waited: from 3 to 4 workers of an I/O-bound loader (6 batches kept, a queue of 8) it lasted
-    27-36 steps.
+    Twice, because the surplus is used up only as fast as training outruns the workers, and the transient ends only
+    once every worker has waited (docs/ARCHITECTURE.md#facts-the-code-relies-on).
     """
     surplus = throughput.queue_steps(num_workers, prefetch_factor, batches_per_step) + previous_queue
     return 2 * surplus + EPOCH_SETTLE_STEPS
@@ -159,8 +158,8 @@ def default_trial_steps(step_s: float | None, fastest_s: float | None = None, ro
     enough that a setting training at ``fastest_s`` a step (the measured step without its data wait: no setting is
     faster) still makes throughput.MIN_SECONDS over all ``rounds``.
 
-    Without the last rule, trials started from a slow, input-bound count timed the fast counts too briefly to trust
-    (40 steps of 21 ms: 0.85 s a segment at 6 workers, when the recorded count took 140 ms a step).
+    The last rule is there because a count planned from a slow, input-bound recording would otherwise time the fast
+    counts for too short a time to trust.
     """
     if not step_s or step_s <= 0:
         return FALLBACK_TRIAL_STEPS
@@ -170,7 +169,7 @@ def default_trial_steps(step_s: float | None, fastest_s: float | None = None, ro
     return steps
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LoaderFacts:
     """What planning knows of the training DataLoader."""
 
@@ -184,7 +183,7 @@ class LoaderFacts:
     last_epoch_start: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlannedSegment:
     """One planned stretch of training at one setting; steps are counts of steps completed (the step clock's
     indices of the steps that follow)."""
@@ -202,7 +201,7 @@ class PlannedSegment:
     at_epoch_start: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Plan:
     """What every rank does after the reference steps."""
 
@@ -243,7 +242,14 @@ def _epoch_segments(
         request = start if i == 0 else begins - max(1, epoch // 2)
         segments.append(
             PlannedSegment(
-                n, persistent, prefetch_for(n, own_prefetch), round_, request, begins, per_segment * epoch, True
+                num_workers=n,
+                persistent_workers=persistent,
+                prefetch_factor=prefetch_for(n, own_prefetch),
+                round=round_,
+                request_step=request,
+                first_step=begins,
+                steps=per_segment * epoch,
+                at_epoch_start=True,
             )
         )
     return tuple(segments), first + len(order) * per_segment * epoch
@@ -269,27 +275,66 @@ def plan_trials(
     """
     at, rank = decided
     if request is None:
-        return Plan(start, start, at, rank)
+        return Plan(trials_start=start, stop_step=start, decided_at=at, decided_by=rank)
     trial_steps = request.trial_steps or (
         FALLBACK_TRIAL_STEPS if deterministic else default_trial_steps(step_s, fastest_s, request.rounds)
     )
     if facts is None:
-        return Plan(start, start, at, rank, trial_steps, skipped="no DataLoader was iterated: none could be switched")
+        return Plan(
+            trials_start=start,
+            stop_step=start,
+            decided_at=at,
+            decided_by=rank,
+            trial_steps=trial_steps,
+            skipped="no DataLoader was iterated: none could be switched",
+        )
     order = rounds_order(request.counts, request.persistent, request.rounds)
     if facts.iterable:
         planned = _epoch_segments(order, facts, facts.prefetch_factor, start, trial_steps)
         if isinstance(planned, str):
-            return Plan(start, start, at, rank, trial_steps, skipped=planned)
-        segments, stop = planned
-        return Plan(start, stop, at, rank, trial_steps, segments)
-    segments, step, previous = [], start, facts.num_workers
+            return Plan(
+                trials_start=start,
+                stop_step=start,
+                decided_at=at,
+                decided_by=rank,
+                trial_steps=trial_steps,
+                skipped=planned,
+            )
+        epoch_segments, stop = planned
+        return Plan(
+            trials_start=start,
+            stop_step=stop,
+            decided_at=at,
+            decided_by=rank,
+            trial_steps=trial_steps,
+            segments=epoch_segments,
+        )
+    segments: list[PlannedSegment] = []
+    step, previous = start, facts.num_workers
     for round_, n, persistent in order:
         prefetch = prefetch_for(n, facts.prefetch_factor)
         kept = queue_of(previous, facts.prefetch_factor, facts.batches_per_step)
         steps = allowance_steps(n, prefetch, facts.batches_per_step, kept) + trial_steps
-        segments.append(PlannedSegment(n, persistent, prefetch, round_, step, step, steps))
+        segments.append(
+            PlannedSegment(
+                num_workers=n,
+                persistent_workers=persistent,
+                prefetch_factor=prefetch,
+                round=round_,
+                request_step=step,
+                first_step=step,
+                steps=steps,
+            )
+        )
         step, previous = step + steps, n
-    return Plan(start, step, at, rank, trial_steps, tuple(segments))
+    return Plan(
+        trials_start=start,
+        stop_step=step,
+        decided_at=at,
+        decided_by=rank,
+        trial_steps=trial_steps,
+        segments=tuple(segments),
+    )
 
 
 def describe(request: TrialRequest, plan: Plan, step_s: float | None) -> str:

@@ -1,6 +1,6 @@
 """The in-process trials in the training process: the plan's segments run one after another on the training DataLoader.
 
-After the reference steps, :class:`TrialRun` asks the probe (:mod:`dlprof.capture.probe.switch`) to switch the
+After the reference steps, :class:`TrialRunner` asks the probe (:mod:`dlprof.capture.probe.switch`) to switch the
 training DataLoader to each planned setting at its segment's first step; the switch happens at the loader's next
 ``__next__`` (inside that step's wait), or where its next epoch starts (an IterableDataset). What each switch cost and
 the step it landed in become the manifest's :class:`~dlprof.core.manifest.Trials`; the analysis measures each segment's
@@ -48,7 +48,7 @@ class _Applied:
     report: switch.SwitchReport
 
 
-class Progress:
+class TrialProgress:
     """The trials' progress on stderr: one line redrawn in place on a terminal, else a line per segment."""
 
     def __init__(self, plan: Plan, stream: TextIO | None = None):
@@ -104,7 +104,7 @@ def _label(segment: PlannedSegment) -> str:
     return f"num_workers {segment.num_workers}{persistent} (round {segment.round + 1})"
 
 
-class TrialRun:
+class TrialRunner:
     """Runs a plan's segments on the training DataLoader of this process."""
 
     def __init__(
@@ -113,7 +113,7 @@ class TrialRun:
         request: TrialRequest,
         record: probe.LoaderRecord,
         step_in_progress: Callable[[], int],
-        progress: Progress | None = None,
+        progress: TrialProgress | None = None,
     ):
         """
         Args:

@@ -13,7 +13,10 @@ import math
 import re
 import types
 import typing
-from typing import Any, TypeVar, Union
+from typing import TYPE_CHECKING, Any, TypeVar, Union
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -89,7 +92,7 @@ def _convert(value: Any, hint: Any, where: str, problems: list[str]) -> Any:
             return None
         raise Invalid(f"{where} is missing")
     origin = typing.get_origin(inner)
-    if dataclasses.is_dataclass(inner):
+    if isinstance(inner, type) and dataclasses.is_dataclass(inner):
         if not isinstance(value, dict):
             raise Invalid(f"{where} is not an object")
         return build(inner, value, where, problems)
@@ -152,7 +155,7 @@ def _convert(value: Any, hint: Any, where: str, problems: list[str]) -> Any:
     raise _invalid(value, where, getattr(inner, "__name__", str(inner)))
 
 
-def build(cls: type, document: dict, where: str, problems: list[str]) -> Any:
+def build(cls: type[DataclassInstance], document: dict, where: str, problems: list[str]) -> Any:
     values = {}
     for name, hint in _hints(cls).items():
         if name not in document:
@@ -181,7 +184,7 @@ def build(cls: type, document: dict, where: str, problems: list[str]) -> Any:
         raise Invalid(f"{where} has no {', '.join(missing)}") from None
 
 
-_T = TypeVar("_T")
+_T = TypeVar("_T", bound="DataclassInstance")
 
 
 def parse_dataclass(cls: type[_T], document: Any, where: str) -> tuple[_T | None, tuple[str, ...]]:

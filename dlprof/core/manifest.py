@@ -21,13 +21,15 @@ from typing import Any
 
 from dlprof.core.errors import UsageError
 from dlprof.core.lenient import Invalid, build, why_unfit
+from dlprof.core.version import MANIFEST_VERSION
 
-#: Version written by this dlprof. 1: dlprof 0.1 (no unprofiled step times, no epochs). 2: adds
-#: ``step_clock`` (every step's wall, CPU, run-queue and data-wait time, profiled or not),
-#: loader ``length`` and ``epochs``, the worker start-up calibration, ``overrides`` and ``stopped_early``.
-#: 3: adds ``trials`` (``dlprof record --try-workers``: candidate settings trained in turn in the same process) and
-#: the step phase ``trial``. 4: adds ``job`` (the key the nodes of a job over several machines share).
-MANIFEST_VERSION = 4
+# The manifest's versions (this dlprof writes MANIFEST_VERSION, kept beside dlprof's own version in
+# dlprof.core.version). 1: dlprof 0.1 (no unprofiled step times, no epochs). 2: adds ``step_clock`` (every step's
+# wall, CPU, run-queue and data-wait time, profiled or not), loader ``length`` and ``epochs``, the worker start-up
+# calibration, ``overrides`` and ``stopped_early``.
+# 3: adds ``trials`` (``dlprof record --try-workers``: candidate settings trained in turn in the same process) and
+# the step phase ``trial``. 4: adds ``job`` (the key the nodes of a job over several machines share).
+
 #: Versions this dlprof can read: older ones lack fields, which are then unknown.
 READABLE_VERSIONS = (1, 2, 3, 4)
 #: The first version with unprofiled step times (``step_clock``).
@@ -99,7 +101,7 @@ class MainProcessCpu:
     runq_ms_per_step: float = 0.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepClock:
     """Every training step the recorder saw, profiled or not, timed with cheap clocks at the step boundary.
 
@@ -155,7 +157,7 @@ class Epoch:
     end_ms: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LoaderConfig:
     """One DataLoader, with its settings as the DataLoader really got them."""
 
@@ -184,7 +186,7 @@ class LoaderConfig:
     created_by: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WorkerStart:
     """A DataLoader worker process as it started: for ``loader``'s iteration ``epoch``, at ``start_ns``."""
 
@@ -195,7 +197,7 @@ class WorkerStart:
     start_ns: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrialSegment:
     """One stretch of training at one DataLoader setting during the in-process trials (``--try-workers``)."""
 
@@ -217,7 +219,7 @@ class TrialSegment:
     at_epoch_start: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Trials:
     """The in-process trials of one run: candidate DataLoader settings trained in turn, in the same process."""
 
@@ -238,7 +240,7 @@ class Trials:
     notes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Gpu:
     name: str | None = None
     count: int | None = None
@@ -267,7 +269,7 @@ class WorkerStartup:
     per_worker_ms: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Host:
     hostname: str | None = None
     usable_cores: int | None = None
@@ -281,7 +283,7 @@ class Host:
     worker_startup: WorkerStartup | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProcessMemory:
     pid: int
     role: str
@@ -302,7 +304,7 @@ class MemorySummary:
     processes: tuple[ProcessMemory, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Manifest:
     """What ``dlprof record`` knew about one rank of a run. ``None`` means unknown."""
 

@@ -228,6 +228,7 @@ class Redactor:
             users.insert(0, getpass.getuser())
         except (KeyError, OSError, ImportError):  # no passwd entry (a container started with a numeric uid)
             pass
+        home: str | None
         try:
             home = str(Path.home())
         except (KeyError, RuntimeError, OSError):

@@ -121,13 +121,6 @@ def read_scratch_owner(scratch: Path) -> ScratchOwner | None:
     return ScratchOwner(pid, host, job, alive)
 
 
-def scratch_owner(scratch: Path) -> int | None:
-    """The pid of the live process recording into ``scratch`` (its :data:`SCRATCH_OWNER_FILE`); None when it is gone or
-    unknown. A process on another machine counts as live: it cannot be asked."""
-    owner = read_scratch_owner(scratch)
-    return owner.pid if owner is not None and owner.alive else None
-
-
 def is_dataloader_next(name: str) -> bool:
     """Whether an event name is the DataLoader's ``__next__`` annotation."""
     return name.startswith(DATALOADER_NEXT_PREFIX) and name.endswith(DATALOADER_NEXT_SUFFIX)

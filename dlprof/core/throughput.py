@@ -31,24 +31,10 @@ from typing import NamedTuple
 
 from dlprof.results.analysis import Throughput
 
-# How long a speed must be timed, from the variation of training measured without dlprof
-# (scripts/measure_variation.py: 40-90 s of steady steps per run on 2 shared cores, the workers' delivery in
-# whole rounds). p90 of |rate of a window / the run's long-run rate - 1|, %, for windows of at least n steps or
-# t seconds, and of both 40 steps and 2 s:
-#
-#   workload (synthetic: scripts/bench_workload.py)    n=10  n=20  n=40  n=80 n=160   t=1s  t=2s  t=4s   40+2s
-#   io-bound, 15 ms read/sample, 20 ms step, 2 workers  1.4   1.2   0.8   0.7   0.5    0.9   0.7   0.5     0.7
-#   io-bound, 4 workers (bound by the consumer)         2.6   2.3   2.3   1.6   1.2    2.3   1.9   1.3     1.9
-#   io-bound, no workers                                0.8   1.2   0.9   0.5   0.5    0.8   1.1   0.7     0.9
-#   io-heavy, 30 ms read/sample, 2 workers              0.7   0.5   0.3   0.3   0.3    0.5   0.4   0.3     0.3
-#   cpu-bound, 8 ms CPU/sample, 2 workers               6.7   4.2   2.6   2.3   1.6    2.6   2.0   1.1     2.0
-#   built-in LoRA (batches of varying length), 2 wkrs  28.7  16.8  10.5   9.4   4.6   18.8  13.1  10.6    10.5
-#   built-in LoRA, no workers                          31.4  20.4  13.2  10.0   8.5   22.1  12.5  12.5    13.2
-#
-# With steps of one cost, 40 steps and 2 s keep every window within 2 % (3 % is the aim); fewer steps leave too
-# few per sub-window for the spread. With batches of varying length no window short of whole epochs gets
-# there (its steps' mean is 1.3-1.4 x their median): the spread says so (of 64 such measurements of the LoRA
-# workload, 2 were trusted), and short epochs are timed whole (dlprof.core.manifest.whole_epochs_to_time).
+# How long a speed must be timed comes from the variation of training measured without dlprof
+# (scripts/measure_variation.py): the shortest window that keeps steps of one cost close to their long-run rate,
+# leaving batches of varying length to the spread and to whole epochs (dlprof.core.manifest.whole_epochs_to_time);
+# see docs/validation.md and docs/ARCHITECTURE.md#facts-the-code-relies-on.
 
 #: Fewest steps a speed is measured over: four sub-windows of 10 steps each, so that a pattern of steps
 #: that alternate (two or three workers delivering in turn) averages out inside every sub-window.
@@ -60,27 +46,23 @@ MIN_SECONDS = 2.0
 SUB_WINDOWS = 4
 #: A spread wider than this (range of the parts' rates, % of the rate) makes the number untrustworthy. Four
 #: parts' range is about 2 standard deviations of one part, 4 of the whole: 10 % keeps the whole within ~4 % at
-#: p90. Measured as above: every measurement of the synthetic workloads was trusted (p90 error 0.1-2.0 %).
+#: p90, and steps of one cost timed for MIN_STEPS and MIN_SECONDS stay well inside it.
 MAX_SPREAD_PCT = 10.0
 #: A step waited for its batch when its wait exceeds the segment's smallest wait (the hand-off of a ready
 #: batch) by this share of its median step: below it, what a surplus of batches saves is that small too (a
 #: pipeline whose steady waits stay under it runs within about this share of its consumer's own speed, so a
 #: surplus left unseen biases the rate by less).
 WAITED_SHARE = 0.04
-#: ... and by this share of the mean wait of the segment's later half (its steady state). The hand-off of a ready
-#: batch varies by itself: 0.0-2.2 ms on this machine (io-heavy trials at 4 workers, a 23 ms step), enough to pass
-#: for a wait at 4 % of the step, so that four "waits" came within a queue's surplus and it was timed (+7.7 %). In
-#: a pipeline bound by its workers, the real waits carry each round's whole shortfall: there the steady mean wait
-#: was 8 ms, its real waits 7-30 ms, its hand-offs at most 2.2 ms.
+#: ... and by this share of the mean wait of the segment's later half (its steady state): the hand-off of a ready
+#: batch jitters enough by itself to pass for a wait at WAITED_SHARE alone, while where the workers bind, the real
+#: waits carry each round's whole shortfall and stand above half the mean (see docs/ARCHITECTURE.md's facts).
 STEADY_WAIT_SHARE = 0.5
 #: After the queue's worth of steps, look this many queues' worth further for the steps that waited; a
 #: pipeline that has not waited once per worker by then is bound by its consumer (the queue stays full: steady
 #: already). A surplus of a queue lasts ``queue / gap`` steps when the producers are slower than the consumer
 #: by a share ``gap``: 25 queues find it down to a 4 % gap, the bound :data:`WAITED_SHARE` sets (below it the
-#: surplus biases the rate by less than 4 %). Measured (scripts/measure_variation.py, 1 s pauses): loaders
-#: bound by their workers waited once per worker within 13 steps of a pause at 2 workers; at 4 workers, bound
-#: by the consumer, the hand-off's jitter (1-1.5 ms against a 23 ms step) made 4 "waits" after 37-72 steps on
-#: average: steps wasted, not a bias (the queue there stays full anyway).
+#: surplus biases the rate by less than 4 %). A search that runs long on a loader bound by its consumer only wastes
+#: steps, never biases the rate, since its queue stays full anyway.
 WAIT_SEARCH_QUEUES = 25
 #: PyTorch's prefetch_factor when the DataLoader got none.
 DEFAULT_PREFETCH_FACTOR = 2
@@ -107,10 +89,9 @@ class Transient(NamedTuple):
     steps: int
     #: Whether the transient ended where every worker is busy again rather than after a wait per worker: only then
     #: may a surplus still be there, to be measured (:func:`surplus_steps`). After the waits it is gone, and the
-    #: queue's ups and downs between two steps are the workers' phase, not a surplus (taken out, they made the built-in
-    #: workload's steady speed 2 % slow). Nor where the queue never fell to every worker busy: training is the slower
-    #: side, the workers idle on a full queue, and what training takes from it is no faster for the batches kept from
-    #: before (taken out, they made io-loading's trials at 5-6 workers 5-7 % slow).
+    #: queue's ups and downs between two steps are the workers' phase, not a surplus. Nor where the queue never fell
+    #: to every worker busy: training is the slower side, the workers idle on a full queue, and what training takes
+    #: from it is no faster for the batches kept from before; either taken out would make the rate slow.
     surplus_left: bool
 
 
@@ -128,7 +109,7 @@ def transient(
     start, found = _waits(wall_ms, wait_ms, queue, workers, ready, busy_at)
     if start >= count or queue == 0:
         return Transient(start, False)
-    if _draining(ready, busy_at, start, count) and (found is None or count - found < MIN_STEPS):
+    if busy_at is not None and _draining(ready, busy_at, start, count) and (found is None or count - found < MIN_STEPS):
         return Transient(next((i for i in range(start, count) if ready[i] <= busy_at), start), True)
     return Transient(start if found is None else found, False)
 
@@ -146,16 +127,14 @@ def transient_steps(
     At least ``queue`` steps (:func:`queue_steps`), then up to the step after which ``workers`` steps have
     waited for their batch (:data:`WAITED_SHARE`, :data:`STEADY_WAIT_SHARE`): the DataLoader takes batches from
     its workers in turn, so one wait tells that one worker's surplus is used up, and after one per worker the
-    surplus the pause left in the queue is gone (on an I/O-bound loader at 2 workers, stopping at the first
-    wait kept a surplus worth +1.8 % over the next 40 steps; at the second, +0.8 %: scripts/measure_variation.py).
+    surplus the pause left in the queue is gone (stopping at the first wait keeps the other workers' surplus).
 
     When fewer steps wait within :data:`WAIT_SEARCH_QUEUES` queues' worth of steps, the queue never empties (the
     consumer is the slower side) and the segment is steady after ``queue`` steps. With ``ready`` (the step clock's
     batches already made at each step, :func:`surplus_steps`) and ``busy_at`` (:func:`all_busy_below`), when the
     waits do not come, or leave fewer than :data:`MIN_STEPS` steps, the transient ends at the first step from
     ``queue`` on at which every worker is busy again: the surplus left there is measured and taken out of the rate
-    instead. Workers a little slower than training leave a pause's surplus for the whole segment (5 workers at 41
-    steps/s against a 45 steps/s step: their waits came 80 steps after the switch).
+    instead, because workers a little slower than training can leave a pause's surplus for the whole segment.
     """
     return transient(wall_ms, wait_ms, queue, workers, ready, busy_at).steps
 
@@ -167,9 +146,9 @@ def _readable(ready: Sequence[int], busy_at: int | None, start: int, count: int)
 def _draining(ready: Sequence[int], busy_at: int | None, start: int, count: int) -> bool:
     """Whether the workers are the slower side: over the later half of the segment the queue of made batches stays
     at or below every worker busy (its median). Where it stays above, training is the slower side, the workers idle
-    on a full queue, and a dip to ``busy_at`` is the queue's jitter, not the end of a surplus (the built-in workload
-    at 2 workers, 3-4 made: a dip to 2 at step 104 of 108 left 4 steps to time)."""
-    if not _readable(ready, busy_at, start, count):
+    on a full queue, and a dip to ``busy_at`` is the queue's jitter, not the end of a surplus (ending there could
+    leave almost no steps to time)."""
+    if busy_at is None or not _readable(ready, busy_at, start, count):
         return False
     return statistics.median(ready[max(start, count // 2) : count]) <= busy_at
 
@@ -199,9 +178,8 @@ def _last_of_waits(
     wait_ms: Sequence[float], threshold: float, steps: range, waits: int, ready: Sequence[int] | None = None
 ) -> int | None:
     """The step among ``steps`` at which the ``waits``-th wait over ``threshold`` came (None: fewer came). With
-    ``ready``, only a step that found no batch made counts: a batch made and waiting is handed over in 0-2 ms on
-    this machine, as long as a wait where the workers are just slower than training (io-heavy at 5 workers: every
-    step "waited" 1.0-1.9 ms with 3-5 batches made, a surplus that lasted the whole segment, timed: +4.4-6.1 %)."""
+    ``ready``, only a step that found no batch made counts: the hand-off of a batch made and waiting takes as long
+    as a real wait where the workers are just slower than training, and counting it would time a surplus."""
     waited = 0
     for i in steps:
         if wait_ms[i] > threshold and (ready is None or ready[i] == 0):
@@ -241,10 +219,9 @@ def surplus_steps(ready: Sequence[int], first: int, last: int, batches_per_step:
 
     The refill transient (:func:`transient_steps`) ends where every worker has waited; when the workers are only a
     little slower than training, none waits for long after a pause, and the surplus the pause left (the previous
-    setting's batches and a full queue, up to 22 batches after a switch to 5 workers) lasts the whole segment: timed
-    as it is, the rate is training's own (io-heavy at 5 workers: 43.2 steps/s against 40.8 without dlprof). A
-    shrinking queue says so, and the steps it carried come out of the count. 0 when the queue grew or held (training
-    is the slower side, and its own speed is the rate), or is unknown.
+    setting's batches and a full queue) lasts the whole segment: timed as it is, the rate is training's own, not the
+    loader's. A shrinking queue says so, and the steps it carried come out of the count. 0 when the queue grew or
+    held (training is the slower side, and its own speed is the rate), or is unknown.
 
     ``period``: the steps of one round of the workers' delivery. The queue's level at each end is its mean over a
     round (at most half the steps): within a round it rises and falls with the workers' phase (0 3 2 1 made, round
@@ -278,7 +255,15 @@ def measure(wall_ms: Sequence[float], transient: int = 0, period: int = 1, surpl
     rate = (len(timed) - surplus) / seconds
     spread = _spread_pct([len(p) * 1000 / sum(p) for p in _parts(timed, period) if p and sum(p) > 0], rate)
     trusted = _trusted(len(timed), seconds, spread)
-    return Throughput(rate, len(timed), seconds, spread, transient, trusted, surplus)
+    return Throughput(
+        steps_per_s=rate,
+        steps=len(timed),
+        seconds=seconds,
+        spread_pct=spread,
+        transient_steps=transient,
+        trusted=trusted,
+        surplus_steps=surplus,
+    )
 
 
 def _parts(timed: list[float], period: int) -> list[list[float]]:
@@ -303,7 +288,15 @@ def combine(parts: Sequence[Throughput]) -> Throughput | None:
     rate = (steps - surplus) / seconds
     spread = _spread_pct([p.steps_per_s for p in parts], rate)
     transient = sum(p.transient_steps for p in parts)
-    return Throughput(rate, steps, seconds, spread, transient, _trusted(steps, seconds, spread), surplus)
+    return Throughput(
+        steps_per_s=rate,
+        steps=steps,
+        seconds=seconds,
+        spread_pct=spread,
+        transient_steps=transient,
+        trusted=_trusted(steps, seconds, spread),
+        surplus_steps=surplus,
+    )
 
 
 def _trusted(steps: int, seconds: float, spread_pct: float) -> bool:

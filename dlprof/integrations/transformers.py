@@ -212,12 +212,12 @@ class DlprofCallback(TrainerCallback):
         ``stop_after_window`` stops training through the Trainer's control instead.
         """
         return RecordRequest(
-            (),
-            self.out_dir,
-            self.name,
-            self.wait,
-            self.warmup,
-            self.active,
+            command=(),
+            out_dir=self.out_dir,
+            name=self.name,
+            wait=self.wait,
+            warmup=self.warmup,
+            active=self.active,
             loader_spans=self.loader_spans,
             reference_steps=self.reference_steps,
             run_to_end=True,
@@ -242,6 +242,7 @@ class DlprofCallback(TrainerCallback):
                 f"DlprofCallback: this callback recorded one train() already {where}; to record another, "
                 "replace it: trainer.remove_callback(DlprofCallback); trainer.add_callback(DlprofCallback(name=...))"
             )
+        assert self._session is not None  # every state but _INACTIVE has its session
         self._sampler = MemorySampler(os.getpid(), DEFAULT_MEMORY_INTERVAL_MS)
         self._sampler.start()
         self._state = _TRAINING
@@ -250,6 +251,7 @@ class DlprofCallback(TrainerCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._state != _TRAINING or not self.stop_after_window:
             return
+        assert self._session is not None  # every state but _INACTIVE has its session
         recorder = self._session.recorder
         if recorder is not None and recorder.exported and recorder.reference_done():
             recorder.stopped_early = True
@@ -281,6 +283,7 @@ class DlprofCallback(TrainerCallback):
         if self._state == _TRAINING:
             self._finish_run(INTERRUPTED)
         elif self._state == _ARMED:
+            assert self._session is not None and self.run_dir is not None  # set in every state but _INACTIVE
             self._session.finished = True
             self._detach()
             remove_unrecorded(self.run_dir)
@@ -290,7 +293,8 @@ class DlprofCallback(TrainerCallback):
 
     def _finish_run(self, error: str | None) -> None:
         """End the recording, merge it into the run directory and say where the trace is (never raises)."""
-        session = self._session
+        session, run_dir = self._session, self.run_dir
+        assert session is not None and run_dir is not None  # set in every state but _INACTIVE
         self._state = _FINISHED
         if error is not None:
             session.fail(error)
@@ -300,7 +304,7 @@ class DlprofCallback(TrainerCallback):
             samples = self._sampler.stop() if self._sampler is not None else []
             self._detach()
         try:
-            self.result = finalize.write_traces(self.run_dir, self._merge_inputs(samples), self._wording())
+            self.result = finalize.write_traces(run_dir, self._merge_inputs(session, samples), self._wording())
         except DlprofError as failure:
             self.error = failure
             print(f"dlprof: no trace written: {failure}", file=sys.stderr)
@@ -316,7 +320,7 @@ class DlprofCallback(TrainerCallback):
             f" {result.workers_seen} DataLoader worker(s) seen); analyse it with: dlprof analyze {result.run_dir}"
         )
 
-    def _merge_inputs(self, samples: list) -> merge.MergeInputs:
+    def _merge_inputs(self, session: session_module.Session, samples: list) -> merge.MergeInputs:
         """What the merge knows beyond the session: the callback's arguments stand for the command line."""
         command = [
             "dlprof.hf.DlprofCallback",
@@ -331,12 +335,12 @@ class DlprofCallback(TrainerCallback):
             *(["redact=True"] if self.redact else []),
         ]
         return merge.MergeInputs(
-            self._session.session_dir,
-            tuple(command),
-            tuple(sys.argv),
-            0,
-            samples,
-            DEFAULT_MEMORY_INTERVAL_MS,
+            session_dir=session.session_dir,
+            command=tuple(command),
+            script=tuple(sys.argv),
+            exit_code=0,
+            memory_samples=samples,
+            memory_interval_ms=DEFAULT_MEMORY_INTERVAL_MS,
             redact=self.redact,
         )
 
@@ -362,7 +366,8 @@ class DlprofCallback(TrainerCallback):
 
             hooks = optimizer_module._global_optimizer_post_hooks
             for key, hook in list(hooks.items()):
-                if getattr(hook, "__self__", None) is session:
+                owner: object = getattr(hook, "__self__", None)  # a bound method's instance
+                if owner is session:
                     del hooks[key]
         except Exception:
             pass  # the hook stays, and does nothing

@@ -64,6 +64,7 @@ def pick_format(requested: str | None, output: Path | None, kind: type = Report)
     Raises:
         UsageError: the extension names no format, or one that results of ``kind`` are not written in.
     """
+    found: str | None
     if requested:
         found = requested
     elif output is None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dlprof.report.format import NOT_APPLICABLE, UNKNOWN, fixed, ms, pct
-from dlprof.results.advice import RESTS_ON_MEASURED
+from dlprof.results.advice import HEADLINE_CHANGE, HEADLINE_KEEP, HEADLINE_NONE, RESTS_ON_MEASURED
 from dlprof.results.analysis import CATEGORIES, DATA_REASON_SHARE
 
 CATEGORY_LABELS = {
@@ -47,6 +47,31 @@ def verdict_line(run) -> str:
         f"{run.advice.verdict} input-bound: waiting for data {steps.categories['data_wait'].mean_ms:.2f} ms "
         f"of a {steps.step.mean_ms:.2f} ms step ({steps.data_wait_pct:.1f} %)"
     )
+
+
+def headline_line(run) -> str:
+    """A run's report leads with this: its headline (what to change, what it buys, what that rests on); the input-bound
+    verdict for an Advice made without one."""
+    headline = run.advice.headline
+    return verdict_line(run) if headline is None else headline.text
+
+
+def evidence_line(run) -> str | None:
+    """The line under the headline: how input-bound the run is, as evidence; None when the verdict is the headline."""
+    return None if run.advice.headline is None else verdict_line(run)
+
+
+#: A headline's colour in HTML (page.CSS): a change that pays, settings to keep, no recommendation.
+HEADLINE_CLASS = {HEADLINE_CHANGE: "bad", HEADLINE_KEEP: "good", HEADLINE_NONE: "warn"}
+
+
+def headline_class(headline) -> str:
+    return "warn" if headline is None else HEADLINE_CLASS.get(headline.kind, "warn")
+
+
+def run_headline(run) -> str:
+    """One run's headline in a comparison of runs: ``<run>: <headline>``."""
+    return f"{run.info.name}: {headline_line(run)}"
 
 
 def recommendation_line(advice) -> str:

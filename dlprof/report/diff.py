@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from dlprof.report.common import headline_line
 from dlprof.report.format import NOT_APPLICABLE, finite, fixed, rounded
+from dlprof.report.json_report import headline_document
 from dlprof.results.diff import DiffResult, DiffRow, DiffRun
 
 #: Digits shown per unit in text and Markdown (JSON keeps three).
@@ -43,9 +45,18 @@ def _rank(run: DiffRun, separator: str) -> str:
     return f"{separator}rank {run.rank} of {run.ranks}: the slowest, which dlprof analyze reports"
 
 
+def headlines(result: DiffResult) -> list[str]:
+    """What a diff leads with: each side's headline (what its own report leads with), A then B."""
+    return [f"{side} = {run.name}: {headline_line(run.report)}" for side, run in (("A", result.a), ("B", result.b))]
+
+
 def _side(run: DiffRun) -> dict:
     """One side in JSON; ``rank`` and ``ranks`` only for a run of several ranks."""
-    side: dict[str, Any] = {"name": run.name, "trace_file": run.trace_file}
+    side: dict[str, Any] = {
+        "name": run.name,
+        "trace_file": run.trace_file,
+        "headline": headline_document(run.report.advice.headline),
+    }
     if run.ranks > 1:
         side.update(rank=run.rank, ranks=run.ranks)
     return side
@@ -67,6 +78,8 @@ _HEADER = ["metric", "A", "B", "change", "change %"]
 def render_text(result: DiffResult) -> str:
     """The terminal form."""
     lines = [
+        *headlines(result),
+        "",
         f"dlprof diff: A = {result.a.name}  ({result.a.trace_file}{_rank(result.a, '; ')})",
         f"             B = {result.b.name}  ({result.b.trace_file}{_rank(result.b, '; ')})",
         "",
@@ -91,7 +104,8 @@ def render_text(result: DiffResult) -> str:
 
 def render_markdown(result: DiffResult) -> str:
     """For a GitHub issue: the verdict, the settings changed, then the table."""
-    lines = [f"### dlprof diff: `{result.a.name}` → `{result.b.name}`", "", f"**{result.verdict}**", ""]
+    lines = [f"- **{line}**" for line in headlines(result)] + [""]
+    lines += [f"### dlprof diff: `{result.a.name}` → `{result.b.name}`", "", f"**{result.verdict}**", ""]
     if result.settings_changed:
         lines += ["Settings changed (A → B):", ""]
         lines += [f"- `{name}`: `{_setting(a)}` → `{_setting(b)}`" for name, (a, b) in result.settings_changed.items()]
@@ -114,9 +128,10 @@ def _json_value(value: Any) -> Any:
 
 
 def render_json(result: DiffResult) -> str:
-    """The ``dlprof.diff/1`` schema (README.md documents it); unknown is ``null``, never NaN."""
+    """The ``dlprof.diff/1`` schema (docs/json-schemas.md documents it); unknown is ``null``, never NaN."""
     document = {
         "schema": result.schema,
+        "dlprof_version": result.dlprof_version,
         "a": _side(result.a),
         "b": _side(result.b),
         "verdict": result.verdict,

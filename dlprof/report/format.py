@@ -21,7 +21,8 @@ def finite(value: float | None) -> float | None:
 
 def rounded(value: float | None, digits: int = 3) -> float | None:
     """A number for a JSON document: rounded to ``digits``; None (``null``) for unknown."""
-    return None if finite(value) is None else round(value, digits)
+    known = finite(value)
+    return None if known is None else round(known, digits)
 
 
 def fixed(value: float | None, spec: str = ".2f", unknown: str = UNKNOWN) -> str:

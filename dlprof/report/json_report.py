@@ -1,19 +1,18 @@
-"""JSON renderer: the stable ``dlprof.report/1`` schema (README.md documents every field)."""
+"""JSON renderer: the stable ``dlprof.report/1`` schema (docs/json-schemas.md documents every field)."""
 
 from __future__ import annotations
 
 import json
 
 from dlprof.report.format import rounded
-from dlprof.results.advice import Advice
+from dlprof.results.advice import Advice, Headline
 from dlprof.results.analysis import (
     CATEGORIES,
     GpuStats,
+    JobSummary,
     LoaderStats,
     RankComparison,
     RankSpread,
-    RankSummary,
-    StepTime,
     Summary,
     UnprofiledStats,
 )
@@ -114,7 +113,7 @@ def _spread(spread: RankSpread) -> dict:
     }
 
 
-def _rank_summary(summary: RankSummary) -> dict:
+def _rank_summary(summary: JobSummary) -> dict:
     heat = summary.heat_map
     return {
         "step_ms": _spread(summary.step),
@@ -173,10 +172,6 @@ def _run(run: RunReport) -> dict:
         "torch": info.torch_version,
         "batches_per_step": info.batches_per_step,
     }
-
-
-def _categories(step: StepTime) -> dict:
-    return {f"{c}_ms": rounded(step.category_ms(c)) for c in CATEGORIES}
 
 
 def _steps(run: RunReport) -> dict:
@@ -303,10 +298,23 @@ def _recommendation(advice: Advice) -> dict:
     }
 
 
+def headline_document(headline: Headline | None) -> dict | None:
+    """The headline object: the first line of the text report, the settings it changes, its gain and its basis."""
+    if headline is None:
+        return None
+    return {
+        "text": headline.text,
+        "change": headline.change,
+        "gain_pct": rounded(headline.gain_pct, 2),
+        "basis": headline.basis,
+    }
+
+
 def run_document(run: RunReport) -> dict:
     """One run's part of the ``dlprof.report/1`` document."""
     steps = run.steps
     return {
+        "headline": headline_document(run.advice.headline),
         "run": _run(run),
         "steps": _steps(run),
         "unprofiled": None if run.unprofiled is None else _unprofiled(run.unprofiled),
@@ -323,8 +331,9 @@ def run_document(run: RunReport) -> dict:
 
 def render(report: Report) -> str:
     if len(report.runs) == 1:
-        document = {"schema": report.schema, **run_document(report.runs[0])}
+        document = {"schema": report.schema, "dlprof_version": report.dlprof_version, **run_document(report.runs[0])}
     else:
-        document = {"schema": report.schema, "runs": [run_document(r) for r in report.runs]}
+        runs = [run_document(r) for r in report.runs]
+        document = {"schema": report.schema, "dlprof_version": report.dlprof_version, "runs": runs}
     document["skipped"] = [{"path": s.path, "reason": s.reason} for s in report.skipped]
     return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n"

@@ -13,6 +13,8 @@ from dlprof.report.common import (
     TRIALS_HEADER,
     breakdown_rows,
     epoch_line,
+    evidence_line,
+    headline_line,
     known,
     loader_rows,
     missing_ranks_line,
@@ -36,7 +38,6 @@ from dlprof.report.common import (
     trials_heading,
     trials_rows,
     unprofiled_line,
-    verdict_line,
 )
 from dlprof.report.format import ms, per_s, rate
 from dlprof.results.report import Report, RunReport
@@ -52,7 +53,9 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def _run(run: RunReport) -> list[str]:
     info, steps, loader, gpu, advice = run.info, run.steps, run.loader, run.gpu, run.advice
-    lines = [f"### dlprof: `{info.name}`", "", f"**{verdict_line(run)}**", ""]
+    lines = [f"**{headline_line(run)}**", ""]
+    lines += [f"{e}", ""] if (e := evidence_line(run)) else []
+    lines += [f"### dlprof: `{info.name}`", ""]
     if missing := missing_ranks_line(run):
         lines += [f"**Note:** {missing}.", ""]
     lines += _table(
@@ -166,6 +169,7 @@ def _ranks(run: RunReport) -> list[str]:
 def _ranks_summary(run: RunReport) -> list[str]:
     """A job of many ranks summed up, with every rank's row collapsed."""
     ranks = run.ranks
+    assert ranks is not None and ranks.summary is not None  # called where summarized(ranks)
     summary = ranks.summary
     shown = summary.nodes[:NODES_SHOWN]
     lines = ["", f"**Ranks** ({ranks_heading(run)}):", ""]
@@ -195,6 +199,7 @@ def _trials(run: RunReport) -> list[str]:
 def render(report: Report) -> str:
     lines: list[str] = []
     if len(report.runs) > 1:
+        lines += [f"- `{r.info.name}`: {headline_line(r)}" for r in report.runs] + [""]
         lines += ["### dlprof: runs compared", ""]
         lines += _table(
             ["run", "num_workers", "step ms", "steps/s", "data wait %", "input-bound", "recommended num_workers"],

@@ -1,7 +1,7 @@
 """The pictures of a job of many ranks in the HTML report: a histogram of data wait per rank, and a heat map of step
 time per rank and step.
 
-Both are drawn from ``RankSummary`` (the bins and the cells are the analysis's); scaling to pixels, colours and which
+Both are drawn from ``JobSummary`` (the bins and the cells are the analysis's); scaling to pixels, colours and which
 labels fit are decided here.
 """
 
@@ -13,7 +13,7 @@ from dlprof.report import svg
 from dlprof.report.common import rank_set
 from dlprof.report.page import esc
 from dlprof.report.svg import CHART_LEFT, CHART_RIGHT, CHART_TOP, WIDTH, coord
-from dlprof.results.analysis import RankSummary
+from dlprof.results.analysis import JobSummary
 
 #: The histogram's bars (data wait is the loud colour of every picture) and plot height.
 HIST_COLOUR = "#d62728"
@@ -32,7 +32,7 @@ HM_LABEL_H = 13
 HM_PALETTE = ("#fee6ce", "#fdd0a2", "#fdae6b", "#fd8d3c", "#e6550d", "#a63603")
 
 
-def histogram_svg(summary: RankSummary, title_id: str) -> str:
+def histogram_svg(summary: JobSummary, title_id: str) -> str:
     """The ranks by their mean data wait per step: one bar per bin, as high as its number of ranks."""
     bins = summary.data_wait_histogram
     ranks = sum(len(b.ranks) for b in bins)
@@ -84,7 +84,7 @@ def _level(value: float, lo: float, hi: float) -> int:
     return min(len(HM_PALETTE) - 1, int((value - lo) / (hi - lo) * len(HM_PALETTE)))
 
 
-def heat_map_svg(summary: RankSummary, title_id: str) -> str:
+def heat_map_svg(summary: JobSummary, title_id: str) -> str:
     """Ranks (rows) by profiled steps (columns), each cell coloured by that rank's step time in that step."""
     heat = summary.heat_map
     rows, columns = len(heat.ranks), len(heat.steps)

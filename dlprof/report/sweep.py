@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 
 from dlprof.report import page, svg
+from dlprof.report.common import headline_class
 from dlprof.report.format import NOT_APPLICABLE, fixed, rounded
+from dlprof.report.json_report import headline_document
 from dlprof.report.page import esc
 from dlprof.report.svg import CHAR_W, CHART_LEFT, CHART_LINE, CHART_PLOT_H, CHART_RIGHT, CHART_TOP, WIDTH, coord
 from dlprof.results.sweep import (
@@ -19,8 +21,8 @@ from dlprof.results.sweep import (
     OUTCOME_NO_RECOMMENDATION,
     OUTCOME_NOT_MEASURED,
     OUTCOME_SLOWER,
+    SweepPoint,
     SweepResult,
-    SweepRun,
 )
 from dlprof.results.trials import BASIS_WHOLE_EPOCHS, MODE_IN_PROCESS
 
@@ -43,7 +45,7 @@ RECOMMENDED_COLOUR = "#2ca02c"
 RUN_DIR_COLUMN = HEADER.index("run dir")
 
 
-def _notes(result: SweepResult, run: SweepRun) -> str:
+def _notes(result: SweepResult, run: SweepPoint) -> str:
     notes = []
     if run.num_workers == result.from_run:
         notes.append(
@@ -126,6 +128,11 @@ def verdict_line(result: SweepResult) -> str:
     return f"{head}: {result.outcome}"
 
 
+def headline_lines(result: SweepResult) -> list[str]:
+    """What the sweep leads with: its headline (the measured answer), when it has one."""
+    return [] if result.headline is None else [result.headline.text]
+
+
 def _advised_by(result: SweepResult) -> str:
     """What made the advice: the first count's profiled window (in-process trials) or its run (launches)."""
     return "window" if result.mode == MODE_IN_PROCESS else "run"
@@ -196,7 +203,8 @@ def render_text(result: SweepResult) -> str:
             c.ljust(w) if i >= RUN_DIR_COLUMN else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))
         ).rstrip()
     )
-    lines = [f"dlprof sweep: {result.name}  ({result.sweep_dir})", mode_line(result), basis_line(result), ""]
+    lines = [*headline_lines(result), ""] if result.headline else []
+    lines += [f"dlprof sweep: {result.name}  ({result.sweep_dir})", mode_line(result), basis_line(result), ""]
     lines += [line(r) for r in table]
     lines += ["", verdict_line(result), ""]
     lines += [f"  - {n}" for n in footnotes(result)]
@@ -207,7 +215,8 @@ def render_markdown(result: SweepResult) -> str:
     cells = [[c.replace("|", "\\|") for c in row] for row in rows(result)]
     for row in cells:
         row[RUN_DIR_COLUMN] = f"`{row[RUN_DIR_COLUMN]}`"
-    lines = [f"### dlprof sweep: `{result.name}`", "", f"**{verdict_line(result)}**", ""]
+    lines = [f"**{line}**" for line in headline_lines(result)] + ([""] if result.headline else [])
+    lines += [f"### dlprof sweep: `{result.name}`", "", f"**{verdict_line(result)}**", ""]
     lines += [mode_line(result), "", basis_line(result), ""]
     lines += ["| " + " | ".join(HEADER) + " |", "|" + "|".join("---" for _ in HEADER) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in cells]
@@ -219,9 +228,11 @@ def render_markdown(result: SweepResult) -> str:
 
 
 def document(result: SweepResult) -> dict:
-    """The ``dlprof.sweep/1`` document (README.md documents every key)."""
+    """The ``dlprof.sweep/1`` document (docs/json-schemas.md documents every key)."""
     return {
         "schema": result.schema,
+        "dlprof_version": result.dlprof_version,
+        "headline": headline_document(result.headline),
         "name": result.name,
         "sweep_dir": str(result.sweep_dir),
         "workers": list(result.counts),
@@ -338,7 +349,7 @@ def _chart(result: SweepResult, title_id: str) -> str:
 
 
 def render_html(result: SweepResult) -> str:
-    verdict_class = {True: "good", False: "bad"}.get(result.held, "warn")
+    verdict_class = "warn" if result.held is None else "good" if result.held else "bad"
     rendered_rows = rows(result)
     classes = ["chosen" if r.num_workers == result.recommended else "" for r in result.runs]
     caption = (
@@ -353,6 +364,10 @@ def render_html(result: SweepResult) -> str:
     body = [
         "<h1>dlprof sweep</h1>",
         f'<p class="sub">{esc(result.name)} ({esc(result.sweep_dir)})</p>',
+        *[
+            f'<p class="verdict headline {headline_class(result.headline)}">{esc(line)}</p>'
+            for line in headline_lines(result)
+        ],
         f'<p class="verdict {verdict_class}">{esc(verdict_line(result))}</p>',
         f"<p>{esc(mode_line(result))}; {esc(basis_line(result))}</p>",
         page.figure(_chart(result, "sweep-chart-title"), esc(caption)),

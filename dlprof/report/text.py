@@ -12,6 +12,8 @@ from dlprof.report.common import (
     TRIALS_HEADER,
     breakdown_rows,
     epoch_line,
+    evidence_line,
+    headline_line,
     loader_rows,
     missing_ranks_line,
     node_rows,
@@ -25,6 +27,7 @@ from dlprof.report.common import (
     reason_rule,
     recommendation_line,
     rests_on_line,
+    run_headline,
     run_line,
     setting,
     skipped_line,
@@ -35,7 +38,6 @@ from dlprof.report.common import (
     trials_heading,
     trials_rows,
     unprofiled_line,
-    verdict_line,
 )
 from dlprof.report.format import ms, per_s, rate
 from dlprof.results.report import Report, RunReport
@@ -51,7 +53,8 @@ def _table(rows: list[list[str]], header: list[str]) -> list[str]:
 
 def _run(run: RunReport) -> list[str]:
     info, steps, loader, gpu, advice = run.info, run.steps, run.loader, run.gpu, run.advice
-    lines = [f"dlprof analyze: {info.name}  ({info.trace_file})", f"run: {run_line(info)}"]
+    lines = [headline_line(run), *[f"  {e}" for e in (evidence_line(run),) if e], ""]
+    lines += [f"dlprof analyze: {info.name}  ({info.trace_file})", f"run: {run_line(info)}"]
     if info.incomplete:
         lines.append(f"note: the recording is {info.status}")
     if missing := missing_ranks_line(run):
@@ -64,8 +67,6 @@ def _run(run: RunReport) -> list[str]:
         *[line for line in (unprofiled_line(run), epoch_line(run)) if line],
         *[f"note: {line}" for line in (page_faults_line(run),) if line],
         *_ranks(run),
-        "",
-        f"Verdict: {verdict_line(run)}",
         "",
         "Where a step's time goes (ms per step)",
     ]
@@ -158,6 +159,7 @@ def _ranks(run: RunReport) -> list[str]:
 def _ranks_summary(run: RunReport) -> list[str]:
     """A job of many ranks summed up: the spread over the ranks, the slowest ranks, the machines."""
     ranks = run.ranks
+    assert ranks is not None and ranks.summary is not None  # called where summarized(ranks)
     summary = ranks.summary
     lines = ["", f"Ranks ({ranks_heading(run)}; every rank in the JSON and HTML reports)"]
     lines += _table(spread_rows(summary), SPREAD_HEADER)
@@ -192,7 +194,8 @@ def _comparison(report: Report) -> list[str]:
         for r in report.runs
     ]
     return (
-        ["Runs compared"]
+        [run_headline(r) for r in report.runs]
+        + ["", "Runs compared"]
         + _table(rows, ["run", "num_workers", "step ms", "steps/s", "wait %", "input-bound", "recommended"])
         + [""]
     )

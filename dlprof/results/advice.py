@@ -8,8 +8,34 @@ from dataclasses import dataclass, field
 RESTS_ON_MEASURED = "measured"
 RESTS_ON_PREDICTED = "predicted"
 
+#: What a report's first line says (:attr:`Headline.kind`): a change that pays, no change, or no recommendation at all.
+HEADLINE_CHANGE = "change"
+HEADLINE_KEEP = "keep"
+HEADLINE_NONE = "none"
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
+class Headline:
+    """The answer first: what to change, what it buys and what that rests on, in one line that every report leads with
+    (dlprof.advice.headline builds it; renderers print ``text``)."""
+
+    text: str
+    #: The settings to change (``"num_workers 2 -> 0, persistent_workers False -> True"``); None: keep them, or no
+    #: recommendation.
+    change: str | None
+    #: How much faster the change makes training, % of the recorded setting's speed (negative: slower); None when
+    #: unknown or nothing changes.
+    gain_pct: float | None
+    #: :data:`RESTS_ON_MEASURED` or :data:`RESTS_ON_PREDICTED`; None when nothing was advised.
+    basis: str | None
+    #: :data:`HEADLINE_CHANGE`, :data:`HEADLINE_KEEP` or :data:`HEADLINE_NONE`.
+    kind: str = HEADLINE_CHANGE
+    #: The fact the gain comes from (what restarting workers costs, what binds at the recorded count); None when none
+    #: applies.
+    reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Prediction:
     """Predicted speed at one ``num_workers``, and the bound that sets it."""
 
@@ -27,7 +53,7 @@ class Prediction:
         return self.epoch_steps_per_s if self.epoch_steps_per_s is not None else self.steps_per_s
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Advice:
     """The recommendation, its evidence and the predictions behind it. ``None`` means unknown or no change."""
 
@@ -54,3 +80,6 @@ class Advice:
     #: The num_workers the throughput model alone recommends (its predictions, the trials left out): what
     #: ``dlprof sweep`` checks against measurement. Equal to ``num_workers`` for a run without trials.
     model_num_workers: int | None = None
+    #: The report's first line, made from the recommendation above and the run's recorded settings (None: not made,
+    #: e.g. an Advice built by hand).
+    headline: Headline | None = None

@@ -19,7 +19,7 @@ class Summary:
 CATEGORIES = ("data_wait", "h2d", "forward", "backward", "optimizer", "other")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepTime:
     """One ProfilerStep, split into :data:`CATEGORIES` (ms)."""
 
@@ -56,7 +56,7 @@ class StepBreakdown:
         return self.step.mean_ms - self.categories["data_wait"].mean_ms
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BatchCost:
     """One batch as its producer saw it (ms)."""
 
@@ -76,7 +76,7 @@ class BatchCost:
     tensors: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WorkerStats:
     """One worker process (or the main process, worker -1)."""
 
@@ -101,7 +101,7 @@ class WaitStats:
     ready_ms_mean: float  # per step: the batch was produced before the wait began (hand-off cost)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LoaderStats:
     """Loader costs of one run; ``None`` fields are unknown (no spans of that kind)."""
 
@@ -128,7 +128,7 @@ class LoaderStats:
         return sum(1 for w in self.workers if w.worker >= 0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuStep:
     """One ProfilerStep on the GPU: busy, idle and why, host-to-device copies (ms)."""
 
@@ -141,7 +141,7 @@ class GpuStep:
     h2d_ms: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuStats:
     """GPU activity of a CUDA/ROCm trace; ``None`` is returned for CPU-only traces instead."""
 
@@ -159,7 +159,7 @@ class GpuStats:
     h2d_mib_per_step: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Throughput:
     """A measured speed: steady-state steps over the time they took (:mod:`dlprof.core.throughput`)."""
 
@@ -179,7 +179,7 @@ class Throughput:
     surplus_steps: float = 0.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EpochStats:
     """Epoch boundaries of the training loader."""
 
@@ -200,7 +200,7 @@ class EpochStats:
     whole_epoch_speed: Throughput | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PageFaults:
     """The main process's minor page faults and kernel CPU time per step: over the steady reference steps, and over
     the unprofiled steps before the window (the first left out: start-up) where at least a few were timed."""
@@ -215,7 +215,7 @@ class PageFaults:
     volatile: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class UnprofiledStats:
     """Unprofiled steps (after the window) against profiled ones, from the step clock (ms; means over the steady
     reference steps, but the ``_p50`` fields)."""
@@ -274,7 +274,7 @@ class UnprofiledStats:
         return 100 * (self.profiled_step_ms / self.step_ms_p50 - 1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RankStats:
     """One rank's profiled steps (ms per step, means over its recorded steps)."""
 
@@ -320,7 +320,7 @@ class RankSpread:
 DATA_REASON_SHARE = 0.5
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SlowRank:
     """One of the slowest ranks (most own work per step), why it is slow, and the ranks that waited for it."""
 
@@ -337,7 +337,7 @@ class SlowRank:
     waited_ms_max: float | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NodeGroup:
     """The ranks of one machine."""
 
@@ -360,7 +360,7 @@ class HistogramBin:
     ranks: tuple[int, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepHeatMap:
     """Step time per rank per profiled step: ``step_ms[i][j]`` is rank ``ranks[i]``'s step ``steps[j]`` (None: that
     rank did not record that step); ``lo_ms``/``hi_ms`` the smallest and largest cell."""
@@ -372,8 +372,8 @@ class StepHeatMap:
     hi_ms: float
 
 
-@dataclass(frozen=True)
-class RankSummary:
+@dataclass(frozen=True, kw_only=True)
+class JobSummary:
     """A job of many ranks at a glance: how step time, data wait and collectives spread over the ranks, the slowest
     ranks and why, the ranks by machine, and the pictures' data (data wait per rank, step time per rank and step)."""
 
@@ -388,7 +388,7 @@ class RankSummary:
     heat_map: StepHeatMap
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RankComparison:
     """Every rank side by side, and the cross-rank effect."""
 
@@ -404,4 +404,4 @@ class RankComparison:
     #: The collectives seen (``all_reduce``, ``broadcast``, ...), most time first.
     collectives: list[str]
     #: The ranks summed up: distributions, the slowest ranks, the machines (what a report of many ranks shows).
-    summary: RankSummary | None = None
+    summary: JobSummary | None = None

@@ -6,12 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dlprof.core.version import DIFF_SCHEMA, __version__
 from dlprof.results.report import RunReport
 
-SCHEMA = "dlprof.diff/1"
+SCHEMA = DIFF_SCHEMA
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DiffRun:
     """One side of the comparison."""
 
@@ -25,7 +26,7 @@ class DiffRun:
     ranks: int = 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DiffRow:
     """One metric in both runs. ``delta`` is b − a; ``delta_pct`` is that change relative to a.
 
@@ -41,7 +42,7 @@ class DiffRow:
     delta_pct: float | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DiffResult:
     """Two runs compared: the settings that differ, every metric side by side, and the verdict."""
 
@@ -59,3 +60,5 @@ class DiffResult:
     speed_basis: str
     verdict: str
     schema: str = SCHEMA
+    #: The dlprof that made it, stamped beside the schema in every document written.
+    dlprof_version: str = __version__

@@ -36,7 +36,7 @@ class TrialRequest:
     trial_steps: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RecordRequest:
     """Everything ``dlprof record`` was asked to do."""
 
@@ -78,7 +78,7 @@ class ClockReading:
     runq_ns: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RankResult:
     """One training process's recording, as its recorder hands it to the merge (``result-rank<R>-<pid>.json``)."""
 
@@ -116,7 +116,7 @@ class RankResult:
     trials: Trials | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RecordResult:
     """Where the trace went and how the training ended."""
 

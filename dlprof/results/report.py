@@ -6,14 +6,15 @@ from dataclasses import dataclass, field
 
 from dlprof.core.manifest import Manifest
 from dlprof.core.schema import STATUS_COMPLETE
+from dlprof.core.version import REPORT_SCHEMA, __version__
 from dlprof.results.advice import Advice
 from dlprof.results.analysis import GpuStats, LoaderStats, RankComparison, StepBreakdown, UnprofiledStats
 from dlprof.results.trials import TrialsResult
 
-SCHEMA = "dlprof.report/1"
+SCHEMA = REPORT_SCHEMA
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunInfo:
     """What the run was; ``None`` where the trace cannot tell (a trace without dlprof's manifest)."""
 
@@ -42,7 +43,7 @@ class RunInfo:
 
 @dataclass(frozen=True)
 class Lane:
-    """One row of the timeline picture: ``(kind, start_ms, end_ms)`` segments from the picture's start.
+    """One row of the timeline picture: ``(kind, start_ms, end_ms)`` bars from the picture's start.
 
     Kinds: the step categories (``data_wait``, ``h2d``, ``forward``, ``backward``, ``optimizer``,
     ``other``) on the main thread; ``dataset fetch``, ``tokenizer``, ``collate_fn`` on loader lanes;
@@ -50,7 +51,7 @@ class Lane:
     """
 
     label: str
-    segments: list[tuple[str, float, float]]
+    bars: list[tuple[str, float, float]]
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class TimelinePicture:
     ranks_not_drawn: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunReport:
     """Everything dlprof found about one run: what it was, where its steps' time went, its loader and GPU, the
     advice, and the timeline picture."""
@@ -103,5 +104,7 @@ class Report:
 
     runs: list[RunReport]
     schema: str = SCHEMA
+    #: The dlprof that made it, stamped beside the schema in every document written.
+    dlprof_version: str = __version__
     #: What was left out: unreadable runs of a directory of runs, files of a run directory that are not traces.
     skipped: list[Skipped] = field(default_factory=list)

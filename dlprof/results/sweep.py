@@ -6,17 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlprof.results.trials import (  # a sweep compares on the trials' bases, and runs them by default
-    BASIS_IN_EPOCH,
-    BASIS_WHOLE_EPOCHS,
-    MODE_IN_PROCESS,
-)
+from dlprof.core.version import SWEEP_SCHEMA, __version__
+from dlprof.results.advice import Headline
+from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS  # a sweep compares on the trials' bases
 
-SCHEMA = "dlprof.sweep/1"
-#: How the counts were measured (SweepResult.mode): in-process trials in one launch (:data:`MODE_IN_PROCESS`, the
-#: default), or one launch per count (``--launches``).
+SCHEMA = SWEEP_SCHEMA
+#: How the counts were measured (SweepResult.mode): in-process trials in one launch
+#: (:data:`~dlprof.results.trials.MODE_IN_PROCESS`, the default), or one launch per count (``--launches``).
 MODE_LAUNCHES = "launches"
-MODES = (MODE_IN_PROCESS, MODE_LAUNCHES)
 
 
 # Why the first run's recommendation held or not (SweepResult.outcome); WITHIN_BEST and CHOOSE_WITHIN are
@@ -33,8 +30,8 @@ OUTCOME_NOT_MEASURED = "not_measured"
 OUTCOME_NO_RECOMMENDATION = "no_recommendation"
 
 
-@dataclass(frozen=True)
-class SweepRun:
+@dataclass(frozen=True, kw_only=True)
+class SweepPoint:
     """One swept count: what it measured, and what the first run predicted for it."""
 
     num_workers: int
@@ -68,13 +65,13 @@ class SweepRun:
     distrust: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SweepResult:
     """A whole sweep: the runs in the order recorded, the best measured, and whether the advice held."""
 
     name: str
     sweep_dir: Path
-    runs: tuple[SweepRun, ...]
+    runs: tuple[SweepPoint, ...]
     #: The count whose run made the advice and the predictions (the first swept).
     from_run: int
     #: Its recommended num_workers (None: it made no recommendation).
@@ -95,7 +92,13 @@ class SweepResult:
     #: TensorBoard scalars (None when they could not be written).
     scalars_dir: Path | None
     schema: str = SCHEMA
-    #: :data:`MODE_IN_PROCESS` (one launch, every count tried in the running training) or :data:`MODE_LAUNCHES`.
+    #: The dlprof that made it, stamped beside the schema in every document written.
+    dlprof_version: str = __version__
+    #: The sweep's first line: its first count against the fewest workers measured within CHOOSE_WITHIN of the best
+    #: (None: not made, e.g. a result built by hand).
+    headline: Headline | None = None
+    #: :data:`~dlprof.results.trials.MODE_IN_PROCESS` (one launch, every count tried in the running training) or
+    #: :data:`MODE_LAUNCHES`.
     mode: str = MODE_LAUNCHES
     #: In-process: the rounds of trials that ran to their end, and those planned (None for launches).
     rounds: int | None = None

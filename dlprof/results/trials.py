@@ -14,8 +14,8 @@ BASIS_IN_EPOCH = "inside an epoch"
 BASIS_WHOLE_EPOCHS = "over whole epochs"
 
 
-@dataclass(frozen=True)
-class TrialRun:
+@dataclass(frozen=True, kw_only=True)
+class TrialSetting:
     """One tried setting: its speed measured in the training process over every round, and its prediction."""
 
     num_workers: int
@@ -40,7 +40,7 @@ class TrialRun:
         return self.speed.steps_per_s if self.speed is not None else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrialsResult:
     """The trials of one run, and the basis they compare on."""
 
@@ -49,11 +49,11 @@ class TrialsResult:
     rounds_planned: int
     #: :data:`BASIS_IN_EPOCH` or :data:`BASIS_WHOLE_EPOCHS`: which speed is compared and recommended on.
     basis: str
-    runs: tuple[TrialRun, ...]
+    runs: tuple[TrialSetting, ...]
     #: Notes for the report: trials cut short, spreads too wide to trust, settings that could not be tried.
     notes: tuple[str, ...] = ()
     mode: str = MODE_IN_PROCESS
 
-    def measured(self, run: TrialRun) -> float | None:
+    def measured(self, run: TrialSetting) -> float | None:
         """``run``'s measured speed on this result's basis."""
         return run.epoch_steps_per_s if self.basis == BASIS_WHOLE_EPOCHS else run.steps_per_s

@@ -2,22 +2,21 @@
 :class:`~dlprof.trace.run.TraceRun`.
 
 An event with a field of the wrong type or an impossible value is skipped and counted; the counts reach
-the report's basis, and nothing downstream re-checks. One pass (:func:`_collect`) checks the events and
-sorts them by kind, the host ops (9 in 10 events) into columns; small functions then make each of the
-run's lists from what it kept.
+the report's basis, and nothing downstream re-checks. One pass (:func:`_collect`) checks the events (the
+field checks are :mod:`dlprof.trace.checks`) and sorts them by kind, the host ops (9 in 10 events) into
+columns; small functions (:mod:`dlprof.trace.assemble`, and the host ops' here) then make each of the run's
+lists from what it kept.
 """
 
 from __future__ import annotations
 
 import bisect
 import gc
-import math
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import compress
-from operator import attrgetter
 from pathlib import Path
 
 import msgspec
@@ -26,110 +25,56 @@ from dlprof.core import schema
 from dlprof.core.errors import NoStepsError, TraceFormatError
 from dlprof.core.manifest import parse_manifest
 from dlprof.trace import events as ev
+from dlprof.trace.assemble import (
+    base_us_of,
+    by_start_key,
+    gpu_activity,
+    launches_of,
+    loader_spans_of,
+    next_calls_of,
+    profiler_steps,
+    rank_of,
+    skipped_lines,
+)
+from dlprof.trace.checks import (
+    NO_ARGS,
+    Malformed,
+    RawEvent,
+    check_args,
+    checked_count,
+    checked_ident,
+    checked_time,
+    checked_ts,
+    decoded_args,
+)
 from dlprof.trace.reader import (
     ABSENT,
-    TOO_DEEP,
     Event,
     NotAnEvent,
     TraceEvents,
-    decode_raw,
-    is_raw,
-    raw_is_object,
 )
 from dlprof.trace.run import (
-    MAX_COPY_BYTES,
-    MAX_COUNT,
     MAX_DUR_US,
     MAX_TS_US,
     MIN_STEP_US,
     GpuActivity,
     Launch,
-    LoaderSpan,
     MemorySample,
-    NextCall,
     Span,
-    Step,
     TraceRun,
 )
 
 
-class _Malformed(Exception):
-    """An event field of the wrong type or an impossible value; the message names the field."""
-
-
-def _time(value: object, field_name: str, limit: float, signed: bool = False) -> float:
-    """A finite number no larger than ``limit`` in magnitude, and non-negative unless ``signed``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _Malformed(f"'{field_name}' not a number")
-    try:
-        number = float(value)
-    except OverflowError:
-        raise _Malformed(f"'{field_name}' too large") from None
-    if not math.isfinite(number) or abs(number) > limit or (number < 0 and not signed):
-        raise _Malformed(
-            f"'{field_name}' {'non-finite or too large' if signed else 'negative, non-finite or too large'}"
-        )
-    return number
-
-
-def _ts(value: object) -> float:
-    # Signed: ts count from baseTimeNanoseconds, and dlprof merges worker spans that began before it.
-    return _time(value, "ts", MAX_TS_US, signed=True)
-
-
-def _count(value: object, field_name: str, limit: int = MAX_COUNT, signed: bool = False) -> int:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > limit or (value < 0 and not signed):
-        raise _Malformed(f"'{field_name}' not a valid count")
-    return value
-
-
-def _ident(value: object, field_name: str) -> int | str:
-    """A pid or tid: an int or a string (old traces write ``"tid": "25738"`` or ``"stream 7"``)."""
-    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
-        return value
-    raise _Malformed(f"'{field_name}' not an int or string")
-
-
-def _correlation(value: object) -> int | str | None:
-    if value is None or isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
-        return value
-    raise _Malformed("'args.correlation' not an int or string")
-
-
-def _args(args: object) -> dict:
-    """An event's ``args``, decoded if still raw: an object, or ``{}`` when absent."""
-    if args is ABSENT:
-        return {}
-    if is_raw(args):
-        try:
-            args = decode_raw(args)
-        except msgspec.DecodeError:  # valid JSON (the split checked it), so a number beyond a double
-            raise _Malformed("'args' holding a number beyond a double") from None
-        except RecursionError:  # the split followed it, a few frames up the stack: at the parser's limit
-            raise _Malformed(f"'args' {TOO_DEEP}") from None
-    if not isinstance(args, dict):
-        raise _Malformed("'args' not an object")
-    return args
-
-
-def _check_args(args: object) -> None:
-    """That ``args`` is an object (or absent), without decoding it: most events' arguments are never read."""
-    if args is not ABSENT and not (raw_is_object(args) if is_raw(args) else isinstance(args, dict)):
-        raise _Malformed("'args' not an object")
-
-
-def _complete(event: Event, is_step: bool) -> tuple[str, str, float, float, int | str, int | str, dict | None]:
+def _complete(event: Event, is_step: bool) -> tuple[str, str, float, float, int | str, int | str, dict]:
     """A complete (``ph: X``) event's category, name, start, end, pid, tid and ``args``, checked; ``args`` decoded
-    only for the events whose arguments the analysis reads (else None)."""
+    only for the events whose arguments the analysis reads (else :data:`~dlprof.trace.checks.NO_ARGS`)."""
     name = event.name
     if not isinstance(name, str):
-        raise _Malformed("'name' missing or not a string")
-    start = _ts(event.ts)
-    end = start + _time(event.dur, "dur", MAX_DUR_US)
-    pid = _ident(0 if event.pid is ABSENT else event.pid, "pid")
-    tid = _ident(event.tid, "tid")
+        raise Malformed("'name' missing or not a string")
+    start = checked_ts(event.ts)
+    end = start + checked_time(event.dur, "dur", MAX_DUR_US)
+    pid = checked_ident(0 if event.pid is ABSENT else event.pid, "pid")
+    tid = checked_ident(event.tid, "tid")
     cat = ev.category_of(event.cat)
     if (
         cat == schema.CATEGORY
@@ -137,12 +82,12 @@ def _complete(event: Event, is_step: bool) -> tuple[str, str, float, float, int 
         or cat in ev.RUNTIME_CATEGORIES
         or (cat in ev.HOST_OP_CATEGORIES and not is_step and ev.is_dataloader_next(name))
     ):
-        args = _args(event.args)
+        args = decoded_args(event.args)
     else:
-        _check_args(event.args)
-        args = None
+        check_args(event.args)
+        args = NO_ARGS
     if is_step and end - start < MIN_STEP_US:
-        raise _Malformed("a ProfilerStep of zero duration")
+        raise Malformed("a ProfilerStep of zero duration")
     return cat, name, start, end, pid, tid, args
 
 
@@ -151,20 +96,20 @@ def _metadata_or_counter(event: Event, kept: _Kept) -> int:
     if event.ph == "M":
         if event.name != "process_name":
             return 0
-        name = _args(event.args).get("name", "")
+        name = decoded_args(event.args).get("name", "")
         if isinstance(name, (list, dict)):  # never turned into text: it may nest deeper than ``str`` recurses
-            raise _Malformed("'args.name' of a process not a string")
-        kept.process_names[_ident(None if event.pid is ABSENT else event.pid, "pid")] = str(name)
+            raise Malformed("'args.name' of a process not a string")
+        kept.process_names[checked_ident(None if event.pid is ABSENT else event.pid, "pid")] = str(name)
         return 1
     if event.name != schema.MEMORY_COUNTER:
         return 0
-    args = _args(event.args)
+    args = decoded_args(event.args)
     kept.memory.append(
         MemorySample(
-            _count(0 if event.pid is ABSENT else event.pid, "pid"),
-            _ts(event.ts),
-            _time(args.get("uss_mib", 0), "args.uss_mib", MAX_DUR_US),
-            _time(args.get("pss_mib", 0), "args.pss_mib", MAX_DUR_US),
+            checked_count(0 if event.pid is ABSENT else event.pid, "pid"),
+            checked_ts(event.ts),
+            checked_time(args.get("uss_mib", 0), "args.uss_mib", MAX_DUR_US),
+            checked_time(args.get("pss_mib", 0), "args.pss_mib", MAX_DUR_US),
         )
     )
     return 1
@@ -263,33 +208,16 @@ class _HostColumns:
         return self.spans(compress(range(len(self.threads)), map(index.__eq__, self.threads)))
 
 
-def _stream(args: dict, tid: int | str) -> int:
-    """The GPU stream: ``args.stream``, else the tid (``7`` or old traces' ``"stream 7"``)."""
-    if "stream" in args:
-        return _count(args["stream"], "args.stream")
-    if isinstance(tid, int):
-        return tid
-    digits = tid.rsplit(" ", 1)[-1]
-    return int(digits) if digits.isdigit() and len(digits) < 16 else 0
-
-
-#: A complete event kept for after the pass, its fields checked: a plain tuple (a NamedTuple takes 3 x as long to
-#: make, and a GPU trace keeps one per kernel, copy and runtime call), unpacked where read, else indexed by these
-#: names. ``args``: the arguments the analysis reads, or None; ``cat``: a GPU activity's category, else "".
-_Raw = tuple[str, float, float, "int | str", "int | str", "dict | None", str]
-_NAME, _START_US, _END_US, _PID, _TID, _ARGS, _CAT = range(7)
-
-
-@dataclass
+@dataclass(kw_only=True)
 class _Kept:
     """What the pass over the events keeps, by kind, and what it skipped."""
 
     total: int  # events, usable or not
-    steps: list[_Raw] = field(default_factory=list)  # ProfilerSteps of any thread
-    next_calls: list[_Raw] = field(default_factory=list)  # DataLoader ``__next__`` calls of any thread
-    gpu: list[_Raw] = field(default_factory=list)
-    runtime: list[_Raw] = field(default_factory=list)
-    loader: list[_Raw] = field(default_factory=list)  # dlprof's spans
+    steps: list[RawEvent] = field(default_factory=list)  # ProfilerSteps of any thread
+    next_calls: list[RawEvent] = field(default_factory=list)  # DataLoader ``__next__`` calls of any thread
+    gpu: list[RawEvent] = field(default_factory=list)
+    runtime: list[RawEvent] = field(default_factory=list)
+    loader: list[RawEvent] = field(default_factory=list)  # dlprof's spans
     memory: list[MemorySample] = field(default_factory=list)
     host: _HostColumns = field(default_factory=_HostColumns)
     process_names: dict[int | str, str] = field(default_factory=dict)
@@ -298,40 +226,16 @@ class _Kept:
     step_events: int = 0  # ProfilerStep events, usable or not
 
 
-def _main_thread(steps: list[_Raw], next_calls: list[_Raw], host: _HostColumns) -> tuple[int | str, int | str]:
+def _main_thread(steps: list[RawEvent], next_calls: list[RawEvent], host: _HostColumns) -> tuple[int | str, int | str]:
     """The (pid, tid) that runs the training loop: where ProfilerStep lives, else most DataLoader waits, else most
     ops."""
     for candidates in (steps, next_calls):
         if candidates:
-            (pid, tid), _ = Counter((e[_PID], e[_TID]) for e in candidates).most_common(1)[0]
+            (pid, tid), _ = Counter((pid, tid) for _, _, _, pid, tid, _, _ in candidates).most_common(1)[0]
             return pid, tid
     if host.threads:
         return host.thread_ids[Counter(host.threads).most_common(1)[0][0]]
     return -1, -1
-
-
-def _batch_key(args: dict) -> tuple[int, int, int] | None:
-    """(loader, epoch, batch) of a dlprof span or ``__next__`` call; None when absent or malformed."""
-    try:
-        return (
-            _count(args[schema.ARG_LOADER], "loader"),
-            _count(args[schema.ARG_EPOCH], "epoch"),
-            _count(args[schema.ARG_BATCH], "batch"),
-        )
-    except (KeyError, _Malformed):
-        return None
-
-
-def _skipped_lines(skipped: Counter, total: int, duplicates: int) -> tuple[str, ...]:
-    """What validation left out, for the report's basis."""
-    lines = []
-    if skipped:
-        count = sum(skipped.values())
-        why = ", ".join(f"{n} with {reason}" for reason, n in skipped.most_common())
-        lines.append(f"{count} of {total} trace events skipped as malformed ({why})")
-    if duplicates:
-        lines.append(f"{duplicates} duplicated events (same name, thread, start and duration) counted once")
-    return tuple(lines)
 
 
 def build_run(document: dict, path: Path, name: str, release: bool = False) -> TraceRun:
@@ -364,20 +268,20 @@ def _build_run(document: dict, path: Path, name: str, release: bool) -> TraceRun
     host, skipped = kept.host, kept.skipped
     main_pid, main_tid = _main_thread(kept.steps, kept.next_calls, host)
     # In this order, as the reasons for skipping are listed in the order first met.
-    steps, repeated_steps = _steps(kept.steps, main_pid, main_tid)
-    gpu, h2d_correlations, repeated_gpu = _gpu_activity(kept.gpu, skipped)
-    launches = _launches(kept.runtime, main_pid, skipped)
-    loader_spans, repeated_loader = _loader_spans(kept.loader, skipped)
+    steps, repeated_steps = profiler_steps(kept.steps, main_pid, main_tid)
+    gpu, h2d_correlations, repeated_gpu = gpu_activity(kept.gpu, skipped)
+    launches = launches_of(kept.runtime, main_pid, skipped)
+    loader_spans, repeated_loader = loader_spans_of(kept.loader, skipped)
     manifest, manifest_problems = parse_manifest(document.get(schema.MANIFEST_KEY))
     return TraceRun(
         name=name,
         path=path,
         manifest=manifest,
-        rank=_rank(document),
+        rank=rank_of(document),
         main_pid=main_pid,
         main_tid=main_tid,
         steps=steps,
-        next_calls=_next_calls(kept.next_calls, main_pid),
+        next_calls=next_calls_of(kept.next_calls, main_pid),
         host_ops=host.spans_of(main_pid, main_tid),
         backward=host.spans(host.of(_BACKWARD, main_pid)),
         optimizer=host.spans(host.of(_OPTIMIZER, main_pid)),
@@ -387,15 +291,15 @@ def _build_run(document: dict, path: Path, name: str, release: bool) -> TraceRun
         loader_spans=loader_spans,
         memory=kept.memory,
         collectives=_collectives(host, gpu, main_pid),
-        base_us=_base_us(document),
+        base_us=base_us_of(document),
         process_names=kept.process_names,
         event_count=kept.total,
         manifest_problems=manifest_problems,
-        trace_problems=_skipped_lines(skipped, kept.total, repeated_steps + repeated_gpu + repeated_loader),
+        trace_problems=skipped_lines(skipped, kept.total, repeated_steps + repeated_gpu + repeated_loader),
     )
 
 
-def _collect(all_events: Iterable, release: bool) -> _Kept:
+def _collect(all_events: list | TraceEvents, release: bool) -> _Kept:
     """One pass over the events: each checked, and kept by kind, or skipped and counted."""
     kept = _Kept(total=len(all_events))
     host, skipped = kept.host, kept.skipped
@@ -456,7 +360,7 @@ def _collect(all_events: Iterable, release: bool) -> _Kept:
             is_step = type(event.name) is str and ev.is_profiler_step(event.name)
             step_events += is_step
             cat, name, start, end, pid, tid, args = _complete(event, is_step)
-        except _Malformed as malformed:
+        except Malformed as malformed:
             skipped[str(malformed)] += 1
             continue
         used += 1
@@ -469,7 +373,7 @@ def _collect(all_events: Iterable, release: bool) -> _Kept:
             keep_runtime((name, start, end, pid, tid, _subset(args, RUNTIME_ARGS), ""))
         elif cat in HOST_OP_CATEGORIES:
             if is_step:
-                kept.steps.append((name, start, end, pid, tid, None, ""))
+                kept.steps.append((name, start, end, pid, tid, NO_ARGS, ""))
             elif ev.is_dataloader_next(name):
                 kept.next_calls.append((name, start, end, pid, tid, args, ""))
             else:
@@ -489,7 +393,7 @@ def _check_usable(kept: _Kept, path: Path) -> None:
     """Refuses a trace whose events, or whose ProfilerSteps, are all unusable."""
     if not kept.used and kept.skipped:
         raise TraceFormatError(
-            f"{path}: none of its {kept.total} events is usable ({_skipped_lines(kept.skipped, kept.total, 0)[0]});"
+            f"{path}: none of its {kept.total} events is usable ({skipped_lines(kept.skipped, kept.total, 0)[0]});"
             " give a trace written by torch.profiler"
         )
     if kept.step_events and not kept.steps:
@@ -497,88 +401,6 @@ def _check_usable(kept: _Kept, path: Path) -> None:
             f"{path}: none of its {kept.step_events} ProfilerStep events is usable (malformed or of zero duration);"
             " record the trace again"
         )
-
-
-#: Every list of spans is sorted by start (stably: spans that start together keep the trace's order).
-_by_start = attrgetter("start_us")
-
-
-def _distinct(events: list[_Raw]) -> tuple[list[_Raw], int]:
-    """The events once each, and how many repeats were dropped: a trace merged or exported twice repeats them
-    (same name, start, end and thread)."""
-    seen, kept = set(), []
-    for e in events:
-        key = e[:_ARGS]  # name, start, end, pid and tid
-        if key in seen:
-            continue
-        seen.add(key)
-        kept.append(e)
-    return kept, len(events) - len(kept)
-
-
-def _steps(raw: list[_Raw], main_pid: int | str, main_tid: int | str) -> tuple[list[Step], int]:
-    """The training thread's ProfilerSteps by start, numbered as named (else by position), and the repeats dropped."""
-    on_main, repeats = _distinct([e for e in raw if e[_PID] == main_pid and e[_TID] == main_tid])
-    steps = []
-    for name, start, end, _pid, _tid, _args, _cat in on_main:
-        number = ev.step_number(name)
-        valid = number is not None and 0 <= number <= MAX_COUNT
-        steps.append(Step(name, start, end, number=number if valid else len(steps)))
-    steps.sort(key=_by_start)
-    return steps, repeats
-
-
-def _next_calls(raw: list[_Raw], main_pid: int | str) -> list[NextCall]:
-    """The training process's DataLoader ``__next__`` calls by start, with the batch dlprof linked them to."""
-    calls = [
-        NextCall(name, start, end, batch=_batch_key(args))
-        for name, start, end, pid, _tid, args, _cat in raw
-        if pid == main_pid
-    ]
-    calls.sort(key=_by_start)
-    return calls
-
-
-def _gpu_activity(raw: list[_Raw], skipped: Counter) -> tuple[list[GpuActivity], set, int]:
-    """Kernels, copies and memsets by start; the correlation ids of the host-to-device copies; the repeats
-    dropped."""
-    distinct, repeats = _distinct(raw)
-    gpu = []
-    h2d_correlations = set()
-    for name, start, end, _pid, tid, args, cat in distinct:
-        try:
-            stream = _stream(args, tid)
-            correlation = _correlation(args.get("correlation"))
-            size = _count(args.get("bytes", 0) or 0, "args.bytes", MAX_COPY_BYTES)
-        except _Malformed as malformed:
-            skipped[str(malformed)] += 1
-            continue
-        kind = "kernel" if cat in ev.KERNEL_CATEGORIES else "memcpy" if cat in ev.MEMCPY_CATEGORIES else "memset"
-        h2d = kind == "memcpy" and ev.is_h2d_memcpy(name)
-        if h2d and correlation is not None:
-            h2d_correlations.add(correlation)
-        pinned = h2d and ev.PINNED_MARK in name
-        gpu.append(
-            GpuActivity(
-                name, start, end, kind=kind, stream=stream, correlation=correlation, h2d=h2d, pinned=pinned, bytes=size
-            )
-        )
-    gpu.sort(key=_by_start)
-    return gpu, h2d_correlations, repeats
-
-
-def _launches(raw: list[_Raw], main_pid: int | str, skipped: Counter) -> list[Launch]:
-    """The training process's runtime calls by start."""
-    launches = []
-    for name, start, end, pid, tid, args, _cat in raw:
-        if pid != main_pid:
-            continue
-        try:
-            launches.append(Launch(name, start, end, correlation=_correlation(args.get("correlation")), tid=tid))
-        except _Malformed as malformed:
-            skipped[str(malformed)] += 1
-    launches.sort(key=_by_start)
-    return launches
 
 
 def _h2d_host_ops(
@@ -597,7 +419,7 @@ def _h2d_host_ops(
         i = bisect.bisect_left(h2d_launch_times, op.start_us)
         if i < len(h2d_launch_times) and h2d_launch_times[i] <= op.end_us:
             h2d_host.append(op)
-    h2d_host.sort(key=_by_start)
+    h2d_host.sort(key=by_start_key)
     return h2d_host
 
 
@@ -615,50 +437,5 @@ def _collectives(host: _HostColumns, gpu: list[GpuActivity], main_pid: int | str
         for g in gpu
         if g.kind == "kernel" and ev.is_collective_kernel(g.name)
     ]
-    collectives.sort(key=_by_start)
+    collectives.sort(key=by_start_key)
     return collectives
-
-
-def _loader_spans(raw: list[_Raw], skipped: Counter) -> tuple[list[LoaderSpan], int]:
-    """dlprof's spans of the loader processes that name their batch, by start, and the repeats dropped."""
-    distinct, repeats = _distinct(raw)
-    spans = []
-    for name, start, end, pid, _tid, args, _cat in distinct:
-        key = _batch_key(args)
-        if key is None:
-            continue
-        try:
-            span = LoaderSpan(
-                name,
-                start,
-                end,
-                pid=_count(pid, "pid"),
-                cpu_us=_time(args.get(schema.ARG_CPU_US, 0.0), "args.cpu_us", MAX_DUR_US),
-                runq_us=_time(args.get(schema.ARG_RUNQ_US, 0.0), "args.runq_us", MAX_DUR_US),
-                tensors=_count(args.get(schema.ARG_TENSORS, 0), "args.tensors"),
-                worker=_count(args.get(schema.ARG_WORKER, -1), "args.worker", signed=True),
-                batch=key,
-            )
-        except _Malformed as malformed:
-            skipped[str(malformed)] += 1
-            continue
-        spans.append(span)
-    spans.sort(key=_by_start)
-    return spans, repeats
-
-
-def _rank(document: dict) -> int | None:
-    """``distributedInfo.rank``; None when absent or malformed."""
-    info = document.get("distributedInfo")
-    rank = info.get("rank") if isinstance(info, dict) else None
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank <= MAX_COUNT:
-        return None
-    return rank
-
-
-def _base_us(document: dict) -> float:
-    """``baseTimeNanoseconds`` in µs; 0 when absent (old traces: absolute ``ts``) or malformed."""
-    base = document.get("baseTimeNanoseconds", 0)
-    if isinstance(base, bool) or not isinstance(base, int) or not 0 <= base <= 2**63:
-        return 0.0
-    return base / 1000

@@ -16,7 +16,7 @@ from pathlib import Path
 from dlprof.core import schema
 from dlprof.core.errors import TraceNotFoundError, UsageError, display
 from dlprof.trace.build import build_run
-from dlprof.trace.reader import Progress, parse_trace, read_bytes
+from dlprof.trace.reader import ReadProgress, parse_trace, read_bytes
 from dlprof.trace.run import TraceRun
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -202,7 +202,7 @@ def load_run(trace: Path, name: str | None = None, *, progress: bool = True) -> 
         size = f" ({trace.stat().st_size / 1e6:,.0f} MB)" if trace.is_file() else ""
     except OSError:
         size = ""
-    with Progress(f"reading trace {display(trace)}{size}") as shown:
+    with ReadProgress(f"reading trace {display(trace)}{size}") as shown:
         run, size_bytes = _load_run(trace, name)
         shown.done(f"{size_bytes / 1e6:,.0f} MB of JSON, {run.event_count / 1e6:.1f} M events")
     return run

@@ -1,6 +1,6 @@
 """Load one trace file (``.json`` or ``.json.gz``), fast and in bounded memory, with one-line errors.
 
-A trace of 1 GB holds ~5 million events; as Python dicts they took 8 x the file in memory. Here the file
+A big trace holds millions of events, and as Python dicts they would take many times the file in memory. Here the file
 is decompressed once into one buffer, msgspec checks its syntax and splits the top level without
 building anything (``traceEvents`` becomes a list of :class:`msgspec.Raw`, views into the buffer), and
 the events are decoded one at a time, into a small struct whose ``args`` stay raw, while
@@ -16,7 +16,7 @@ import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard, final
 
 import msgspec
 
@@ -88,6 +88,7 @@ _LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _ANY = msgspec.json.Decoder()
 
 
+@final  # final, so that ``type(x) is NotAnEvent`` (the builder's fast test) tells it from an Event
 class NotAnEvent(ValueError):
     """One element of ``traceEvents`` that is not an event object; the message is the reason to count."""
 
@@ -117,7 +118,7 @@ def decode_raw(raw: msgspec.Raw) -> Any:
     return _ANY.decode(raw)
 
 
-def is_raw(value: object) -> bool:
+def is_raw(value: object) -> TypeGuard[msgspec.Raw]:
     return type(value) is msgspec.Raw
 
 
@@ -134,6 +135,10 @@ def _not_an_event(error: msgspec.DecodeError | RecursionError) -> NotAnEvent:
         return NotAnEvent("not valid JSON")  # the split checked the syntax: never seen, but never a traceback
     # The only ways a syntactically valid element fails the loosely typed struct.
     return NotAnEvent("not an object" if str(error).startswith("Expected `object`") else "a number beyond a double")
+
+
+#: What :meth:`TraceEvents.drain` leaves in place of a raw event it decoded: it holds no part of the buffer.
+_EMPTY_RAW = msgspec.Raw()
 
 
 class TraceEvents:
@@ -166,7 +171,7 @@ class TraceEvents:
         decode = _EVENT.decode
         for i in range(len(raws)):
             raw = raws[i]
-            raws[i] = None
+            raws[i] = _EMPTY_RAW
             try:
                 yield decode(raw)
             except (msgspec.DecodeError, RecursionError) as error:  # ValidationError: valid JSON, not an event
@@ -277,7 +282,7 @@ def read_trace(path: Path) -> dict:
     return parse_trace(path, read_bytes(path))
 
 
-class Progress:
+class ReadProgress:
     """A line on stderr for a step that turns out to take longer than :data:`PROGRESS_AFTER_S`, and only then.
 
     ``dlprof: reading trace X (1.0 GB) ...`` appears once the step has run that long; :meth:`done`
@@ -306,7 +311,7 @@ class Progress:
             if self._shown:
                 print(f" {result} in {time.perf_counter() - self._start:.1f} s", file=sys.stderr, flush=True)
 
-    def __enter__(self) -> Progress:
+    def __enter__(self) -> ReadProgress:
         return self
 
     def __exit__(self, kind, *_) -> None:

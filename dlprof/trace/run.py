@@ -34,8 +34,8 @@ MAX_COUNT = 2**53
 class Span(msgspec.Struct, frozen=True, gc=False):
     """A complete event: ``[start_us, end_us)`` on the trace clock.
 
-    The spans are frozen msgspec structs, not dataclasses: a 1 GB trace makes ~5 million of them, which
-    a struct builds 7 x faster (0.16 against 1.1 µs each) in 40 bytes instead of 56; they hold no
+    The spans are frozen msgspec structs, not dataclasses: a big trace makes millions of them, which a struct
+    builds several times faster and in less memory (docs/ARCHITECTURE.md#facts-the-code-relies-on); they hold no
     containers that could form a cycle, so the cyclic GC does not track them.
     """
 
@@ -72,7 +72,7 @@ class LoaderSpan(Span, frozen=True, gc=False):
 class GpuActivity(Span, frozen=True, gc=False):
     kind: str  # "kernel" | "memcpy" | "memset"
     stream: int
-    correlation: int | None
+    correlation: int | str | None  # an int, or a string in some traces (checks.checked_correlation)
     h2d: bool = False
     pinned: bool = False
     bytes: int = 0
@@ -81,8 +81,8 @@ class GpuActivity(Span, frozen=True, gc=False):
 class Launch(Span, frozen=True, gc=False):
     """A runtime call (``cudaLaunchKernel``, ``cudaMemcpyAsync``, ...) with its correlation id."""
 
-    correlation: int | None
-    tid: int
+    correlation: int | str | None
+    tid: int | str
 
 
 class MemorySample(msgspec.Struct, frozen=True, gc=False):
@@ -92,7 +92,7 @@ class MemorySample(msgspec.Struct, frozen=True, gc=False):
     pss_mib: float
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TraceRun:
     """One rank's trace, indexed for the analysis."""
 
@@ -100,8 +100,8 @@ class TraceRun:
     path: Path
     manifest: Manifest | None
     rank: int | None
-    main_pid: int
-    main_tid: int
+    main_pid: int | str
+    main_tid: int | str
     steps: list[Step]
     next_calls: list[NextCall]
     host_ops: list[Span]  # cpu_op / user_annotation on the main thread (no ProfilerStep)
@@ -118,7 +118,7 @@ class TraceRun:
     #: The trace clock's zero in µs since the Unix epoch (``baseTimeNanoseconds``; 0 on old traces, whose
     #: ``ts`` are absolute): lines up the ranks of one job, whose traces each have their own base.
     base_us: float = 0.0
-    process_names: dict[int, str] = field(default_factory=dict)
+    process_names: dict[int | str, str] = field(default_factory=dict)
     event_count: int = 0
     #: What was wrong with the manifest (wrong-typed fields read as unknown, an unreadable version).
     manifest_problems: tuple[str, ...] = ()

@@ -8,13 +8,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from dlprof.advice.headline import headline
 from dlprof.advice.rules import advise
 from dlprof.analysis.gpu import gpu_stats
 from dlprof.analysis.intervals import Timeline
 from dlprof.analysis.loader import loader_stats
 from dlprof.analysis.ranks import compare_ranks, missing_ranks, rank_stats, slowness
-from dlprof.analysis.steps import Segment, segments_between, segments_by_step, step_breakdown, step_segments
-from dlprof.analysis.trials import trials_result, with_predictions
+from dlprof.analysis.steps import TimelineBar, bars_between, bars_by_step, step_bars, step_breakdown
+from dlprof.analysis.trials import trials_result
 from dlprof.analysis.unprofiled import unprofiled_stats
 from dlprof.core import schema
 from dlprof.core.errors import DlprofError, TraceFormatError, display
@@ -22,7 +23,7 @@ from dlprof.results.analysis import RankStats
 from dlprof.results.report import Lane, Report, RunInfo, RunReport, Skipped, TimelinePicture
 from dlprof.trace.discover import find_job_runs, is_profiler_trace_name, load_run
 from dlprof.trace.run import TraceRun
-from dlprof.workflows.parallel import default_jobs, json_bytes, run_tasks
+from dlprof.workflows.parallel import default_processes, json_bytes, run_tasks
 
 
 def _batches_per_step(run: TraceRun) -> float:
@@ -78,7 +79,7 @@ def _timeline(run: TraceRun) -> TimelinePicture:
     lanes = [
         Lane(
             "main thread",
-            [(g.category, rel(g.start_us), rel(g.end_us)) for g in step_segments(run, first, TIMELINE_STEPS)],
+            [(g.category, rel(g.start_us), rel(g.end_us)) for g in step_bars(run, first, TIMELINE_STEPS)],
         )
     ]
     by_pid: dict[int, list] = {}
@@ -105,23 +106,30 @@ def analyze_run(run: TraceRun) -> RunReport:
     unprofiled = unprofiled_stats(manifest, batches_per_step)
     measured = trials_result(manifest, batches_per_step, loader)
     problems = run.trace_problems + run.manifest_problems
-    advice = advise(
+    advice, trials = advise(
         steps, loader, gpu, manifest, batches_per_step, run.loads_in_main_process, unprofiled, problems, measured
     )
-    trials = None
-    if measured is not None:  # the predictions are for the training loader's persistent_workers, as recorded
-        persistent = bool(manifest.loader is not None and manifest.loader.persistent_workers)
-        trials = with_predictions(measured, advice.predicted, persistent)
     info = _info(run, batches_per_step)
-    return RunReport(info, steps, loader, gpu, advice, _timeline(run), unprofiled, manifest, trials=trials)
+    advice = replace(advice, headline=headline(advice, info, trials))
+    return RunReport(
+        info=info,
+        steps=steps,
+        loader=loader,
+        gpu=gpu,
+        advice=advice,
+        timeline=_timeline(run),
+        unprofiled=unprofiled,
+        manifest=manifest,
+        trials=trials,
+    )
 
 
-@dataclass(frozen=True)
-class RankSummary:
+@dataclass(frozen=True, kw_only=True)
+class AnalyzedRank:
     """One trace file analysed, as a worker hands it back: small, never the trace itself.
 
     Its report and its row among the ranks, and what the job's timeline needs of it: its clock's base, the
-    stretch its own timeline shows, every step's bounds, and the category segments of its first
+    stretch its own timeline shows, every step's bounds, and the category bars of its first
     :data:`LANE_STEPS` steps (the ranks of a job step together, so another rank's stretch falls among them).
     """
 
@@ -135,13 +143,13 @@ class RankSummary:
     base_us: float
     window_us: tuple[float, float]
     step_bounds_us: tuple[tuple[float, float], ...]
-    #: Per step kept: its segments' categories, and their (start, end) µs one after another (compact: 4,800
-    #: segments as Segment objects took 1 MB, three quarters of a summary).
-    step_segments: tuple[tuple[tuple[str, ...], array], ...]
+    #: Per step kept: its bars' categories, and their (start, end) µs one after another (compact: as objects, they
+    #: would be most of a summary).
+    step_bars: tuple[tuple[tuple[str, ...], array], ...]
 
 
 @dataclass(frozen=True)
-class RankFailure:
+class FailedRank:
     """A trace file that could not be read (``loading``) or analysed, as a worker hands it back."""
 
     trace: Path
@@ -152,35 +160,35 @@ class RankFailure:
 
 #: Ranks the timeline draws a lane for (the slowest): beyond this, lanes too thin to read, and each a trace to line up.
 TIMELINE_RANKS = 16
-#: Steps whose segments a rank hands back: the stretch of another rank's timeline, with room for ranks that
+#: Steps whose bars a rank hands back: the stretch of another rank's timeline, with room for ranks that
 #: started their profiled steps a few steps apart (further apart, the trace is read again for it).
 LANE_STEPS = 2 * TIMELINE_STEPS + 2
 
 
-def summarize_run(run: TraceRun) -> RankSummary:
+def summarize_run(run: TraceRun) -> AnalyzedRank:
     """All analyses of one rank's trace, and what the job's report needs of it."""
     report = analyze_run(run)
     row = rank_stats(run, report.steps, report.loader, report.unprofiled.step_ms if report.unprofiled else None)
     _, lo, hi = _window(run)
-    return RankSummary(
-        run.path,
-        run.name,
-        run.rank,
-        run.manifest.world_size if run.manifest is not None else None,
-        report,
-        row,
-        run.base_us,
-        (lo, hi),
-        tuple((step.start_us, step.end_us) for step in run.steps),
-        tuple(
+    return AnalyzedRank(
+        trace=run.path,
+        name=run.name,
+        rank=run.rank,
+        world_size=run.manifest.world_size if run.manifest is not None else None,
+        report=report,
+        row=row,
+        base_us=run.base_us,
+        window_us=(lo, hi),
+        step_bounds_us=tuple((step.start_us, step.end_us) for step in run.steps),
+        step_bars=tuple(
             (tuple(g.category for g in step), array("d", [us for g in step for us in (g.start_us, g.end_us)]))
-            for step in segments_by_step(run, LANE_STEPS)
+            for step in bars_by_step(run, LANE_STEPS)
         ),
     )
 
 
 def summarize_trace(trace: Path, name: str, cwd: str | None = None, progress: bool = False):
-    """A worker's task: read and analyse one trace file, into a :class:`RankSummary` (or a :class:`RankFailure`).
+    """A worker's task: read and analyse one trace file, into an :class:`AnalyzedRank` (or a :class:`FailedRank`).
 
     ``cwd``: the caller's directory, where a relative ``trace`` lies (a Ray worker runs elsewhere); the report
     names the file as given.
@@ -189,53 +197,53 @@ def summarize_trace(trace: Path, name: str, cwd: str | None = None, progress: bo
     try:
         run = load_run(where, name, progress=progress)
     except DlprofError as error:
-        return RankFailure(trace, None, error, loading=True)
+        return FailedRank(trace, None, error, loading=True)
     run.path = trace
     try:
         return summarize_run(run)
     except DlprofError as error:
-        return RankFailure(trace, run.rank, error, loading=False)
+        return FailedRank(trace, run.rank, error, loading=False)
 
 
-def _segments_between(rank: RankSummary, lo_us: float, hi_us: float) -> list[Segment]:
-    """:func:`~dlprof.analysis.steps.segments_between` of the rank's trace, from its summary (or its trace, when the
+def _bars_between(rank: AnalyzedRank, lo_us: float, hi_us: float) -> list[TimelineBar]:
+    """:func:`~dlprof.analysis.steps.bars_between` of the rank's trace, from its summary (or its trace, when the
     stretch reaches past the steps it kept)."""
     shown = [i for i, (start, end) in enumerate(rank.step_bounds_us) if end > lo_us and start < hi_us]
     if not shown:
         return []
-    if shown[-1] >= len(rank.step_segments):
-        return segments_between(load_run(rank.trace, rank.name, progress=False), lo_us, hi_us)
-    segments = []
+    if shown[-1] >= len(rank.step_bars):
+        return bars_between(load_run(rank.trace, rank.name, progress=False), lo_us, hi_us)
+    bars = []
     for i in shown:
-        categories, bounds_us = rank.step_segments[i]
+        categories, bounds_us = rank.step_bars[i]
         for k, category in enumerate(categories):
             start, end = bounds_us[2 * k], bounds_us[2 * k + 1]
             if end > lo_us and start < hi_us:
-                segments.append(Segment(category, max(start, lo_us), min(end, hi_us)))
-    return sorted(segments, key=lambda g: g.start_us)
+                bars.append(TimelineBar(category, max(start, lo_us), min(end, hi_us)))
+    return sorted(bars, key=lambda g: g.start_us)
 
 
-def _job_timeline(pace: RankSummary, others: Sequence[RankSummary]) -> TimelinePicture:
+def _job_timeline(pace: AnalyzedRank, others: Sequence[AnalyzedRank]) -> TimelinePicture:
     """The pace rank's timeline, with the other ranks' training threads over the same stretch of time as lanes."""
     picture = pace.report.timeline
     lo, hi = pace.window_us
     rel = lambda us: round((us - lo) / 1000, 4)
     main, *rest = picture.lanes
-    lanes = [Lane(f"rank {pace.rank} main thread", main.segments)]
+    lanes = [Lane(f"rank {pace.rank} main thread", main.bars)]
     for other in others:
         # Each trace counts from its own base time; on one clock (CLOCK_REALTIME) the shift lines them up.
         shift = other.base_us - pace.base_us
-        segments = _segments_between(other, lo - shift, hi - shift)
+        bars = _bars_between(other, lo - shift, hi - shift)
         lanes.append(
             Lane(
                 f"rank {other.rank} main thread",
-                [(g.category, rel(g.start_us + shift), rel(g.end_us + shift)) for g in segments],
+                [(g.category, rel(g.start_us + shift), rel(g.end_us + shift)) for g in bars],
             )
         )
     return replace(picture, lanes=lanes + rest)
 
 
-def analyze_job(ranks: Sequence[RankSummary]) -> RunReport:
+def analyze_job(ranks: Sequence[AnalyzedRank]) -> RunReport:
     """A run of several ranks: the slowest rank's report, with every rank side by side (``ranks``)."""
     comparison = compare_ranks([rank.row for rank in ranks])
     by_rank = {rank.row.rank: rank for rank in ranks}
@@ -251,9 +259,10 @@ def _run_report(files: Sequence[Path], outcomes: Sequence, skipped: list[Skipped
     """The report of one run from what its files' tasks handed back: its one rank's, or the slowest rank's with every
     rank side by side. One trace per rank (a second file claiming a rank is left out, as HTA does); files not
     named as profiler traces that turn out not to be traces are skipped with a note, as long as one is left."""
-    loaded, notes, first = [], [], None
+    loaded, notes = [], []
+    first: DlprofError | None = None
     for trace, outcome in zip(files, outcomes):
-        if isinstance(outcome, RankFailure) and outcome.loading:
+        if isinstance(outcome, FailedRank) and outcome.loading:
             if is_profiler_trace_name(trace) or len(files) == 1:
                 raise outcome.error
             notes.append(Skipped(display(trace), f"not a trace: {outcome.error}"))
@@ -261,8 +270,9 @@ def _run_report(files: Sequence[Path], outcomes: Sequence, skipped: list[Skipped
         else:
             loaded.append((trace, outcome))
     if not loaded:
+        assert first is not None  # no file loaded: each one's error was kept, or raised
         raise first
-    distinct: dict[int, tuple[Path, RankSummary | RankFailure]] = {}
+    distinct: dict[int, tuple[Path, AnalyzedRank | FailedRank]] = {}
     for trace, outcome in loaded:
         rank = outcome.rank if outcome.rank is not None else 0
         kept = distinct.setdefault(rank, (trace, outcome))
@@ -271,52 +281,58 @@ def _run_report(files: Sequence[Path], outcomes: Sequence, skipped: list[Skipped
                 Skipped(display(trace), f"a second trace of rank {rank}: left out ({display(kept[0])} is used)")
             )
     skipped += notes
-    ranks = [distinct[rank][1] for rank in sorted(distinct)]
-    for outcome in ranks:
-        if isinstance(outcome, RankFailure):
+    ranks: list[AnalyzedRank] = []
+    for rank in sorted(distinct):
+        outcome = distinct[rank][1]
+        if isinstance(outcome, FailedRank):
             raise outcome.error
+        ranks.append(outcome)
     report = ranks[0].report if len(ranks) == 1 else analyze_job(ranks)
     return replace(report, missing_ranks=missing_ranks([r.rank for r in ranks], [r.world_size for r in ranks]))
 
 
-def _summarize_all(groups: Sequence[tuple[Sequence[Path], str]], jobs: int | None, ray: str | None) -> list:
-    """Every file's task, run ``jobs`` at a time (None: as many as the cores and memory allow) or on Ray."""
+def _summarize_all(groups: Sequence[tuple[Sequence[Path], str]], processes: int | None, ray: str | None) -> list:
+    """Every file's task, run ``processes`` at a time (None: as many as the cores and memory allow) or on Ray."""
     calls = [(trace, name) for files, name in groups for trace in files]
     sizes = [json_bytes(trace) for trace, _ in calls]
-    if jobs is None:
-        jobs = default_jobs(sizes)
+    if processes is None:
+        processes = default_processes(sizes)
     one = len(calls) == 1
     cwd = os.getcwd() if ray is not None else None
     return run_tasks(
-        summarize_trace, [(trace, name, cwd, one) for trace, name in calls], jobs=jobs, ray=ray, sizes=sizes
+        summarize_trace, [(trace, name, cwd, one) for trace, name in calls], processes=processes, ray=ray, sizes=sizes
     )
 
 
 def analyze_traces(
-    files: list[Path], name: str, skipped: list[Skipped] | None = None, jobs: int | None = 1, ray: str | None = None
+    files: list[Path],
+    name: str,
+    skipped: list[Skipped] | None = None,
+    processes: int | None = 1,
+    ray: str | None = None,
 ) -> RunReport:
     """The report of one run from its trace files: its one rank's, or the slowest rank's with every rank side by side;
     the ranks of the job's world size that left no trace are named (``missing_ranks``).
 
     Files not named as profiler traces that turn out not to be traces (a report written there, notes) are
-    left out and named in ``skipped``, as long as one trace is left. ``jobs`` and ``ray`` as for
+    left out and named in ``skipped``, as long as one trace is left. ``processes`` and ``ray`` as for
     :func:`build_report`.
 
     Raises:
         DlprofError: no readable trace among ``files``, or the trace cannot be analysed.
     """
-    outcomes = _summarize_all([(files, name)], jobs, ray)
+    outcomes = _summarize_all([(files, name)], processes, ray)
     return _run_report(files, outcomes, skipped if skipped is not None else [])
 
 
-def build_report(path: Path | Sequence[Path], jobs: int | None = 1, ray: str | None = None) -> Report:
+def build_report(path: Path | Sequence[Path], processes: int | None = 1, ray: str | None = None) -> Report:
     """Analyse a run directory (all its ranks), a trace file, or a directory of runs; or, given several, the run
     directories (or trace files) that the nodes of one job wrote each on their own, as one run.
 
     In a directory of runs, a run that cannot be read or analysed is skipped and named in
     ``Report.skipped``; only when none can be is it an error.
 
-    Each trace file (a rank) is read and analysed on its own, ``jobs`` at a time in worker processes (None: as
+    Each trace file (a rank) is read and analysed on its own, ``processes`` at a time in worker processes (None: as
     many as the usable cores and the available memory allow), or on the Ray cluster ``ray`` (``auto``: the one
     in ``RAY_ADDRESS``; ``local``: one started here); only their small summaries come back. The report is the
     same whichever runs them.
@@ -330,7 +346,7 @@ def build_report(path: Path | Sequence[Path], jobs: int | None = 1, ray: str | N
     groups, unreadable = find_job_runs(paths)
     skipped = [Skipped(display(sub), why) for sub, why in unreadable]
     named = [(files, files[0].name if path.is_file() else files[0].parent.name) for files in groups]
-    outcomes = iter(_summarize_all(named, jobs, ray))
+    outcomes = iter(_summarize_all(named, processes, ray))
     reports = []
     for files, _name in named:
         mine = [next(outcomes) for _ in files]

@@ -59,8 +59,8 @@ def _finite(value: float | None) -> float | None:
 def _row(key: str, metric: str, unit: str, a: float | None, b: float | None) -> DiffRow:
     a, b = _finite(a), _finite(b)
     delta = b - a if a is not None and b is not None else None
-    delta_pct = 100 * delta / a if delta is not None and a != 0 else None
-    return DiffRow(key, metric, unit, a, b, delta, delta_pct)
+    delta_pct = 100 * delta / a if delta is not None and a else None
+    return DiffRow(key=key, metric=metric, unit=unit, a=a, b=b, delta=delta, delta_pct=delta_pct)
 
 
 def _load(path: Path) -> DiffRun:
@@ -75,9 +75,15 @@ def _load(path: Path) -> DiffRun:
     files = runs[0]
     report = analyze_traces(files, files[0].name if path.is_file() else files[0].parent.name)
     if report.ranks is None:
-        return DiffRun(report.info.name, report.info.trace_file, report)
+        return DiffRun(name=report.info.name, trace_file=report.info.trace_file, report=report)
     # Several ranks: the slowest one, which sets the job's pace and which dlprof analyze reports.
-    return DiffRun(report.info.name, report.info.trace_file, report, report.ranks.slowest_rank, len(report.ranks.ranks))
+    return DiffRun(
+        name=report.info.name,
+        trace_file=report.info.trace_file,
+        report=report,
+        rank=report.ranks.slowest_rank,
+        ranks=len(report.ranks.ranks),
+    )
 
 
 def _worker_pss_mib(run: RunReport) -> float | None:
@@ -85,9 +91,10 @@ def _worker_pss_mib(run: RunReport) -> float | None:
     if run.loader is None:
         return None
     workers = [w.pss_mib_last for w in run.loader.workers if w.worker >= 0]
-    if any(p is None for p in workers):
+    known = [p for p in workers if p is not None]
+    if len(known) < len(workers):
         return None
-    return float(sum(workers))
+    return float(sum(known))
 
 
 def _rows(a: RunReport, b: RunReport) -> tuple[DiffRow, ...]:
@@ -166,6 +173,8 @@ def _num(value: float) -> str:
 
 def _speed(a: RunReport, b: RunReport) -> tuple[float | None, str, str]:
     """B's change in speed against A (per cent of steps/s), its basis, and the words that say so."""
+    sa: float | None
+    sb: float | None
     if a.unprofiled is not None and b.unprofiled is not None:
         sa, sb = a.unprofiled.steps_per_s, b.unprofiled.steps_per_s
         basis = "unprofiled steps/s"
@@ -208,7 +217,16 @@ def diff(path_a: str | Path, path_b: str | Path) -> DiffResult:
     change, basis, speed_words = _speed(a.report, b.report)
     wait_a, wait_b = (r.steps.categories["data_wait"].mean_ms for r in (a.report, b.report))
     verdict = f"{speed_words}, data wait {_num(wait_a)} → {_num(wait_b)} ms per step"
-    return DiffResult(a, b, changed, unknown, _rows(a.report, b.report), change, basis, verdict)
+    return DiffResult(
+        a=a,
+        b=b,
+        settings_changed=changed,
+        settings_unknown=unknown,
+        rows=_rows(a.report, b.report),
+        speed_change_pct=change,
+        speed_basis=basis,
+        verdict=verdict,
+    )
 
 
 __all__ = ["diff"]

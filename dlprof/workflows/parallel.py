@@ -1,4 +1,5 @@
-"""One task per trace file: in this process (``--jobs 1``), in worker processes (``--jobs N``) or on Ray (``--ray``).
+"""One task per trace file: in this process (``--processes 1``), in worker processes (``--processes N``) or on
+Ray (``--ray``).
 
 A task gets a path and hands back a small summary: traces are read where they lie and never travel between
 processes. Results come back in the order of the calls, whichever finished first, so that what is built from
@@ -6,11 +7,11 @@ them is the same however many processes ran them.
 
 Each call gets a worker process of its own, which ends with it: a process that reads one trace after another
 keeps some of each (fragments of its heap), one that reads one trace peaks at that trace's cost. A caller that runs
-one thread (the ``dlprof analyze`` command) forks its workers itself (``fork``): nothing to start first, and 16 ranks
-at ``--jobs 2`` took 3.41 s against 3.78 s from a fork server (median of 5, 2 cores). A caller with other threads (one
-that imported and ran torch: a notebook, ``dlprof sweep``) would copy them half-way, locks held, into a plain
-``fork``: its workers are forked from a fork server (``forkserver``), which imports the task's module once (0.14 s,
-measured) and then starts each in about 4 ms. A server that something else ended is started again, and when no
+one thread (the ``dlprof analyze`` command) forks its workers itself (``fork``), because there is nothing to start
+first and that is faster than a fork server (docs/ARCHITECTURE.md#facts-the-code-relies-on). A caller with other
+threads (one that imported and ran torch: a notebook, ``dlprof sweep``) would copy them half-way, locks held, into a
+plain ``fork``: its workers are forked from a fork server (``forkserver``), which imports the task's module once and
+then starts each cheaply. A server that something else ended is started again, and when no
 worker starts at all the calls left run in this process. Progress needs no thread of its own there: the loop that
 waits for results says it. Ray is imported only for ``--ray``, whose tasks run in Ray's own worker processes.
 """
@@ -33,16 +34,17 @@ from pathlib import Path
 
 from dlprof.core.errors import DlprofError, UsageError, printable
 
-#: A worker's peak memory per byte of trace JSON: measured 1.3-1.6 x (the file's buffer, then the events kept).
+#: A worker's peak memory per byte of trace JSON (the file's buffer, then the events kept), at the top of what was
+#: measured so that a budget errs safe (docs/ARCHITECTURE.md#facts-the-code-relies-on).
 PEAK_PER_JSON_BYTE = 1.6
-#: A worker's memory before it reads a trace (Python and dlprof's analyze path: 22-24 MB measured), with room.
+#: A worker's memory before it reads a trace (Python and dlprof's analyze path), with room.
 WORKER_BASE_BYTES = 40 << 20
 #: Progress on stderr only for work that takes longer than this.
 PROGRESS_AFTER_S = 2.0
 #: What ``--ray`` says when Ray is not installed.
 RAY_MISSING = '--ray: Ray is not installed; install dlprof\'s Ray extra: pip install "dlprof[ray]"'
 #: What ``dlprof``'s entry points (``python -m dlprof``, the ``dlprof`` script) import: each worker runs its parent's
-#: ``__main__`` again (as multiprocessing does), which then finds it imported (22 ms a worker otherwise).
+#: ``__main__`` again (as multiprocessing does), which then finds it imported instead of importing it once more.
 ENTRY_POINT = ("dlprof.cli",)
 #: glibc's ``mallopt`` parameter number of the mmap threshold.
 M_MMAP_THRESHOLD = -3
@@ -84,16 +86,16 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def default_jobs(sizes: Sequence[int], cores: int | None = None, memory: int | None = None) -> int:
-    """``--jobs``'s default: the usable cores, as many as fit in the available memory with the biggest trace in
-    each (``jobs x (WORKER_BASE_BYTES + PEAK_PER_JSON_BYTE x biggest) <= MemAvailable``), at most one per task."""
+def default_processes(sizes: Sequence[int], cores: int | None = None, memory: int | None = None) -> int:
+    """``--processes``'s default: the usable cores, as many as fit in the available memory with the biggest trace in
+    each (``processes x (WORKER_BASE_BYTES + PEAK_PER_JSON_BYTE x biggest) <= MemAvailable``), at most one per task."""
     cores = usable_cores() if cores is None else cores
     memory = available_memory() if memory is None else memory
-    jobs = min(cores, max(1, len(sizes)))
+    processes = min(cores, max(1, len(sizes)))
     if memory is not None and sizes:
-        per_job = WORKER_BASE_BYTES + PEAK_PER_JSON_BYTE * max(sizes)
-        jobs = min(jobs, int(memory // per_job))
-    return max(1, jobs)
+        per_process = WORKER_BASE_BYTES + PEAK_PER_JSON_BYTE * max(sizes)
+        processes = min(processes, int(memory // per_process))
+    return max(1, processes)
 
 
 class Counter:
@@ -163,17 +165,17 @@ def run_tasks(
     task: Callable,
     calls: Sequence[tuple],
     *,
-    jobs: int,
+    processes: int,
     ray: str | None = None,
     sizes: Sequence[int] = (),
     what: str = "ranks",
 ) -> list:
-    """``task(*call)`` for every call, in order: with ``jobs`` 1 (or one call) in this process, one after another;
-    else each in a worker process of its own, ``jobs`` at a time; or on Ray (``ray``: ``auto``, ``local`` or a
+    """``task(*call)`` for every call, in order: with ``processes`` 1 (or one call) in this process, one after another;
+    else each in a worker process of its own, ``processes`` at a time; or on Ray (``ray``: ``auto``, ``local`` or a
     cluster's address). ``sizes`` (bytes each call reads) start the biggest first.
 
     Worker processes run this process's ``__main__`` module again, as multiprocessing's do: a script that asks for
-    ``jobs`` > 1 must keep its own work under ``if __name__ == "__main__":``.
+    ``processes`` > 1 must keep its own work under ``if __name__ == "__main__":``.
 
     ``task`` must be a module-level function; its calls and results are pickled.
 
@@ -185,8 +187,8 @@ def run_tasks(
     counter = Counter(len(calls), what) if len(calls) > 1 else None
     try:
         if ray is not None:
-            return _on_ray(task, calls, order, ray, jobs, counter)
-        if jobs <= 1 or len(calls) == 1:
+            return _on_ray(task, calls, order, ray, processes, counter)
+        if processes <= 1 or len(calls) == 1:
             if counter:
                 counter.start()
             results = []
@@ -195,16 +197,16 @@ def run_tasks(
                 if counter:
                     counter.step()
             return results
-        return _in_processes(task, calls, order, min(jobs, len(calls)), counter)
+        return _in_processes(task, calls, order, min(processes, len(calls)), counter)
     finally:
         if counter:
             counter.close()
 
 
-def _in_processes(task: Callable, calls: Sequence[tuple], order: list[int], jobs: int, counter: Counter | None):
-    """Each call in a process of its own, ``jobs`` at a time: a process's memory is then one trace's, however many
-    ranks there are (a process that reads one trace after another keeps some of each: 1.5 x a 17 MB trace for the
-    first, 2.3 x after four, measured), and a process that dies takes only its own call with it. When no worker
+def _in_processes(task: Callable, calls: Sequence[tuple], order: list[int], processes: int, counter: Counter | None):
+    """Each call in a process of its own, ``processes`` at a time: a process's memory is then one trace's, however many
+    ranks there are (a process that reads one trace after another keeps some of each), and a process that dies
+    takes only its own call with it. When no worker
     process can be started, the calls left run in this process (said on stderr): the results are the same."""
     context = _worker_context(task)
     if counter:
@@ -215,7 +217,7 @@ def _in_processes(task: Callable, calls: Sequence[tuple], order: list[int], jobs
     startable = True
     try:
         while todo or running:
-            while startable and todo and len(running) < jobs:
+            while startable and todo and len(running) < processes:
                 started = _start(context, task, calls[todo[0]])
                 startable = started is not None
                 if started:
@@ -227,7 +229,7 @@ def _in_processes(task: Callable, calls: Sequence[tuple], order: list[int], jobs
                 counter.poll()
             for receiver in ready:
                 process, index = running.pop(receiver)
-                results[index] = _received(receiver, process, calls[index], jobs)
+                results[index] = _received(receiver, process, calls[index], processes)
                 if counter:
                     counter.step()
     finally:
@@ -300,7 +302,7 @@ def _forget_forkserver(*, only_if_gone: bool) -> None:
     error). multiprocessing has no public call for this: its server's state is reset here, where it is known."""
     server = getattr(multiprocessing.forkserver, "_forkserver", None)
     pid = getattr(server, "_forkserver_pid", None)
-    if pid is None:
+    if server is None or pid is None:
         return
     try:
         gone = os.waitpid(pid, os.WNOHANG)[0] != 0
@@ -327,7 +329,7 @@ def _worker(sender, task: Callable, call: tuple) -> None:
     sender.close()
 
 
-def _received(receiver, process, call: tuple, jobs: int):
+def _received(receiver, process, call: tuple, processes: int):
     try:
         ok, result = receiver.recv()
     except EOFError:
@@ -335,7 +337,7 @@ def _received(receiver, process, call: tuple, jobs: int):
         what = printable(str(call[0])) if call else "a task"
         raise DlprofError(
             f"{what}: its worker process died (exit code {process.exitcode}; out of memory?); run again with fewer"
-            f" --jobs than {jobs}"
+            f" --processes than {processes}"
         ) from None
     finally:
         receiver.close()
@@ -347,16 +349,16 @@ def _received(receiver, process, call: tuple, jobs: int):
 
 def fixed_mmap_threshold() -> None:
     """glibc's malloc gives big blocks their own mapping only above a threshold that it raises to the size of each one
-    freed: a second trace's buffer then grows in the heap, copied as it grows (77 MB at the second 17 MB trace,
-    54 at the first, measured). Fixed at 1 MiB, every buffer goes back to the system when freed (46 MB at the
-    first, 61 after four). For processes that read traces: dlprof's workers, and ``dlprof analyze``'s own."""
+    freed: a second trace's buffer then grows in the heap, copied as it grows, and peaks higher than the first.
+    Fixed at 1 MiB, every buffer goes back to the system when freed. For processes that read traces: dlprof's
+    workers, and ``dlprof analyze``'s own."""
     try:
         ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, 1 << 20)
     except (OSError, AttributeError):  # not glibc
         pass
 
 
-def _connect(ray_module, address: str, jobs: int) -> bool:
+def _connect(ray_module, address: str, processes: int) -> bool:
     """Join (or, for ``local``, start) a Ray cluster; False when this process was already connected."""
     if ray_module.is_initialized():
         return False
@@ -370,7 +372,7 @@ def _connect(ray_module, address: str, jobs: int) -> bool:
     quiet = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False}
     try:
         if address == "local":
-            ray_module.init(address="local", num_cpus=jobs, object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)
+            ray_module.init(address="local", num_cpus=processes, object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)
         else:  # "auto": the cluster in RAY_ADDRESS (or the one started on this machine by 'ray start')
             ray_module.init(address=address, **quiet)
     except (ConnectionError, ValueError, RuntimeError) as error:
@@ -396,12 +398,12 @@ def _unreachable(address: str, timeout_s: float = 5.0) -> str | None:
     return None
 
 
-def _on_ray(task: Callable, calls: Sequence[tuple], order: list[int], address: str, jobs: int, counter):
+def _on_ray(task: Callable, calls: Sequence[tuple], order: list[int], address: str, processes: int, counter):
     try:
         import ray
     except ImportError:
         raise UsageError(RAY_MISSING) from None
-    connected = _connect(ray, address, jobs)
+    connected = _connect(ray, address, processes)
     if counter:
         counter.start()
     try:

@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from dlprof.advice.headline import IN_THIS_SWEEP, IN_THIS_TRAINING, measured_headline
 from dlprof.advice.rules import CHOOSE_WITHIN, WITHIN_BEST, close_enough
 from dlprof.analysis.unprofiled import distrust
 from dlprof.capture.child import child_argv
@@ -52,10 +53,10 @@ from dlprof.results.sweep import (
     OUTCOME_NO_RECOMMENDATION,
     OUTCOME_NOT_MEASURED,
     OUTCOME_SLOWER,
+    SweepPoint,
     SweepResult,
-    SweepRun,
 )
-from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS, MODE_IN_PROCESS, TrialRun, TrialsResult
+from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS, MODE_IN_PROCESS, TrialSetting, TrialsResult
 from dlprof.workflows.analyze import build_report
 
 #: Sub-directory of the sweep directory holding TensorBoard scalars (global_step = num_workers).
@@ -101,7 +102,7 @@ def basis(reports: Sequence[RunReport], counts: Sequence[int]) -> str:
     return BASIS_WHOLE_EPOCHS if measured and predicted else BASIS_IN_EPOCH
 
 
-def measure(run: RunReport, num_workers: int, run_dir: Path, first: RunReport, over_epochs: bool = False) -> SweepRun:
+def measure(run: RunReport, num_workers: int, run_dir: Path, first: RunReport, over_epochs: bool = False) -> SweepPoint:
     """What one swept run measured, and what ``first`` (the run whose advice is checked) predicted for it: over whole
     epochs when ``over_epochs`` (the sweep's :func:`basis`), else inside an epoch."""
     unprofiled = run.unprofiled
@@ -110,6 +111,7 @@ def measure(run: RunReport, num_workers: int, run_dir: Path, first: RunReport, o
     if unprofiled is not None:
         # The steady reference steps' speed (steps over time, each pause's transient left out), or whole epochs'.
         steps_per_s = unprofiled.epoch_steps_per_s if over_epochs else unprofiled.steps_per_s
+        assert steps_per_s is not None  # over whole epochs only where every run measured them (basis)
         data_wait_pct = 100 * unprofiled.wait_ms / unprofiled.step_ms
         overhead = unprofiled.overhead_pct
         whole = unprofiled.epoch.whole_epoch_speed if unprofiled.epoch is not None else None
@@ -126,7 +128,7 @@ def measure(run: RunReport, num_workers: int, run_dir: Path, first: RunReport, o
     if predicted is not None and not math.isfinite(predicted):  # a zero-ms predicted step: no usable number
         predicted = None
     error = None if predicted is None else 100 * (predicted - steps_per_s) / steps_per_s
-    return SweepRun(
+    return SweepPoint(
         num_workers=num_workers,
         run_dir=run_dir,
         trace_file=Path(run.info.trace_file),
@@ -149,13 +151,14 @@ def worker_pss_mib(run: RunReport) -> float | None:
     if run.loader is None:
         return None
     pss = [w.pss_mib_last for w in run.loader.workers if w.worker >= 0]
-    return None if any(p is None for p in pss) else float(sum(pss))
+    known = [p for p in pss if p is not None]
+    return None if len(known) < len(pss) else float(sum(known))
 
 
 def judge(
     name: str,
     sweep_dir: Path,
-    runs: Sequence[SweepRun],
+    runs: Sequence[SweepPoint],
     recommended: int | None,
     scalars_dir: Path | None = None,
     trials: TrialsResult | None = None,
@@ -205,10 +208,18 @@ def judge(
         rounds=None if trials is None else trials.rounds,
         rounds_planned=None if trials is None else trials.rounds_planned,
         notes=() if trials is None else trials.notes,
+        headline=measured_headline(
+            runs[0].num_workers,
+            fewest,
+            [(r.num_workers, r.steps_per_s) for r in runs],
+            BASIS_WHOLE_EPOCHS if runs[0].over_epochs else BASIS_IN_EPOCH,
+            IN_THIS_SWEEP if trials is None else IN_THIS_TRAINING,
+            trials,
+        ),
     )
 
 
-def write_scalars(directory: Path, runs: Sequence[SweepRun]) -> Path:
+def write_scalars(directory: Path, runs: Sequence[SweepPoint]) -> Path:
     """TensorBoard scalars, one point per run at global_step = num_workers (``tensorboard --logdir`` shows them).
 
     Only TensorBoard event files are written there (no ``.json``/``.gz``, which HTA would take for traces).
@@ -321,7 +332,7 @@ def _record_one(request: RecordRequest, where: str, kept: str = "") -> tuple[Run
 
 def _launches(
     counts: tuple[int, ...], request: RecordRequest, sweep_dir: Path, progress: Callable[[str], None] | None
-) -> tuple[list[SweepRun], int | None]:
+) -> tuple[list[SweepPoint], int | None]:
     """One launch per count, each into ``<sweep dir>/<count>/``; the runs and the first run's recommendation."""
     reports: list[RunReport] = []
     run_dirs: list[Path] = []
@@ -353,20 +364,16 @@ def _launches(
 
 def _in_process(
     counts: tuple[int, ...], request: RecordRequest, sweep_dir: Path, progress: Callable[[str], None] | None
-) -> tuple[list[SweepRun], int | None, TrialsResult]:
+) -> tuple[list[SweepPoint], int | None, TrialsResult]:
     """One launch into the sweep directory at ``counts[0]``, trying every count in process; the runs measured, the
     model's recommendation from its profiled window, and the trials."""
     assert request.trials is not None
-    one = replace(
-        request,
-        overrides={"num_workers": counts[0]},
-        trials=replace(request.trials, counts=counts, persistent=False),
-        fresh_name_if_taken=False,
-    )
+    tried = replace(request.trials, counts=counts, persistent=False)
+    one = replace(request, overrides={"num_workers": counts[0]}, trials=tried, fresh_name_if_taken=False)
     if progress is not None:
         progress(
             f"sweep: one launch at num_workers={counts[0]}, then num_workers {', '.join(str(n) for n in counts)} tried"
-            f" in it, {one.trials.rounds} round(s) -> {sweep_dir}"
+            f" in it, {tried.rounds} round(s) -> {sweep_dir}"
         )
     report, run_dir = _record_one(one, f"the launch at num_workers={counts[0]}")
     trials = report.trials
@@ -376,7 +383,7 @@ def _in_process(
             " measure one launch per count with --launches"
         )
     runs = [
-        trial_run(t, trials, run_dir, Path(report.info.trace_file), report if n == counts[0] else None)
+        trial_point(t, trials, run_dir, Path(report.info.trace_file), report if n == counts[0] else None)
         for n in counts
         for t in trials.runs
         if t.num_workers == n and not t.persistent_workers and trials.measured(t) is not None
@@ -390,29 +397,31 @@ def _in_process(
     return runs, report.advice.model_num_workers, trials
 
 
-def trial_run(
-    run: TrialRun, trials: TrialsResult, run_dir: Path, trace_file: Path, recorded: RunReport | None
-) -> SweepRun:
+def trial_point(
+    trial: TrialSetting, trials: TrialsResult, run_dir: Path, trace_file: Path, recorded: RunReport | None
+) -> SweepPoint:
     """One count as the in-process trials measured it, on their basis, against the prediction of the profiled window.
 
     Args:
-        recorded: the run's report when ``run`` is the count the launch was recorded at (its workers' memory is known).
+        recorded: the run's report when ``trial`` is the count the launch was recorded at (its workers' memory is
+            known).
     """
-    speed = run.speed
-    assert speed is not None and run.data_wait_pct is not None  # a measured trial has both
+    speed = trial.speed
+    measured = trials.measured(trial)
+    assert speed is not None and measured is not None and trial.data_wait_pct is not None  # a measured trial has all
     memory = worker_pss_mib(recorded) if recorded is not None else None
-    return SweepRun(
-        num_workers=run.num_workers,
+    return SweepPoint(
+        num_workers=trial.num_workers,
         run_dir=run_dir,
         trace_file=trace_file,
-        steps_per_s=trials.measured(run),
+        steps_per_s=measured,
         unprofiled=True,
         over_epochs=trials.basis == BASIS_WHOLE_EPOCHS,
-        data_wait_pct=run.data_wait_pct,
+        data_wait_pct=trial.data_wait_pct,
         worker_pss_mib=memory,
-        predicted_steps_per_s=run.predicted_steps_per_s,
-        error_pct=run.error_pct,
-        num_workers_recorded=run.num_workers,
+        predicted_steps_per_s=trial.predicted_steps_per_s,
+        error_pct=trial.error_pct,
+        num_workers_recorded=trial.num_workers,
         profiler_overhead_pct=None
         if recorded is None or recorded.unprofiled is None
         else recorded.unprofiled.overhead_pct,

@@ -22,6 +22,7 @@ import time
 import warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any, cast
 
 from dlprof.core.errors import InputError, UsageError
 from dlprof.core.manifest import EPOCH_SETTLE_STEPS, MAX_REFERENCE_FACTOR, Schedule, whole_epochs_to_time
@@ -32,8 +33,8 @@ DEFAULT_DATASET = DATA_DIR / "self_cognition.json"
 DEFAULT_TOKENIZER = DATA_DIR / "tokenizer.json"
 DEVICES = ("auto", "cpu", "cuda")
 
-# The tiny default model: Qwen2's architecture at a size that trains at 7-26 ms a step on two CPU
-# cores (docs/ARCHITECTURE.md, facts), so the default record takes seconds, not minutes.
+# The tiny default model: Qwen2's architecture at a size that trains in milliseconds a step on two CPU cores
+# (docs/ARCHITECTURE.md#facts-the-code-relies-on), so the default record takes seconds, not minutes.
 TINY_HIDDEN_SIZE = 64
 TINY_INTERMEDIATE_SIZE = 256
 TINY_LAYERS = 2
@@ -52,7 +53,7 @@ DEFAULT_ACTIVE_STEPS = 20
 LOSS_EVERY_STEPS = 10
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WorkloadOptions:
     """Options of the built-in workload (``dlprof record --help`` documents each)."""
 
@@ -226,12 +227,13 @@ def _has_tokenizer(directory: Path) -> bool:
 
 def load_tokenizer(options: WorkloadOptions):
     """The tokenizer: ``--tokenizer``, else the model directory's own, else the shipped one."""
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-    source = options.tokenizer
-    if source is None and options.model is not None and _has_tokenizer(Path(options.model)):
-        source = options.model
-    source = Path(source) if source is not None else DEFAULT_TOKENIZER
+    named = options.tokenizer
+    if named is None and options.model is not None and _has_tokenizer(Path(options.model)):
+        named = options.model
+    source = Path(named) if named is not None else DEFAULT_TOKENIZER
+    tokenizer: PreTrainedTokenizerBase
     try:
         if source.is_file():
             tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(source))
@@ -276,7 +278,9 @@ def build_model(options: WorkloadOptions, tokenizer, device: str):
                 f"{options.model}: cannot be loaded as a causal LM ({type(error).__name__}: {error}); give a Hugging"
                 " Face causal LM directory"
             ) from None
-        if len(tokenizer) > model.get_input_embeddings().num_embeddings:
+        # transformers types the input embeddings as any nn.Module; a causal LM's are an nn.Embedding.
+        embeddings = cast(torch.nn.Embedding, model.get_input_embeddings())
+        if len(tokenizer) > embeddings.num_embeddings:
             raise InputError(
                 f"{options.tokenizer or DEFAULT_TOKENIZER}: has {len(tokenizer)} tokens, more than {options.model}"
                 " embeds; use the model's own tokenizer"
@@ -294,7 +298,7 @@ def build_model(options: WorkloadOptions, tokenizer, device: str):
             pad_token_id=tokenizer.pad_token_id,
             eos_token_id=tokenizer.eos_token_id,
         )
-        model = Qwen2ForCausalLM(config).to(dtype)
+        model = Qwen2ForCausalLM(config).to(dtype)  # type: ignore[arg-type]  # transformers' wrapper of to() hides its signature
     lora = LoraConfig(
         r=LORA_RANK,
         lora_alpha=LORA_ALPHA,
@@ -386,7 +390,7 @@ def train(options: WorkloadOptions) -> float:
     tokenizer = load_tokenizer(options)
     model = build_model(options, tokenizer, device)
     pin_memory = device == "cuda" if options.pin_memory is None else options.pin_memory
-    loader_kwargs = {}
+    loader_kwargs: dict[str, Any] = {}
     if options.num_workers > 0:
         loader_kwargs = {"persistent_workers": options.persistent_workers}
         if options.prefetch_factor is not None:

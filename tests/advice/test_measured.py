@@ -12,23 +12,32 @@ from dlprof.advice.measured import candidates, error_scale, persistent_compariso
 from dlprof.advice.rules import CHOOSE_WITHIN, WITHIN_BEST, _choose_with_trials
 from dlprof.results.advice import RESTS_ON_MEASURED, RESTS_ON_PREDICTED, Prediction
 from dlprof.results.analysis import Throughput
-from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS, TrialRun, TrialsResult
+from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS, TrialSetting, TrialsResult
 from dlprof.trace.discover import load_run
 from dlprof.workflows.analyze import analyze_run
 
 
 def trial(n: int, rate: float, predicted: float | None, persistent: bool = False, epoch: float | None = None):
-    speed = Throughput(rate, 100, 100 / rate, 2.0)
+    speed = Throughput(steps_per_s=rate, steps=100, seconds=100 / rate, spread_pct=2.0)
     error = None if predicted is None else 100 * (predicted - (epoch or rate)) / (epoch or rate)
-    return TrialRun(n, persistent, speed, epoch, 0.0 if epoch else None, 2, predicted, error)
+    return TrialSetting(
+        num_workers=n,
+        persistent_workers=persistent,
+        speed=speed,
+        epoch_steps_per_s=epoch,
+        restart_ms=0.0 if epoch else None,
+        segments=2,
+        predicted_steps_per_s=predicted,
+        error_pct=error,
+    )
 
 
 def predictions(*rates: float) -> list[Prediction]:
-    return [Prediction(n, 1000 / r, r, "consumer") for n, r in enumerate(rates)]
+    return [Prediction(num_workers=n, step_ms=1000 / r, steps_per_s=r, bound="consumer") for n, r in enumerate(rates)]
 
 
-def result(*runs: TrialRun, basis: str = BASIS_IN_EPOCH) -> TrialsResult:
-    return TrialsResult(2, 2, basis, runs)
+def result(*runs: TrialSetting, basis: str = BASIS_IN_EPOCH) -> TrialsResult:
+    return TrialsResult(rounds=2, rounds_planned=2, basis=basis, runs=runs)
 
 
 def test_the_models_error_is_interpolated_between_the_counts_tried_with_workers():
@@ -95,7 +104,17 @@ def test_nothing_measured_leaves_the_choice_to_the_predictions():
 def test_cpu_bound_loading_caps_predicted_counts_not_measured_ones():
     from dlprof.advice.model import ModelInputs
 
-    inputs = ModelInputs(10.0, 1.0, 30.0, 30.0, 0.0, 2, 10.0, None, None)
+    inputs = ModelInputs(
+        consumer_ms=10.0,
+        batches_per_step=1.0,
+        batch_ms=30.0,
+        batch_cpu_ms=30.0,
+        handoff_ms=0.0,
+        usable_cores=2,
+        main_cpu_ms=10.0,
+        worker_pss_mib=None,
+        available_ram_mib=None,
+    )
     trials = result(trial(0, 20.0, 21.0), trial(4, 45.0, 45.0))
     choice = _choose_with_trials(inputs, predictions(21.0, 30.0, 40.0, 50.0, 45.0), True, trials, False)
     # 3 (predicted 50) is beyond the 2 usable cores; 4 was measured at 45 and may be recommended.
@@ -152,7 +171,10 @@ def test_without_trials_nothing_changes():
 def test_a_choice_resting_on_measurements_not_to_be_trusted_says_so():
     from dlprof.advice.measured import evidence
 
-    shaky = dataclasses.replace(trial(2, 40.0, 44.0), speed=Throughput(40.0, 100, 2.5, 30.0, 0, False))
+    shaky = dataclasses.replace(
+        trial(2, 40.0, 44.0),
+        speed=Throughput(steps_per_s=40.0, steps=100, seconds=2.5, spread_pct=30.0, transient_steps=0, trusted=False),
+    )
     trials = result(trial(0, 20.0, 21.0), shaky)
     choice = _choose_with_trials(None, predictions(21.0, 30.0, 44.0), False, trials, False)
     assert (choice.num_workers, choice.rests_on) == (2, RESTS_ON_MEASURED)

@@ -107,11 +107,18 @@ def test_the_fewest_workers_predicted_within_two_percent_of_the_best_are_recomme
     # io-loading recorded at num_workers=0 (scripts/bench_advice.py): 3 workers bound by the loader at 88.46 steps/s,
     # 4-8 by the main process at 92.80. 3 is within 5 % of the best but not 2 %: in truth it ran at 92.3 % of 4.
     rates = [23.1, 29.5, 59.0, 88.46] + [92.80] * 5
-    predicted = [Prediction(n, 1000 / r, r, "loader" if n < 4 else "consumer") for n, r in enumerate(rates)]
+    predicted = [
+        Prediction(num_workers=n, step_ms=1000 / r, steps_per_s=r, bound="loader" if n < 4 else "consumer")
+        for n, r in enumerate(rates)
+    ]
     assert 1 - WITHIN_BEST < 88.46 / 92.80 < 1 - CHOOSE_WITHIN
     assert _choose(inputs(), predicted, False) == (4, "consumer")
     # Within 2 % (98.1 %), the fewer workers.
-    close = [*predicted[:3], Prediction(3, 1000 / 91.0, 91.0, "loader"), *predicted[4:]]
+    close = [
+        *predicted[:3],
+        Prediction(num_workers=3, step_ms=1000 / 91.0, steps_per_s=91.0, bound="loader"),
+        *predicted[4:],
+    ]
     assert _choose(inputs(), close, False) == (3, "loader")
 
 
@@ -142,7 +149,7 @@ def test_recorded_too_many_workers_is_called_out():
     run = load_run(DATA_DIR / "tiny_dlprof_trace.json")
     report = analyze_run(run)
     manifest = dataclasses.replace(run.manifest, loader=dataclasses.replace(run.manifest.loader, num_workers=4))
-    advice = advise(report.steps, report.loader, None, manifest, 1.0, False, report.unprofiled)
+    advice, _ = advise(report.steps, report.loader, None, manifest, 1.0, False, report.unprofiled)
     assert advice.num_workers == 0
     assert any("num_workers=4 (as recorded)" in e and "4 extra worker(s) buy nothing" in e for e in advice.evidence)
 
@@ -153,7 +160,7 @@ def test_persistent_workers_advised_with_the_measured_restart():
     # Long epochs (1000 steps) make restarts cheap per step: one worker is worth it, and keeping it saves the rest.
     manifest = dataclasses.replace(run.manifest, loader=dataclasses.replace(run.manifest.loader, length=1000))
     unprofiled = unprofiled_stats(manifest, 1.0)
-    advice = advise(report.steps, report.loader, None, manifest, 1.0, False, unprofiled)
+    advice, _ = advise(report.steps, report.loader, None, manifest, 1.0, False, unprofiled)
     assert advice.num_workers >= 1 and advice.persistent_workers is True
     assert any(
         "workers restart at every epoch (1000 steps)" in e and "persistent_workers=True keeps them" in e
@@ -204,7 +211,7 @@ def test_no_workers_for_a_persistent_loader_says_persistent_workers_false_in_tab
     report = analyze_run(run)
     loader = dataclasses.replace(run.manifest.loader, persistent_workers=True, created_by="ms-swift")
     manifest = dataclasses.replace(run.manifest, loader=loader)
-    advice = advise(report.steps, report.loader, None, manifest, 1.0, False, report.unprofiled)
+    advice, _ = advise(report.steps, report.loader, None, manifest, 1.0, False, report.unprofiled)
     assert (advice.num_workers, advice.persistent_workers) == (0, False)
     assert any("PyTorch refuses without workers" in e and "persistent_workers=False" in e for e in advice.evidence)
     assert advice.trainer_arguments == "--dataloader_num_workers 0 --dataloader_persistent_workers false"
@@ -216,5 +223,5 @@ def test_no_workers_for_a_persistent_loader_says_persistent_workers_false_in_tab
     assert (recommendation["num_workers"], recommendation["persistent_workers"]) == (0, False)
     assert recommendation["trainer_arguments"] == advice.trainer_arguments
     # Without workers recommended, a loader without persistent workers keeps its setting.
-    kept = advise(report.steps, report.loader, None, run.manifest, 1.0, False, report.unprofiled)
+    kept, _ = advise(report.steps, report.loader, None, run.manifest, 1.0, False, report.unprofiled)
     assert (kept.num_workers, kept.persistent_workers) == (0, None)

@@ -41,7 +41,21 @@ def _row(rank: int) -> RankStats:
     host, step, wait, collective, own = ROWS[rank]
     per_step = ((5, step),) if rank == 9 else ((5, step), (6, step + 0.5))
     return RankStats(
-        rank, f"r{rank}", 2, step, wait, 100 * wait / step, collective, own, None, None, 0, None, (), host, per_step
+        rank=rank,
+        trace_file=f"r{rank}",
+        steps=2,
+        step_ms=step,
+        data_wait_ms=wait,
+        data_wait_pct=100 * wait / step,
+        collective_ms=collective,
+        own_ms=own,
+        loader_batch_ms=None,
+        worker_pss_mib=None,
+        num_workers=0,
+        unprofiled_step_ms=None,
+        collective_kinds=(),
+        host=host,
+        per_step_ms=per_step,
     )
 
 
@@ -130,7 +144,23 @@ def test_the_heat_map_of_step_time(summary):
 
 
 def test_no_data_wait_is_one_bin_and_unknown_hosts_are_one_node():
-    rows = [RankStats(r, f"r{r}", 1, 5.0, 0.0, 0.0, 1.0, 4.0, None, None, 0, None) for r in range(3)]
+    rows = [
+        RankStats(
+            rank=r,
+            trace_file=f"r{r}",
+            steps=1,
+            step_ms=5.0,
+            data_wait_ms=0.0,
+            data_wait_pct=0.0,
+            collective_ms=1.0,
+            own_ms=4.0,
+            loader_batch_ms=None,
+            worker_pss_mib=None,
+            num_workers=0,
+            unprofiled_step_ms=None,
+        )
+        for r in range(3)
+    ]
     summary = summarize_ranks(rows)
     assert [(b.lo_ms, b.hi_ms, b.ranks) for b in summary.data_wait_histogram] == [(0.0, 0.0, (0, 1, 2))]
     assert [(n.host, n.ranks) for n in summary.nodes] == [(None, (0, 1, 2))]

@@ -51,7 +51,7 @@ def test_ranks_are_lanes_on_one_clock(job):
     lanes = {lane.label: lane for lane in job.timeline.lanes}
     assert list(lanes)[:2] == ["rank 1 main thread", "rank 0 main thread"]
     # Rank 0's second data wait (1000-1100 on its clock) is 1000 - 100 µs after rank 1's first step began.
-    waits = [(s, e) for kind, s, e in lanes["rank 0 main thread"].segments if kind == "data_wait"]
+    waits = [(s, e) for kind, s, e in lanes["rank 0 main thread"].bars if kind == "data_wait"]
     assert waits[0] == pytest.approx((0.9, 1.0))
 
 
@@ -71,7 +71,18 @@ def test_every_format_shows_the_ranks(job):
 def test_compute_is_named_when_data_does_not_explain_the_slowest_rank():
     def row(rank: int, wait: float, collective: float) -> RankStats:
         return RankStats(
-            rank, f"r{rank}", 10, 10.0, wait, 10 * wait, collective, 10.0 - collective, None, None, 0, None
+            rank=rank,
+            trace_file=f"r{rank}",
+            steps=10,
+            step_ms=10.0,
+            data_wait_ms=wait,
+            data_wait_pct=10 * wait,
+            collective_ms=collective,
+            own_ms=10.0 - collective,
+            loader_batch_ms=None,
+            worker_pss_mib=None,
+            num_workers=0,
+            unprofiled_step_ms=None,
         )
 
     comparison = compare_ranks([row(0, 1.0, 4.0), row(1, 1.2, 0.5), row(2, 0.9, 4.5)])
@@ -81,7 +92,7 @@ def test_compute_is_named_when_data_does_not_explain_the_slowest_rank():
 
 def test_the_rank_is_on_the_first_line_as_hta_reads_it(tmp_path):
     """HTA's regex is ``"rank":\\s+(\\d+)``: compact JSON would make every file rank 0."""
-    from hta.common.trace_file import create_rank_to_trace_dict
+    trace_file = pytest.importorskip("hta.common.trace_file")  # HTA comes with the hta extra
 
     paths = []
     for rank in (0, 1):
@@ -94,7 +105,7 @@ def test_the_rank_is_on_the_first_line_as_hta_reads_it(tmp_path):
         path.write_bytes(gzip.compress(dumps_trace(document)))
         assert json.loads(gzip.decompress(path.read_bytes())) == document
         paths.append(str(path))
-    ok, ranks = create_rank_to_trace_dict(paths)
+    ok, ranks = trace_file.create_rank_to_trace_dict(paths)
     assert ok and ranks == {0: paths[0], 1: paths[1]}
 
 

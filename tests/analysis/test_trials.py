@@ -49,12 +49,31 @@ class Plan:
         if boundary_at is not None:
             self.epoch_starts.append(first + boundary_at)
         self.steps += steps
-        self.segments.append(TrialSegment(num_workers, persistent, round_, first, len(steps), **timings))
+        self.segments.append(
+            TrialSegment(
+                num_workers=num_workers,
+                persistent_workers=persistent,
+                round=round_,
+                first_step=first,
+                steps=len(steps),
+                **timings,
+            )
+        )
 
     def manifest(self, length: int | None = 60, counts=(0, 2), persistent=True, incomplete=None) -> Manifest:
         loader = LoaderConfig(id=0, num_workers=2, prefetch_factor=2, persistent_workers=False, length=length)
-        trials = Trials(counts, 2, 40, persistent, 0, tuple(self.segments), incomplete)
-        return Manifest(3, loader=loader, step_clock=clock(self.steps, tuple(self.epoch_starts)), trials=trials)
+        trials = Trials(
+            counts=counts,
+            rounds=2,
+            trial_steps=40,
+            persistent=persistent,
+            loader=0,
+            segments=tuple(self.segments),
+            incomplete=incomplete,
+        )
+        return Manifest(
+            manifest_version=3, loader=loader, step_clock=clock(self.steps, tuple(self.epoch_starts)), trials=trials
+        )
 
 
 def two_rounds() -> Plan:
@@ -169,8 +188,22 @@ def test_incomplete_trials_and_settings_without_steady_steps_are_noted():
 
 def test_predictions_on_the_basis_and_their_error():
     result = trials_result(two_rounds().manifest(), 1.0)
-    predicted = [Prediction(0, 41.0, 1000 / 41, "main process", 1000 / 41), Prediction(1, 30.0, 33.3, "loader", 30.0)]
-    predicted.append(Prediction(2, 30.0, 1000 / 30, "consumer", 27.0, 300.0))
+    predicted = [
+        Prediction(
+            num_workers=0, step_ms=41.0, steps_per_s=1000 / 41, bound="main process", epoch_steps_per_s=1000 / 41
+        ),
+        Prediction(num_workers=1, step_ms=30.0, steps_per_s=33.3, bound="loader", epoch_steps_per_s=30.0),
+    ]
+    predicted.append(
+        Prediction(
+            num_workers=2,
+            step_ms=30.0,
+            steps_per_s=1000 / 30,
+            bound="consumer",
+            epoch_steps_per_s=27.0,
+            restart_ms=300.0,
+        )
+    )
     zero, two, kept = with_predictions(result, predicted, recorded_persistent=False).runs
     assert zero.predicted_steps_per_s == pytest.approx(1000 / 41)
     assert zero.error_pct == pytest.approx(100 * (1000 / 41 - zero.epoch_steps_per_s) / zero.epoch_steps_per_s)
@@ -187,7 +220,7 @@ def test_predictions_on_the_basis_and_their_error():
 
 def test_a_run_without_trials_has_none():
     manifest = two_rounds().manifest()
-    assert trials_result(Manifest(3, step_clock=manifest.step_clock), 1.0) is None
+    assert trials_result(Manifest(manifest_version=3, step_clock=manifest.step_clock), 1.0) is None
     assert trials_result(None, 1.0) is None
 
 

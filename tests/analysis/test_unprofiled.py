@@ -66,7 +66,7 @@ def test_an_epoch_boundary_after_the_window_is_measured():
 def test_too_few_reference_steps_give_nothing():
     manifest = _manifest()
     clock = manifest.step_clock
-    short = StepClock(*(column[:10] for column in dataclasses.astuple(clock)))
+    short = StepClock(**{f.name: getattr(clock, f.name)[:10] for f in dataclasses.fields(clock)})
     assert unprofiled_stats(dataclasses.replace(manifest, step_clock=short), 1.0) is None
     assert unprofiled_stats(None, 1.0) is None
 

@@ -89,7 +89,7 @@ def test_errors(in_tmp, command, error, message):
 
 def test_the_processes_the_command_leaves_are_ended_and_no_others(tmp_path):
     """``dlprof record`` in a process that has children of its own (a notebook; the fork server that ``dlprof analyze
-    --jobs`` starts, in the tests): the command's leftovers are ended, the caller's own processes are not."""
+    --processes`` starts, in the tests): the command's leftovers are ended, the caller's own processes are not."""
     mine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     left = tmp_path / "left.pid"
     command = (

@@ -109,6 +109,6 @@ def test_the_rank_environment_is_read_once_with_defaults():
 
 
 def test_a_request_carries_its_schedule(tmp_path):
-    request = RecordRequest(("python", "train.py"), tmp_path, "r", 2, 1, 5)
+    request = RecordRequest(command=("python", "train.py"), out_dir=tmp_path, name="r", wait=2, warmup=1, active=5)
     assert request.schedule == Schedule(2, 1, 5)
     request.schedule.check()

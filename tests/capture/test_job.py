@@ -138,7 +138,15 @@ def test_a_dead_record_and_a_node_on_another_machine(tmp_path):
 
 def test_several_nodes_need_a_name(tmp_path):
     command = _torchrun("--rdzv-id", "j", "--node-rank", "1")
-    request = RecordRequest(command, tmp_path, "train-20260101-000000", 1, 1, 2, fresh_name_if_taken=True)
+    request = RecordRequest(
+        command=command,
+        out_dir=tmp_path,
+        name="train-20260101-000000",
+        wait=1,
+        warmup=1,
+        active=2,
+        fresh_name_if_taken=True,
+    )
     with pytest.raises(UsageError, match="torchrun runs on 2 machines: give --name, the same on every node"):
         record(request)
     assert list(tmp_path.iterdir()) == []
@@ -154,7 +162,15 @@ def test_a_node_that_fails_leaves_the_other_nodes_files(tmp_path):
     run = prepare_run_dir(tmp_path, "job", job=node0)
     prepare_run_dir(tmp_path, "job", job=node1)
     (scratch_dir(run, node1) / ERROR_FILE).write_text("train.py: boom")
-    inputs = MergeInputs(scratch_dir(run, node1), ("dlprof",), ("torchrun",), 1, [], 100, job="rdzv-id=j")
+    inputs = MergeInputs(
+        session_dir=scratch_dir(run, node1),
+        command=("dlprof",),
+        script=("torchrun",),
+        exit_code=1,
+        memory_samples=[],
+        memory_interval_ms=100,
+        job="rdzv-id=j",
+    )
     with pytest.raises(RecordError, match="boom"):
         write_traces(run, inputs, Wording("torchrun train.py", 3, "--wait 1 --warmup 1", "--wait/--warmup"))
     assert [p.name for p in run.iterdir()] == [scratch_dir(run, node0).name]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dlprof.capture import merge, spanfile
-from dlprof.capture.memory import MemorySample
+from dlprof.capture.memory import MemoryReading
 from dlprof.capture.session import spans_dir_of
 from dlprof.core import schema
 from dlprof.core.manifest import Host, LoaderConfig, Schedule, StepClock, WorkerStart, parse_manifest
@@ -139,8 +139,15 @@ def result() -> RankResult:
     )
 
 
-def merged(session: Path, samples: list[MemorySample] | None = None) -> dict:
-    inputs = merge.MergeInputs(session, ("dlprof", "record"), ("python", "t.py"), 0, samples or [], 100)
+def merged(session: Path, samples: list[MemoryReading] | None = None) -> dict:
+    inputs = merge.MergeInputs(
+        session_dir=session,
+        command=("dlprof", "record"),
+        script=("python", "t.py"),
+        exit_code=0,
+        memory_samples=samples or [],
+        memory_interval_ms=100,
+    )
     return merge.trace_document(*merge.merge_rank(kineto_trace(), result(), inputs))
 
 
@@ -207,12 +214,24 @@ def test_batch_consumed_in_window_is_kept_even_if_produced_before(session):
 
 def test_memory_counters_inside_window_and_summary_over_whole_run(session):
     samples = [
-        MemorySample(BASE_NS + 50_000, MAIN_PID, 90 * MIB, 100 * MIB, 190 * MIB),  # before the window, superseded
-        MemorySample(BASE_NS + 100_000, MAIN_PID, 100 * MIB, 110 * MIB, 200 * MIB),  # the last before the window
-        MemorySample(BASE_NS + 1_500_000, MAIN_PID, 120 * MIB, 130 * MIB, 220 * MIB),
-        MemorySample(BASE_NS + 1_500_000, WORKER_PID, 10 * MIB, 50 * MIB, 150 * MIB),
-        MemorySample(BASE_NS + 2_500_000, WORKER_PID, 14 * MIB, 52 * MIB, 151 * MIB),
-        MemorySample(BASE_NS + 1_500_000, 999, 1 * MIB, 1 * MIB, 1 * MIB),  # not a process of the run
+        MemoryReading(
+            time_ns=BASE_NS + 50_000, pid=MAIN_PID, uss_bytes=90 * MIB, pss_bytes=100 * MIB, rss_bytes=190 * MIB
+        ),  # before the window, superseded
+        MemoryReading(
+            time_ns=BASE_NS + 100_000, pid=MAIN_PID, uss_bytes=100 * MIB, pss_bytes=110 * MIB, rss_bytes=200 * MIB
+        ),  # the last before the window
+        MemoryReading(
+            time_ns=BASE_NS + 1_500_000, pid=MAIN_PID, uss_bytes=120 * MIB, pss_bytes=130 * MIB, rss_bytes=220 * MIB
+        ),
+        MemoryReading(
+            time_ns=BASE_NS + 1_500_000, pid=WORKER_PID, uss_bytes=10 * MIB, pss_bytes=50 * MIB, rss_bytes=150 * MIB
+        ),
+        MemoryReading(
+            time_ns=BASE_NS + 2_500_000, pid=WORKER_PID, uss_bytes=14 * MIB, pss_bytes=52 * MIB, rss_bytes=151 * MIB
+        ),
+        MemoryReading(
+            time_ns=BASE_NS + 1_500_000, pid=999, uss_bytes=1 * MIB, pss_bytes=1 * MIB, rss_bytes=1 * MIB
+        ),  # not a process of the run
     ]
     doc = merged(session, samples)
     counters = [e for e in doc["traceEvents"] if e["ph"] == "C"]
@@ -259,7 +278,14 @@ def test_the_manifest_is_built_typed_and_written_as_it_is(session):
         ClockReading(BASE_NS + 3_000_000, 15_000_000, 1_500_000),
     )
     rank = replace(result(), window_clock=readings)
-    inputs = merge.MergeInputs(session, ("dlprof", "record"), ("python", "t.py"), 0, [], 100)
+    inputs = merge.MergeInputs(
+        session_dir=session,
+        command=("dlprof", "record"),
+        script=("python", "t.py"),
+        exit_code=0,
+        memory_samples=[],
+        memory_interval_ms=100,
+    )
     kineto, manifest = merge.merge_rank(kineto_trace(), rank, inputs)
     assert schema.MANIFEST_KEY not in kineto  # the manifest goes in last, redacted or not
     cpu = manifest.main_process_cpu

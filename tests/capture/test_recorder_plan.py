@@ -9,6 +9,7 @@ from torch.utils.data import DataLoader
 from dlprof.capture import probe, trial_plan
 from dlprof.capture.rank_env import RankEnv
 from dlprof.capture.recorder import Recorder, TrainingStopped
+from dlprof.capture.step_clock import StepRow
 from dlprof.core.manifest import MAX_REFERENCE_FACTOR, PHASE_AFTER, Schedule
 from dlprof.results.record import TrialRequest
 
@@ -29,7 +30,21 @@ def _recorder(tmp_path, rank=0, world=1, reference_steps=20, trials=None) -> Rec
 def _steps(recorder: Recorder, count: int, wall_ms: float, wait_ms: float = 0.0) -> None:
     """``count`` unprofiled steps after the window."""
     for _ in range(count):
-        recorder.all_steps.append([PHASE_AFTER, int(wall_ms * 1e6), 0, 0, int(wait_ms * 1e6), 1, False, False])
+        recorder.all_steps.append(
+            StepRow(
+                phase=PHASE_AFTER,
+                wall_ns=int(wall_ms * 1e6),
+                cpu_ns=0,
+                runq_ns=0,
+                wait_ns=int(wait_ms * 1e6),
+                batches=1,
+                epoch_start=False,
+                fork_probe=False,
+                ready=-1,
+                faults=0,
+                sys_ns=0,
+            )
+        )
         recorder._steps_after_window += 1
 
 

@@ -10,7 +10,7 @@ import pytest
 from dlprof.capture import trial_plan
 from dlprof.capture.run_dir import write_session_config
 from dlprof.capture.trial_plan import LoaderFacts, Plan, plan_trials
-from dlprof.capture.trials import Progress
+from dlprof.capture.trials import TrialProgress
 from dlprof.core import throughput
 from dlprof.core.errors import UsageError
 from dlprof.core.manifest import EPOCH_SETTLE_STEPS
@@ -96,22 +96,26 @@ def test_trial_steps_default_to_enough_steps_and_seconds():
 
 
 def test_no_trials_asked_or_none_possible():
-    assert plan_trials(None, None, 50, 0.1, (47, 0)) == Plan(50, 50, 47, 0)
+    assert plan_trials(None, None, 50, 0.1, (47, 0)) == Plan(trials_start=50, stop_step=50, decided_at=47, decided_by=0)
     plan = plan_trials(TrialRequest((0, 2)), None, 50, 0.1, (50, 0))
     assert plan.stop_step == 50 and not plan.segments and "no DataLoader" in plan.skipped
 
 
 def test_an_iterable_dataset_is_tried_a_whole_epoch_at_a_time():
     # Epochs of 20 steps; the last began at step 87. Segments of 5 + 10 steps take one epoch each.
-    facts = LoaderFacts(0, None, 1.0, iterable=True, epoch_steps=20, last_epoch_start=87)
+    facts = LoaderFacts(
+        num_workers=0, prefetch_factor=None, batches_per_step=1.0, iterable=True, epoch_steps=20, last_epoch_start=87
+    )
     plan = plan_trials(TrialRequest((0, 1), trial_steps=10), facts, 100, 0.05, (100, 0))
     assert [s.first_step for s in plan.segments] == [107, 127, 147, 167] and plan.stop_step == 187
     assert all(s.at_epoch_start and s.steps == 20 for s in plan.segments)
     # The first switch is asked for at once, the others in the middle of the epoch before theirs.
     assert [s.request_step for s in plan.segments] == [100, 117, 137, 157]
-    unknown = LoaderFacts(0, None, 1.0, iterable=True)
+    unknown = LoaderFacts(num_workers=0, prefetch_factor=None, batches_per_step=1.0, iterable=True)
     assert "no epoch ended" in plan_trials(TrialRequest((0, 1)), unknown, 100, 0.05, (100, 0)).skipped
-    endless = LoaderFacts(0, None, 1.0, iterable=True, epoch_steps=10**6, last_epoch_start=3)
+    endless = LoaderFacts(
+        num_workers=0, prefetch_factor=None, batches_per_step=1.0, iterable=True, epoch_steps=10**6, last_epoch_start=3
+    )
     assert "epochs of 1000000 steps" in plan_trials(TrialRequest((0, 1)), endless, 100, 0.05, (100, 0)).skipped
 
 
@@ -126,7 +130,12 @@ def test_the_plan_is_published_whole_and_read_back(tmp_path):
 
 def test_the_request_travels_in_the_session_config(tmp_path):
     request = TrialRequest((4, 0), rounds=3, persistent=True, trial_steps=12)
-    config = write_session_config(tmp_path, RecordRequest(("python", "t.py"), tmp_path, "r", 1, 1, 1, trials=request))
+    config = write_session_config(
+        tmp_path,
+        RecordRequest(
+            command=("python", "t.py"), out_dir=tmp_path, name="r", wait=1, warmup=1, active=1, trials=request
+        ),
+    )
     assert trial_plan.request_from_config(json.loads(json.dumps(config))["trials"]) == request
     assert trial_plan.request_from_config(None) is None
 
@@ -164,7 +173,7 @@ def test_progress_is_a_line_per_segment_or_a_bar_on_a_terminal():
     facts = LoaderFacts(num_workers=0, prefetch_factor=None, batches_per_step=1.0)
     plan = plan_trials(TrialRequest((0, 2), rounds=1, trial_steps=5), facts, 10, 0.1, (10, 0))
     log = io.StringIO()
-    progress = Progress(plan, log)
+    progress = TrialProgress(plan, log)
     for step in range(10, plan.stop_step + 1):
         progress.update(step)
     progress.close()
@@ -173,7 +182,7 @@ def test_progress_is_a_line_per_segment_or_a_bar_on_a_terminal():
         "dlprof: trial segment 2/2: num_workers 2 (round 1)",
     ]
     terminal = _Terminal()
-    progress = Progress(plan, terminal)
+    progress = TrialProgress(plan, terminal)
     for step in range(10, plan.stop_step + 1):
         progress.update(step)
     progress.close()

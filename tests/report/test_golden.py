@@ -12,14 +12,22 @@ import os
 import pytest
 from conftest import DATA_DIR, TESTS_DIR
 
+from dlprof import __version__
 from dlprof.report import renderer
 from dlprof.results.report import Report
 from dlprof.workflows.analyze import build_report
 
 GOLDEN_DIR = DATA_DIR / "golden"
+#: How the golden files hold the dlprof version stamped into a JSON document, so that a version bump leaves them be.
+VERSION_PLACEHOLDER = "<dlprof version>"
 EXTENSIONS = {"text": "txt", "markdown": "md", "json": "json", "html": "html"}
 #: Golden file stem per trace.
 TRACES = {"tiny_dlprof": "tiny_dlprof_trace.json", "tiny_trials": "tiny_trials_trace.json"}
+
+
+def normalised(rendered: str) -> str:
+    """``rendered`` with the dlprof version it is stamped with replaced by :data:`VERSION_PLACEHOLDER`."""
+    return rendered.replace(f'"dlprof_version": "{__version__}"', f'"dlprof_version": "{VERSION_PLACEHOLDER}"')
 
 
 def _report(trace: str) -> Report:
@@ -45,7 +53,7 @@ def reports():
 @pytest.mark.parametrize("stem", sorted(TRACES))
 @pytest.mark.parametrize("fmt", sorted(EXTENSIONS))
 def test_renderer_matches_golden_file(reports, stem, fmt):
-    rendered = renderer(Report, fmt)(reports[stem])
+    rendered = normalised(renderer(Report, fmt)(reports[stem]))
     golden = GOLDEN_DIR / f"{stem}.{EXTENSIONS[fmt]}"
     if os.environ.get("UPDATE_GOLDEN"):
         golden.write_text(rendered, encoding="utf-8")

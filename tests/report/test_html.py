@@ -1,7 +1,7 @@
 """The HTML report: one self-contained page whose three pictures a real browser draws.
 
 Structure checks run on a real recorded run (``workload_run_2``) and on a small hand-built Report
-(escaping, several runs, a run without predictions, a timeline of thousands of segments). Headless
+(escaping, several runs, a run without predictions, a timeline of thousands of bars). Headless
 Chromium then loads the real page from disk: its DOM must hold the pictures and its screenshot must
 show them (the category colours drawn), not a blank page.
 """
@@ -22,7 +22,8 @@ import pytest
 from conftest import run_dlprof
 
 from dlprof.analysis.stats import summarize
-from dlprof.report.html import COLOURS, render
+from dlprof.report.charts import COLOURS
+from dlprof.report.html import render
 from dlprof.results.advice import Advice, Prediction
 from dlprof.results.analysis import CATEGORIES, StepBreakdown, StepTime, Summary
 from dlprof.results.report import Lane, Report, RunInfo, RunReport, TimelinePicture
@@ -111,14 +112,27 @@ def chromium(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
     return done
 
 
-def hand_built_run(name: str = "tiny", predicted: bool = True, main_segments: int = 12) -> RunReport:
+def hand_built_run(name: str = "tiny", predicted: bool = True, main_bars: int = 12) -> RunReport:
     """A run with exact numbers: four 10 ms steps, one worker lane, a GPU lane."""
-    steps = [StepTime(n, n * 10_000.0, 10.0, 3.0, 0.5, 2.5, 2.0, 1.0, 1.0) for n in range(4, 8)]
+    steps = [
+        StepTime(
+            number=n,
+            start_us=n * 10_000.0,
+            step_ms=10.0,
+            data_wait_ms=3.0,
+            h2d_ms=0.5,
+            forward_ms=2.5,
+            backward_ms=2.0,
+            optimizer_ms=1.0,
+            other_ms=1.0,
+        )
+        for n in range(4, 8)
+    ]
     ten = Summary(10.0, 10.0, 10.0)
     categories = {c: summarize([s.category_ms(c) for s in steps]) for c in CATEGORIES}
     kinds = ["data_wait", "forward", "other", "backward", "optimizer"]
-    width = 30.0 / main_segments
-    main = [(kinds[i % len(kinds)], i * width, (i + 1) * width) for i in range(main_segments)]
+    width = 30.0 / main_bars
+    main = [(kinds[i % len(kinds)], i * width, (i + 1) * width) for i in range(main_bars)]
     timeline = TimelinePicture(
         30.0,
         [0.0, 10.0, 20.0],
@@ -129,40 +143,42 @@ def hand_built_run(name: str = "tiny", predicted: bool = True, main_segments: in
         ],
     )
     info = RunInfo(
-        name,
-        f"/runs/{name}/trace.json",
-        "complete",
-        "cuda",
-        1,
-        8,
-        False,
-        2,
-        False,
-        4,
-        16000,
-        "Tiny GPU",
-        "2.4.0",
-        4,
-        1.0,
-        True,
+        name=name,
+        trace_file=f"/runs/{name}/trace.json",
+        status="complete",
+        device="cuda",
+        num_workers=1,
+        batch_size=8,
+        pin_memory=False,
+        prefetch_factor=2,
+        persistent_workers=False,
+        usable_cores=4,
+        ram_total_mib=16000,
+        gpu_name="Tiny GPU",
+        torch_version="2.4.0",
+        steps_recorded=4,
+        batches_per_step=1.0,
+        has_worker_spans=True,
     )
     points = [
-        Prediction(0, 13.0, 1000 / 13, "main process"),
-        Prediction(1, 7.0, 1000 / 7, "consumer"),
-        Prediction(2, 7.0, 1000 / 7, "consumer"),
+        Prediction(num_workers=0, step_ms=13.0, steps_per_s=1000 / 13, bound="main process"),
+        Prediction(num_workers=1, step_ms=7.0, steps_per_s=1000 / 7, bound="consumer"),
+        Prediction(num_workers=2, step_ms=7.0, steps_per_s=1000 / 7, bound="consumer"),
     ]
     advice = Advice(
-        "HIGHLY",
-        1 if predicted else None,
-        True,
-        None,
-        None,
-        "consumer" if predicted else None,
-        points if predicted else [],
-        ["data wait 3.00 ms of a 10.00 ms step (30.0 %)"],
-        ["producer cost measured in the loader processes"],
+        verdict="HIGHLY",
+        num_workers=1 if predicted else None,
+        pin_memory=True,
+        prefetch_factor=None,
+        persistent_workers=None,
+        bound="consumer" if predicted else None,
+        predicted=points if predicted else [],
+        evidence=["data wait 3.00 ms of a 10.00 ms step (30.0 %)"],
+        basis=["producer cost measured in the loader processes"],
     )
-    return RunReport(info, StepBreakdown(steps, ten, categories), None, None, advice, timeline)
+    return RunReport(
+        info=info, steps=StepBreakdown(steps, ten, categories), loader=None, gpu=None, advice=advice, timeline=timeline
+    )
 
 
 # --- fixtures ------------------------------------------------------------------------------------
@@ -201,18 +217,16 @@ def test_page_has_three_accessible_pictures_in_figures(page):
         )
 
 
-def test_timeline_has_a_label_per_lane_step_marks_and_merged_segments(page, report):
+def test_timeline_has_a_label_per_lane_step_marks_and_merged_bars(page, report):
     picture = report.runs[0].timeline
     svg = pictures(page)["timeline"]
     labels = [e.findtext("title") for e in with_class(svg, "text", "lane-label")]
     assert labels == [lane.label for lane in picture.lanes]
     assert [lane.label for lane in picture.lanes][:1] == ["main thread"] and len(picture.lanes) >= 2  # workers recorded
     assert len(with_class(svg, "line", "step-boundary")) == len(picture.step_starts_ms) + 1
-    segments = sum(len(lane.segments) for lane in picture.lanes)
+    bars = sum(len(lane.bars) for lane in picture.lanes)
     rects = len(list(svg.iter("rect")))
-    assert segments > 500 and rects < segments / 2, (
-        f"{rects} rectangles for {segments} segments: sub-pixel segments not merged"
-    )
+    assert bars > 500 and rects < bars / 2, f"{rects} rectangles for {bars} bars: sub-pixel bars not merged"
     axis = [t.text for t in svg.iter("text") if t.text and re.fullmatch(r"\d+(\.\d+)?", t.text)]
     assert axis[0] in ("0", "0.0") and len(axis) >= 3 and "time (ms)" in ET.tostring(svg, encoding="unicode")
 
@@ -303,8 +317,8 @@ def test_hand_built_report_has_exact_pictures():
     assert float(fetch.get("x")) <= float(tokenizer.get("x"))
 
 
-def test_many_sub_pixel_segments_stay_small():
-    run = hand_built_run(main_segments=20_000)  # 1.5 µs each: hundreds per pixel
+def test_many_sub_pixel_bars_stay_small():
+    run = hand_built_run(main_bars=20_000)  # 1.5 µs each: hundreds per pixel
     svg = pictures(render(Report([run])))["timeline"]
     main = next(g for g in with_class(svg, "g", "lane") if g.get("data-lane") == "main thread")
     drawn = list(main.iter("rect"))[1:]  # after the lane's background

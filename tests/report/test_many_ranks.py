@@ -23,6 +23,7 @@ from dlprof.report.rank_pictures import HIST_COLOUR, HM_PALETTE
 from dlprof.results.report import Report
 from dlprof.workflows.analyze import build_report
 
+from .test_golden import normalised
 from .test_html import chromium, png_pixels
 
 GOLDEN_DIR = DATA_DIR / "golden"
@@ -69,7 +70,7 @@ def reports(tmp_path_factory):
 @pytest.mark.parametrize("stem", sorted(JOBS))
 @pytest.mark.parametrize("fmt", sorted(EXTENSIONS))
 def test_renderer_matches_golden_file(reports, stem, fmt):
-    rendered = renderer(Report, fmt)(reports[stem])
+    rendered = normalised(renderer(Report, fmt)(reports[stem]))
     golden = GOLDEN_DIR / f"{stem}.{EXTENSIONS[fmt]}"
     if os.environ.get("UPDATE_GOLDEN"):
         golden.write_text(rendered, encoding="utf-8")
@@ -93,7 +94,8 @@ def test_the_text_of_64_ranks_stays_short(tmp_path, per_node):
     if nodes > NODES_SHOWN:
         assert f"Nodes ({nodes}, the slowest first, the {NODES_SHOWN} slowest shown)" in text
     # Each rank is one trace at a factor 1 + rank / 100 of the template's times: rank 63 is the slowest.
-    assert text.splitlines()[0].endswith("rank63_2063.1700000000000.pt.trace.json)")
+    title = next(line for line in text.splitlines() if line.startswith("dlprof analyze: "))
+    assert title.endswith("rank63_2063.1700000000000.pt.trace.json)")
 
 
 def test_up_to_the_threshold_every_rank_has_a_row_and_beyond_it_the_ranks_are_summed_up(tmp_path):
@@ -181,7 +183,7 @@ def test_the_timeline_draws_the_slowest_ranks_only_beyond_16(reports):
 def test_missing_ranks_of_a_big_job_are_named_in_every_format(tmp_path):
     """20 ranks of a job of 24 (a node's run directory not given): the summary of many ranks says so, and the note."""
     run_dir = replicate_tiny(tmp_path / "job", RANKS_TABLE_MAX + 4, 4, world_size=RANKS_TABLE_MAX + 8)
-    out = {fmt: invoke("analyze", run_dir, "--format", fmt, "--jobs", "1") for fmt in EXTENSIONS}
+    out = {fmt: invoke("analyze", run_dir, "--format", fmt, "--processes", "1") for fmt in EXTENSIONS}
     assert all(result.exit_code == 0 for result in out.values())
     note = "missing ranks 20-23: no trace of them here"
     heading = "20 of 24 ranks on 5 nodes, missing 20-23; ms per step, profiled"
@@ -190,7 +192,7 @@ def test_missing_ranks_of_a_big_job_are_named_in_every_format(tmp_path):
     assert note in out["html"].stdout and f"<h3>Ranks ({heading})</h3>" in out["html"].stdout
     document = json.loads(out["json"].stdout)
     assert document["missing_ranks"] == [20, 21, 22, 23] and len(document["ranks"]["ranks"]) == 20
-    assert invoke("analyze", run_dir, "--format", "json", "--jobs", "2").stdout == out["json"].stdout
+    assert invoke("analyze", run_dir, "--format", "json", "-j", "2").stdout == out["json"].stdout
     # A few ranks: the per-rank table's heading says so too.
     small = replicate_tiny(tmp_path / "small", 3, 1, world_size=5)
     text = invoke("analyze", small).stdout

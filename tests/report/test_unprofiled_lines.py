@@ -30,7 +30,9 @@ def _run(speed: Throughput, distrust: str | None = None, epoch: EpochStats | Non
 
 
 def test_a_trusted_speed_with_its_steady_steps_and_spread():
-    line = unprofiled_line(_run(Throughput(31.9, 212, 6.646, 3.04, transient_steps=8)))
+    line = unprofiled_line(
+        _run(Throughput(steps_per_s=31.9, steps=212, seconds=6.646, spread_pct=3.04, transient_steps=8))
+    )
     assert line == (
         "without the profiler: 31.90 steps/s (31.35 ms per step) over 212 steady reference steps (6.6 s, 8 left out"
         " after pauses), spread 3.0 %; profiling made steps 50 % slower: 33.00 ms profiled vs 22.00 ms unprofiled"
@@ -39,7 +41,7 @@ def test_a_trusted_speed_with_its_steady_steps_and_spread():
 
 
 def test_an_untrusted_speed_says_why():
-    speed = Throughput(31.9, 30, 0.94, 12.5, transient_steps=10, trusted=False)
+    speed = Throughput(steps_per_s=31.9, steps=30, seconds=0.94, spread_pct=12.5, transient_steps=10, trusted=False)
     line = unprofiled_line(_run(speed, "only 30 steady steps (fewer than 40)"))
     assert "over 30 steady reference steps (940.0 ms, 10 left out after pauses), spread 12.5 %" in line
     assert "; not to be trusted: only 30 steady steps (fewer than 40);" in line
@@ -55,15 +57,22 @@ def test_the_whole_epochs_speed_is_in_the_epoch_line():
         first_batch_ms=700.0,
         end_ms=5.0,
         whole_epoch_steps_per_s=14.1,
-        whole_epoch_speed=Throughput(14.1, 108, 7.66, 2.5),
+        whole_epoch_speed=Throughput(steps_per_s=14.1, steps=108, seconds=7.66, spread_pct=2.5),
     )
-    line = epoch_line(_run(Throughput(18.2, 80, 4.4, 3.0), epoch=epoch))
+    line = epoch_line(_run(Throughput(steps_per_s=18.2, steps=80, seconds=4.4, spread_pct=3.0), epoch=epoch))
     assert line.endswith("; over 108 steps of whole epochs (7.7 s): 14.10 steps/s, spread 2.5 %")
 
 
 def test_page_faults_are_named_when_the_speed_rests_on_them():
-    faults = PageFaults(9_812.4, 21.33, 24.2, before_faults_per_step=10_400.0, before_sys_ms=22.0, volatile=True)
-    run = _run(Throughput(15.2, 98, 6.4, 2.0))
+    faults = PageFaults(
+        faults_per_step=9_812.4,
+        sys_ms=21.33,
+        sys_pct=24.2,
+        before_faults_per_step=10_400.0,
+        before_sys_ms=22.0,
+        volatile=True,
+    )
+    run = _run(Throughput(steps_per_s=15.2, steps=98, seconds=6.4, spread_pct=2.0))
     run.unprofiled = dataclasses.replace(run.unprofiled, page_faults=faults)
     assert page_faults_line(run) == (
         "the main process took 9,812 page faults per step, 21.3 ms of kernel time (24 % of the step) (before the"

@@ -72,7 +72,7 @@ def test_a_missing_rank_is_named_and_the_report_made_from_the_others(tmp_path):
     report = dlprof.analyze(paths)
     (run,) = report.runs
     assert run.missing_ranks == (2, 3) and [r.rank for r in run.ranks.ranks] == [0, 1]
-    assert build_report(paths, jobs=2) == report  # worker processes: the same report
+    assert build_report(paths, processes=2) == report  # worker processes: the same report
     text = invoke("analyze", *paths)
     assert text.exit_code == 0, text.output
     assert "note: missing ranks 2-3: no trace of them here" in text.stdout

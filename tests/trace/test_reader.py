@@ -18,7 +18,7 @@ from dlprof.core.errors import TraceFormatError
 from dlprof.trace import reader
 from dlprof.trace.build import build_run
 from dlprof.trace.discover import load_run
-from dlprof.trace.reader import TOO_DEEP, NotAnEvent, Progress, TraceEvents, read_trace
+from dlprof.trace.reader import TOO_DEEP, NotAnEvent, ReadProgress, TraceEvents, read_trace
 
 TRACES = sorted(p for p in DATA_DIR.rglob("*") if p.name.endswith((".json", ".json.gz")) and "golden" not in p.parts)
 TINY = DATA_DIR / "tiny_dlprof_trace.json"
@@ -263,9 +263,9 @@ def test_drained_events_are_gone_and_counted():
 
 
 def test_progress_shows_only_for_a_slow_step_and_only_on_stderr(capsys):
-    with Progress("quick") as progress:
+    with ReadProgress("quick") as progress:
         progress.done("done quickly")
-    slow = Progress("reading trace x (1 MB)", after_s=0.05)
+    slow = ReadProgress("reading trace x (1 MB)", after_s=0.05)
     time.sleep(0.3)
     slow.done("parsed 3 events")
     out, err = capsys.readouterr()

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from report.test_golden import normalised
 
 from dlprof.core.errors import RecordError, UsageError
 from dlprof.report import render
@@ -31,9 +32,9 @@ from dlprof.results.sweep import (
     OUTCOME_NO_RECOMMENDATION,
     OUTCOME_NOT_MEASURED,
     OUTCOME_SLOWER,
-    SweepRun,
+    SweepPoint,
 )
-from dlprof.results.trials import MODE_IN_PROCESS, TrialRun, TrialsResult
+from dlprof.results.trials import MODE_IN_PROCESS, TrialSetting, TrialsResult
 from dlprof.workflows import sweep as sweep_module
 from dlprof.workflows.sweep import (
     SCALARS_DIR,
@@ -61,8 +62,8 @@ def run(
     spread: float | None = None,
     distrust: str | None = None,
     over_epochs: bool = False,
-) -> SweepRun:
-    return SweepRun(
+) -> SweepPoint:
+    return SweepPoint(
         num_workers=n,
         run_dir=Path(f"traces/sw/{n}"),
         trace_file=Path(f"traces/sw/{n}/host_1.1.pt.trace.json.gz"),
@@ -80,7 +81,7 @@ def run(
     )
 
 
-def result(recommended: int | None, *runs: SweepRun, scalars: bool = True):
+def result(recommended: int | None, *runs: SweepPoint, scalars: bool = True):
     return judge("sw", Path("traces/sw"), runs, recommended, Path("traces/sw/scalars") if scalars else None)
 
 
@@ -184,7 +185,9 @@ def _unprofiled(step_ms: float, wait_ms: float, epoch_steps_per_s: float | None 
             first_batch_ms=400.0,
             end_ms=10.0,
             whole_epoch_steps_per_s=epoch_steps_per_s,
-            whole_epoch_speed=Throughput(epoch_steps_per_s, 100, 100 / epoch_steps_per_s, 4.0),
+            whole_epoch_speed=Throughput(
+                steps_per_s=epoch_steps_per_s, steps=100, seconds=100 / epoch_steps_per_s, spread_pct=4.0
+            ),
         )
     )
     return UnprofiledStats(
@@ -198,7 +201,7 @@ def _unprofiled(step_ms: float, wait_ms: float, epoch_steps_per_s: float | None 
         cpu_ms=step_ms,
         runq_ms=0.0,
         epoch=epoch,
-        speed=Throughput(1000 / step_ms, 60, 60 * step_ms / 1000, 3.0),
+        speed=Throughput(steps_per_s=1000 / step_ms, steps=60, seconds=60 * step_ms / 1000, spread_pct=3.0),
     )
 
 
@@ -219,8 +222,8 @@ def test_measure_prefers_unprofiled_speed_and_first_runs_prediction():
     first = _report(
         0,
         predicted=[
-            Prediction(0, 50.0, 20.0, "main process"),
-            Prediction(2, 25.0, 40.0, "consumer", epoch_steps_per_s=35.0),
+            Prediction(num_workers=0, step_ms=50.0, steps_per_s=20.0, bound="main process"),
+            Prediction(num_workers=2, step_ms=25.0, steps_per_s=40.0, bound="consumer", epoch_steps_per_s=35.0),
         ],
     )
     this = _report(2, unprofiled=_unprofiled(step_ms=32.0, wait_ms=8.0))
@@ -235,7 +238,10 @@ def test_measure_prefers_unprofiled_speed_and_first_runs_prediction():
 
 def _epoch_reports(epochs: dict[int, float | None], predicted_epochs: dict[int, float | None]):
     """A report per count, measured over whole epochs where ``epochs`` says so; the first predicts every count."""
-    predictions = [Prediction(n, 25.0, 40.0, "consumer", epoch_steps_per_s=e) for n, e in predicted_epochs.items()]
+    predictions = [
+        Prediction(num_workers=n, step_ms=25.0, steps_per_s=40.0, bound="consumer", epoch_steps_per_s=e)
+        for n, e in predicted_epochs.items()
+    ]
     return [
         _report(n, unprofiled=_unprofiled(25.0, 5.0, epoch_steps_per_s=e), predicted=predictions if i == 0 else ())
         for i, (n, e) in enumerate(epochs.items())
@@ -278,7 +284,7 @@ def test_measure_memory_unknown_and_zero_workers():
 
 
 def test_measure_drops_an_infinite_prediction():
-    first = _report(0, predicted=[Prediction(1, 0.0, math.inf, "consumer")])
+    first = _report(0, predicted=[Prediction(num_workers=1, step_ms=0.0, steps_per_s=math.inf, bound="consumer")])
     m = measure(_report(1), 1, Path("t"), first)
     assert m.predicted_steps_per_s is None and m.error_pct is None
 
@@ -303,14 +309,26 @@ def stubbed(monkeypatch, tmp_path):
             raise RecordError("train.py: failed before the profiler recorded a step (boom)")
         run_dir = request.out_dir / request.name
         run_dir.mkdir(parents=True)
-        return RecordResult(run_dir, run_dir / "h_1.1.pt.trace.json.gz", "complete", 0, None, 4, count, False)
+        return RecordResult(
+            run_dir=run_dir,
+            trace_path=run_dir / "h_1.1.pt.trace.json.gz",
+            status="complete",
+            exit_code=0,
+            error=None,
+            steps_recorded=4,
+            workers_seen=count,
+            stopped_early=False,
+        )
 
     def fake_build_report(path):
         count = int(Path(path).name)
         report = _report(
             count,
             unprofiled=_unprofiled(1000 / speeds[count], 1.0),
-            predicted=[Prediction(n, 1000 / s, s, "consumer") for n, s in ((0, 10.0), (1, 20.0), (2, 22.0))],
+            predicted=[
+                Prediction(num_workers=n, step_ms=1000 / s, steps_per_s=s, bound="consumer")
+                for n, s in ((0, 10.0), (1, 20.0), (2, 22.0))
+            ],
         )
         report.advice.num_workers = report.advice.model_num_workers = 1
         return SimpleNamespace(runs=[report])
@@ -320,7 +338,16 @@ def stubbed(monkeypatch, tmp_path):
     monkeypatch.setattr(sweep_module, "write_scalars", lambda directory, runs: directory)
     script = tmp_path / "train.py"
     script.write_text("")
-    base = RecordRequest(("python", str(script)), tmp_path, "sw", 1, 1, 4, reference_steps=5, run_to_end=False)
+    base = RecordRequest(
+        command=("python", str(script)),
+        out_dir=tmp_path,
+        name="sw",
+        wait=1,
+        warmup=1,
+        active=4,
+        reference_steps=5,
+        run_to_end=False,
+    )
     return SimpleNamespace(calls=calls, fail_at=fail_at, base=base, root=tmp_path)
 
 
@@ -354,7 +381,13 @@ def test_every_run_of_a_sweep_is_on_one_basis(stubbed, monkeypatch):
         count = int(Path(path).name)
         report.unprofiled = _unprofiled(report.unprofiled.step_ms, 1.0, epochs[count])
         report.advice.predicted = [
-            Prediction(n, p.step_ms, p.steps_per_s, "consumer", epoch_steps_per_s=p.steps_per_s * 0.9)
+            Prediction(
+                num_workers=n,
+                step_ms=p.step_ms,
+                steps_per_s=p.steps_per_s,
+                bound="consumer",
+                epoch_steps_per_s=p.steps_per_s * 0.9,
+            )
             for n, p in enumerate(report.advice.predicted)
         ]
         return SimpleNamespace(runs=[report])
@@ -395,7 +428,17 @@ def test_sweep_rejects_a_missing_script_before_recording(stubbed):
     from dlprof.core.errors import InputError
 
     with pytest.raises(InputError, match="no such script"):
-        sweep([0, 1], RecordRequest(("python", str(stubbed.root / "nope.py")), stubbed.root, "sw", 1, 1, 4))
+        sweep(
+            [0, 1],
+            RecordRequest(
+                command=("python", str(stubbed.root / "nope.py")),
+                out_dir=stubbed.root,
+                name="sw",
+                wait=1,
+                warmup=1,
+                active=4,
+            ),
+        )
     assert stubbed.calls == [] and not (stubbed.root / "sw").exists()
 
 
@@ -504,7 +547,7 @@ def test_html_without_predictions_draws_measured_only():
 
 @pytest.mark.parametrize("fmt", sorted(GOLDEN))
 def test_renderer_matches_golden_file(example, fmt):
-    rendered = render(example, fmt)
+    rendered = normalised(render(example, fmt))
     golden = GOLDEN_DIR / GOLDEN[fmt]
     if os.environ.get("UPDATE_GOLDEN"):
         golden.parent.mkdir(exist_ok=True)
@@ -516,13 +559,30 @@ def test_renderer_matches_golden_file(example, fmt):
 
 
 def trial(n: int, steps_per_s: float, predicted: float | None, *, persistent=False, spread=3.0, steps=120, wait=8.0):
-    speed = Throughput(steps_per_s, steps, steps / steps_per_s, spread, 4, spread <= 10 and steps >= 40)
+    speed = Throughput(
+        steps_per_s=steps_per_s,
+        steps=steps,
+        seconds=steps / steps_per_s,
+        spread_pct=spread,
+        transient_steps=4,
+        trusted=spread <= 10 and steps >= 40,
+    )
     error = None if predicted is None else 100 * (predicted - steps_per_s) / steps_per_s
-    return TrialRun(n, persistent, speed, None, None, 2, predicted, error, data_wait_pct=wait)
+    return TrialSetting(
+        num_workers=n,
+        persistent_workers=persistent,
+        speed=speed,
+        epoch_steps_per_s=None,
+        restart_ms=None,
+        segments=2,
+        predicted_steps_per_s=predicted,
+        error_pct=error,
+        data_wait_pct=wait,
+    )
 
 
-def trials_of(*runs: TrialRun, rounds=2, notes=("a note",)) -> TrialsResult:
-    return TrialsResult(rounds, 2, BASIS_IN_EPOCH, tuple(runs), notes)
+def trials_of(*runs: TrialSetting, rounds=2, notes=("a note",)) -> TrialsResult:
+    return TrialsResult(rounds=rounds, rounds_planned=2, basis=BASIS_IN_EPOCH, runs=tuple(runs), notes=notes)
 
 
 @pytest.fixture
@@ -542,7 +602,16 @@ def in_process(tmp_path, monkeypatch):
         calls.append(request)
         run_dir = request.out_dir / request.name
         run_dir.mkdir(parents=True)
-        return RecordResult(run_dir, run_dir / "h_1.1.pt.trace.json.gz", "complete", 0, None, 4, 0, False)
+        return RecordResult(
+            run_dir=run_dir,
+            trace_path=run_dir / "h_1.1.pt.trace.json.gz",
+            status="complete",
+            exit_code=0,
+            error=None,
+            steps_recorded=4,
+            workers_seen=0,
+            stopped_early=False,
+        )
 
     def fake_build_report(path):
         report = _report(0, unprofiled=_unprofiled(100.0, 1.0), pss=())
@@ -557,9 +626,16 @@ def in_process(tmp_path, monkeypatch):
     script = tmp_path / "train.py"
     script.write_text("")
     base = RecordRequest(
-        ("python", str(script)), tmp_path, "sw", 1, 1, 4, reference_steps=5, run_to_end=False,
+        command=("python", str(script)),
+        out_dir=tmp_path,
+        name="sw",
+        wait=1,
+        warmup=1,
+        active=4,
+        reference_steps=5,
+        run_to_end=False,
         trials=TrialRequest((9,), rounds=3, persistent=True, trial_steps=50),
-    )  # fmt: skip
+    )
     return SimpleNamespace(calls=calls, base=base, root=tmp_path, state=state)
 
 
@@ -642,7 +718,7 @@ def test_in_process_json_says_how_it_was_measured(trials_example):
 
 @pytest.mark.parametrize("fmt", sorted(GOLDEN_TRIALS))
 def test_in_process_renderer_matches_golden_file(trials_example, fmt):
-    rendered = render(trials_example, fmt)
+    rendered = normalised(render(trials_example, fmt))
     golden = GOLDEN_DIR / GOLDEN_TRIALS[fmt]
     if os.environ.get("UPDATE_GOLDEN"):
         golden.write_text(rendered, encoding="utf-8")

@@ -8,18 +8,45 @@ import pytest
 from conftest import DATA_DIR
 
 from dlprof.results.analysis import Throughput
-from dlprof.results.trials import BASIS_WHOLE_EPOCHS, TrialRun, TrialsResult
+from dlprof.results.trials import BASIS_WHOLE_EPOCHS, TrialSetting, TrialsResult
 from dlprof.workflows.analyze import build_report
 from dlprof.workflows.trials import SCALARS_DIR, scalars, write_run_trial_scalars, write_trial_scalars
 
 
 def trials() -> TrialsResult:
     runs = (
-        TrialRun(2, False, Throughput(40.0, 100, 2.5, 3.0), 30.0, 300.0, 2, 32.0, 100 * (32 - 30) / 30),
-        TrialRun(0, False, Throughput(20.0, 100, 5.0, 1.0), 20.0, 0.0, 2, None, None),
-        TrialRun(2, True, Throughput(40.0, 100, 2.5, 2.0), 39.0, 25.0, 2, 41.0, 100 * (41 - 39) / 39),
+        TrialSetting(
+            num_workers=2,
+            persistent_workers=False,
+            speed=Throughput(steps_per_s=40.0, steps=100, seconds=2.5, spread_pct=3.0),
+            epoch_steps_per_s=30.0,
+            restart_ms=300.0,
+            segments=2,
+            predicted_steps_per_s=32.0,
+            error_pct=100 * (32 - 30) / 30,
+        ),
+        TrialSetting(
+            num_workers=0,
+            persistent_workers=False,
+            speed=Throughput(steps_per_s=20.0, steps=100, seconds=5.0, spread_pct=1.0),
+            epoch_steps_per_s=20.0,
+            restart_ms=0.0,
+            segments=2,
+            predicted_steps_per_s=None,
+            error_pct=None,
+        ),
+        TrialSetting(
+            num_workers=2,
+            persistent_workers=True,
+            speed=Throughput(steps_per_s=40.0, steps=100, seconds=2.5, spread_pct=2.0),
+            epoch_steps_per_s=39.0,
+            restart_ms=25.0,
+            segments=2,
+            predicted_steps_per_s=41.0,
+            error_pct=100 * (41 - 39) / 39,
+        ),
     )
-    return TrialsResult(2, 2, BASIS_WHOLE_EPOCHS, runs)
+    return TrialsResult(rounds=2, rounds_planned=2, basis=BASIS_WHOLE_EPOCHS, runs=runs)
 
 
 def test_one_point_per_setting_at_its_count_persistent_ones_under_their_own_tags():

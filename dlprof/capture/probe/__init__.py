@@ -1,8 +1,8 @@
 """Spans inside DataLoader workers: dataset fetch, tokenizer calls and ``collate_fn``, per batch.
 
 Nothing a worker process does appears in the main process's ``torch.profiler`` trace, and a
-``torch.profiler`` per worker costs ~58 µs a sample and loses everything when a worker is killed
-(docs/ARCHITECTURE.md, measured facts). So each process (every worker, and the main process when
+``torch.profiler`` per worker costs far more a sample than a pure-Python span and loses everything when a worker is
+killed (docs/ARCHITECTURE.md#facts-the-code-relies-on). So each process (every worker, and the main process when
 ``num_workers=0``) keeps a pure-Python log of ``time.time_ns()`` spans (the clock Kineto's
 ``baseTimeNanoseconds`` is on) and appends it to ``<spans_dir>/<pid>.spans`` once per batch with one
 ``os.write``: a killed worker loses at most the batch it was working on.

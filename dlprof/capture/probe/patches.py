@@ -31,7 +31,7 @@ EVENT_EPOCH_START = "epoch_start"  # __iter__ created or reset an iterator (work
 #: Batches already made when the last ``__next__`` began (the one it handed over included), -1 when unknown.
 _READY = [-1]
 #: torch's iterator with worker processes (set by :func:`install`: torch is imported there, not here).
-_MULTIPROCESS_ITER: list[type] = [type(None)]
+_MULTIPROCESS_ITER: list[Any] = [type(None)]
 
 
 def batches_ready() -> int:
@@ -76,7 +76,6 @@ def _wrap_init(original: Callable) -> Callable:
         except Exception as error:
             print(f"dlprof: could not read a DataLoader's settings: {error}", file=sys.stderr)
 
-    __init__._dlprof_original = original
     return __init__
 
 
@@ -97,7 +96,6 @@ def _wrap_get_iterator(original: Callable) -> Callable:
         finally:
             self.collate_fn = user_collate  # the user's loader looks untouched
 
-    _get_iterator._dlprof_original = original
     return _get_iterator
 
 
@@ -113,7 +111,7 @@ def _wrap_iter(original: Callable) -> Callable:
             iterator = original(self)
         if switched is not None:
             switch.after_iter(iterator, switched, start)
-        epoch = EpochRecord(start, iter_ns=_time_ns() - start)
+        epoch = EpochRecord(start_ns=start, iter_ns=_time_ns() - start)
         try:
             record.length = len(self)
         except TypeError:  # an IterableDataset without __len__: epochs have no known length
@@ -126,7 +124,6 @@ def _wrap_iter(original: Callable) -> Callable:
             callback(EVENT_EPOCH_START, epoch.iter_ns)
         return iterator
 
-    __iter__._dlprof_original = original
     return __iter__
 
 
@@ -172,7 +169,6 @@ def _wrap_next(original: Callable) -> Callable:
             callback(EVENT_BATCH, t1 - t0)
         return data
 
-    __next__._dlprof_original = original
     return __next__
 
 
@@ -182,7 +178,6 @@ def _wrap_single_process_next_data(original: Callable) -> Callable:
         timing.STATE.batch = self._num_yielded  # num_workers=0: the fetch that follows is this batch
         return original(self)
 
-    _next_data._dlprof_original = original
     return _next_data
 
 

@@ -13,6 +13,7 @@ import sys
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 #: Training frameworks that create DataLoaders, by the module of a frame on the stack as one is built
@@ -27,7 +28,7 @@ FRAMEWORK_MODULES = (
 )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EpochRecord:
     """One iteration over a DataLoader, timed in the main process."""
 
@@ -43,7 +44,7 @@ class EpochRecord:
         return {"start_ns": self.start_ns, "first_batch_ms": first, "batches": self.batches, "end_ms": end}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LoaderRecord:
     """One DataLoader the script created, with its settings as the DataLoader really got them."""
 
@@ -126,7 +127,7 @@ def created_by() -> str | None:
     """The training framework creating a DataLoader now (called inside its ``__init__``), or None for the user's own
     code."""
     found = set()
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         module = frame.f_globals.get("__name__")
         if isinstance(module, str):
@@ -155,7 +156,7 @@ def apply_overrides(init: Callable, args: tuple, kwargs: dict) -> tuple[tuple, d
 
 def register(loader: Any, requested: int | None) -> LoaderRecord:
     """Add a DataLoader just built to the registry, with the ``num_workers`` the script asked for."""
-    record = LoaderRecord(len(LOADERS), {**loader_config(loader), "num_workers_requested": requested})
+    record = LoaderRecord(loader_id=len(LOADERS), config={**loader_config(loader), "num_workers_requested": requested})
     record.loader_ref = weakref.ref(loader)
     LOADERS.append(record)
     loader._dlprof_loader_id = record.loader_id

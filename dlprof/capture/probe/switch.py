@@ -29,10 +29,13 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlprof.capture.probe import settings
 from dlprof.capture.probe.timing import LoaderContext
+
+if TYPE_CHECKING:
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter, _SingleProcessDataLoaderIter
 
 _time_ns = time.time_ns
 #: torch's warning when a DataLoader makes more workers than there are cores.
@@ -58,7 +61,7 @@ class Setting:
         return cls(loader.num_workers, loader.prefetch_factor, bool(loader.persistent_workers), loader.timeout)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SwitchReport:
     """One switch, as it happened (ms; None: did not apply)."""
 
@@ -191,7 +194,7 @@ class _Delegate:
         return self.inner.__next__()
 
 
-def _iterator_classes() -> tuple[type, type]:
+def _iterator_classes() -> tuple[type[_SingleProcessDataLoaderIter], type[_MultiProcessingDataLoaderIter]]:
     from torch.utils.data import dataloader
 
     return dataloader._SingleProcessDataLoaderIter, dataloader._MultiProcessingDataLoaderIter
@@ -211,7 +214,9 @@ def at_next(outer: Any, ctx: LoaderContext) -> None:
     current = delegate.inner if delegate is not None else outer
     if not isinstance(current, _iterator_classes()):
         del PENDING[ctx.loader_id]
-        done(SwitchReport(setting, error=f"its iterator ({type(current).__name__}) is not one dlprof can switch"))
+        done(
+            SwitchReport(setting=setting, error=f"its iterator ({type(current).__name__}) is not one dlprof can switch")
+        )
         return
     sampler_iter = current._sampler_iter
     if sampler_iter is None:
@@ -230,7 +235,7 @@ def _switch_inside_epoch(
     loader: Any, outer: Any, current: Any, pausable: _Pausable, buffered: deque, ctx: LoaderContext, setting: Setting
 ) -> SwitchReport:
     """Drain ``current``, shut it down and make ``outer`` deliver the rest of the epoch from a new iterator."""
-    report = SwitchReport(setting)
+    report = SwitchReport(setting=setting)
     previous = Setting.of(loader)
     t0 = _time_ns()
     pausable.paused = True
@@ -321,7 +326,7 @@ def before_iter(loader: Any, loader_id: int) -> tuple[SwitchReport, Done] | None
     if pending is None:
         return None
     setting, done = pending
-    report = SwitchReport(setting, at_epoch_start=True, drain_ms=0.0)
+    report = SwitchReport(setting=setting, at_epoch_start=True, drain_ms=0.0)
     t0 = _time_ns()
     current = loader.__dict__.get("_iterator")
     if current is not None:  # persistent workers, waiting for the next epoch: they are the old setting's

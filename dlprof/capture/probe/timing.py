@@ -205,7 +205,6 @@ def _timed_fetch(original: Callable) -> Callable:
                 log.records.append((_SPAN, _FETCH, t0, t1, cpu1 - cpu0, 0, loader, epoch, batch, worker))
             log.flush()
 
-    fetch._dlprof_original = original
     return fetch
 
 
@@ -229,7 +228,6 @@ def _timed_tokenizer(original: Callable) -> Callable:
                 (_SPAN, _TOKENIZER, t0, t1, cpu_ns() - cpu0, 0, ctx.loader_id, ctx.epoch, st.batch, st.worker_id)
             )
 
-    method._dlprof_original = original
     return method
 
 
@@ -241,7 +239,9 @@ def patch(owner: type, name: str, wrap: Callable[[Callable], Callable]) -> None:
     original = owner.__dict__.get(name)
     if original is None or hasattr(original, "_dlprof_original"):
         return
-    setattr(owner, name, wrap(original))
+    wrapper = wrap(original)
+    vars(wrapper)["_dlprof_original"] = original
+    setattr(owner, name, wrapper)
 
 
 def install_fetch_patches() -> None:
