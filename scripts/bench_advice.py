@@ -547,7 +547,7 @@ def trials_of(report) -> dict | None:
     if trials is None:
         return None
     runs = {}
-    for r in trials.runs:
+    for r in trials.settings:
         if r.persistent_workers:
             continue
         runs[r.num_workers] = {

@@ -148,7 +148,7 @@ def measure(doc: dict) -> dict[int, dict]:
         ),
     )
     result = trials_result(manifest, 1.0)
-    return {r.num_workers: {"steady": r.steps_per_s, "epoch": r.epoch_steps_per_s} for r in result.runs}
+    return {r.num_workers: {"steady": r.steps_per_s, "epoch": r.epoch_steps_per_s} for r in result.settings}
 
 
 def _child(*args: str) -> dict:

@@ -92,7 +92,8 @@ class _Speeds:
             return None
         persistent = persistent and num_workers > 0
         return next(
-            (r for r in self.trials.runs if r.num_workers == num_workers and r.persistent_workers == persistent), None
+            (r for r in self.trials.settings if r.num_workers == num_workers and r.persistent_workers == persistent),
+            None,
         )
 
     def of(self, num_workers: int, persistent: bool) -> _Speed | None:
@@ -126,7 +127,7 @@ class _Speeds:
         speeds = [(n, s) for n in self.by_count if (s := self.of(n, self.persistent)) is not None]
         if self.trials is not None:
             speeds += [
-                (r.num_workers, _Speed(rate, True)) for r in self.trials.runs if (rate := self.trials.measured(r))
+                (r.num_workers, _Speed(rate, True)) for r in self.trials.settings if (rate := self.trials.measured(r))
             ]
         return max(speeds, key=lambda item: item[1].steps_per_s, default=None)
 
@@ -329,7 +330,7 @@ def measured_headline(
 def _measured_restarts(trials: TrialsResult | None, was: int, now: int) -> str | None:
     """The restarts clause, when the trials measured fewer workers no faster inside an epoch: over whole epochs, the
     restarts make the difference."""
-    runs = {r.num_workers: r for r in (trials.runs if trials is not None else ()) if not r.persistent_workers}
+    runs = {r.num_workers: r for r in (trials.settings if trials is not None else ()) if not r.persistent_workers}
     before, after = runs.get(was), runs.get(now)
     if before is None or after is None or before.restart_ms is None:
         return None

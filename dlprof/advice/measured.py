@@ -45,7 +45,7 @@ def error_scale(trials: TrialsResult, recorded_persistent: bool) -> Callable[[in
     """measured / predicted as a function of ``num_workers`` (see the module's docstring); 1 where nothing tells."""
     points = sorted(
         (run.num_workers, measured / run.predicted_steps_per_s)
-        for run in trials.runs
+        for run in trials.settings
         if run.num_workers > 0
         and run.persistent_workers == recorded_persistent
         and run.predicted_steps_per_s
@@ -69,7 +69,7 @@ def candidates(trials: TrialsResult, predicted: Sequence[Prediction], recorded_p
     """Every count the recommendation can choose from, by ``num_workers``: the tried ones at their measured speed,
     the others at their scaled prediction (``trials`` with its predictions set)."""
     found: dict[int, Candidate] = {}
-    for run in trials.runs:
+    for run in trials.settings:
         rate = trials.measured(run)
         if rate is None:
             continue
@@ -104,7 +104,7 @@ def evidence(
     """
     measured = [
         f"{label(r.num_workers, r.persistent_workers)} {rate:.2f} steps/s (spread {r.speed.spread_pct:.1f} %)"
-        for r in trials.runs
+        for r in trials.settings
         if (rate := trials.measured(r)) is not None and r.speed is not None
     ]
     lines = [
@@ -155,7 +155,7 @@ def persistent_comparison(
 
     A difference below ``threshold_pct`` % leaves the setting as it is.
     """
-    runs = {r.persistent_workers: r for r in trials.runs if r.num_workers == num_workers}
+    runs = {r.persistent_workers: r for r in trials.settings if r.num_workers == num_workers}
     if num_workers == 0 or len(runs) < 2 or trials.basis != BASIS_WHOLE_EPOCHS:
         return None
     kept, restarted = runs[True].epoch_steps_per_s, runs[False].epoch_steps_per_s

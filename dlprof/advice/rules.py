@@ -137,7 +137,7 @@ def _choose_with_trials(
                 bound = name
                 break
     if chosen.run is not None and not chosen.run.persistent_workers and trials.basis == BASIS_WHOLE_EPOCHS:
-        steady = max((r.steps_per_s for r in trials.runs if r.steps_per_s is not None), default=None)
+        steady = max((r.steps_per_s for r in trials.settings if r.steps_per_s is not None), default=None)
         in_epoch = chosen.run.steps_per_s
         if steady is not None and in_epoch is not None and steady > in_epoch * (1 + WITHIN_BEST):
             bound = "worker restarts"  # another setting measured faster inside an epoch, not over whole ones
@@ -261,7 +261,7 @@ def _restarts_line(predicted: list[Prediction], choice: _Choice, trials: TrialsR
     """Why fewer workers win over whole epochs: more would be faster inside an epoch, if they did not restart."""
     if choice.chosen is not None and choice.chosen.run is not None and trials is not None:
         speed, fastest = max(
-            ((r.steps_per_s, r) for r in trials.runs if r.steps_per_s is not None), key=lambda pair: pair[0]
+            ((r.steps_per_s, r) for r in trials.settings if r.steps_per_s is not None), key=lambda pair: pair[0]
         )
         return (
             "restarting workers at every epoch costs more than they save: inside an epoch,"

@@ -348,7 +348,9 @@ def trials_result(
     basis = BASIS_WHOLE_EPOCHS if whole else BASIS_IN_EPOCH
     rounds = _complete_rounds(trials)
     notes = _notes(trials, runs, sources, rounds, basis)
-    return TrialsResult(rounds=rounds, rounds_planned=trials.rounds, basis=basis, runs=tuple(runs), notes=tuple(notes))
+    return TrialsResult(
+        rounds=rounds, rounds_planned=trials.rounds, basis=basis, settings=tuple(runs), notes=tuple(notes)
+    )
 
 
 def predicted_on_basis(
@@ -383,11 +385,11 @@ def with_predictions(result: TrialsResult, predicted: Sequence[Prediction], reco
     """
     by_count = {p.num_workers: p for p in predicted}
     runs = []
-    for run in result.runs:
+    for run in result.settings:
         guess = predicted_on_basis(
             by_count.get(run.num_workers), run.persistent_workers, result.basis, recorded_persistent
         )
         measured = result.measured(run)
         error = 100 * (guess - measured) / measured if guess is not None and measured else None
         runs.append(replace(run, predicted_steps_per_s=guess, error_pct=error))
-    return replace(result, runs=tuple(runs))
+    return replace(result, settings=tuple(runs))

@@ -91,7 +91,7 @@ class Recorder:
         self.deterministic = rank_env.world_size > rank_env.local_world_size
         self.decider = rank_env.local_rank == 0 if self.deterministic else rank_env.rank == 0
         self.plan: Plan | None = None
-        self.trial_run: TrialRunner | None = None
+        self.trial_runner: TrialRunner | None = None
         self.stopped_early = False
         self.trace_path = session_dir / f"kineto-rank{self.rank}-{os.getpid()}.json"
         self.steps = 0
@@ -175,7 +175,7 @@ class Recorder:
         assert profiler is not None  # steps are counted from start() on
         if profiler.current_action != torch.profiler.ProfilerAction.NONE:
             phase = manifest.PHASE_PROFILED
-        elif self.trial_run is not None and self.trial_run.applied:  # from the step its first switch landed in
+        elif self.trial_runner is not None and self.trial_runner.applied:  # from the step its first switch landed in
             phase = manifest.PHASE_TRIAL
         else:
             phase = manifest.PHASE_AFTER if self.exported else manifest.PHASE_BEFORE
@@ -229,11 +229,11 @@ class Recorder:
             if plan is None:
                 return
             self._start(plan, completed)
-        if self.trial_run is not None:
-            self.trial_run.at_boundary(completed)
+        if self.trial_runner is not None:
+            self.trial_runner.at_boundary(completed)
         if completed >= plan.stop_step:
-            if self.trial_run is not None:
-                self.trial_run.finish()
+            if self.trial_runner is not None:
+                self.trial_runner.finish()
             self.stopped_early = True
             raise TrainingStopped()
 
@@ -280,9 +280,9 @@ class Recorder:
         if self.trial_request is None or not plan.segments or training is None:
             return
         progress = TrialProgress(plan) if self.rank == 0 else None
-        self.trial_run = TrialRunner(plan, self.trial_request, training, lambda: len(self.all_steps), progress)
+        self.trial_runner = TrialRunner(plan, self.trial_request, training, lambda: len(self.all_steps), progress)
         if completed > plan.trials_start:
-            self.trial_run.notes.append(
+            self.trial_runner.notes.append(
                 f"rank {self.rank} read rank {plan.decided_by}'s plan at step {completed},"
                 f" {completed - plan.trials_start} steps after the trials began: its switches came that much later"
             )
@@ -401,8 +401,8 @@ class Recorder:
     def finish(self, status: str, error: str | None) -> RankResult:
         """Stop profiling (exporting what was recorded) and write this process's recording for the merge."""
         self._fork_probe.reap()
-        if self.trial_run is not None:
-            self.trial_run.finish()  # the training ended during the trials: the loader gets its own settings back
+        if self.trial_runner is not None:
+            self.trial_runner.finish()  # the training ended during the trials: the loader gets its own settings back
         if self._profiler is not None:
             self._profiler.stop()  # mid-window (a failure, a short script): exports the steps so far
         probe.flush()
@@ -457,13 +457,13 @@ class Recorder:
             )
         if plan.skipped is not None:
             return not_run(request, plan, plan.skipped)
-        if self.trial_run is None:
+        if self.trial_runner is None:
             return not_run(request, plan, "no DataLoader was iterated in this process, so none could be switched")
         ended = None
         if not self.stopped_early:
             how = f"failed ({error})" if status != schema.STATUS_COMPLETE else "ended by itself"
             ended = f"the training {how} after {steps} steps, before the trials' end at step {plan.stop_step}"
-        return self.trial_run.manifest(steps, ended)
+        return self.trial_runner.manifest(steps, ended)
 
     def _write_result(self, result: RankResult) -> None:
         path = self.session_dir / f"result-rank{self.rank}-{os.getpid()}.json"

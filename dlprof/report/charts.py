@@ -246,7 +246,7 @@ def _measured(run: RunReport) -> list[tuple[TrialSetting, float, float, str]]:
     """Each tried setting's measured speeds to draw: (run, steps/s, spread %, basis), over whole epochs and inside an
     epoch."""
     found: list[tuple[TrialSetting, float, float, str]] = []
-    for trial in run.trials.runs if run.trials else ():
+    for trial in run.trials.settings if run.trials else ():
         spread = trial.speed.spread_pct if trial.speed else 0.0
         for value, basis in ((trial.epoch_steps_per_s, BASIS_WHOLE_EPOCHS), (trial.steps_per_s, BASIS_IN_EPOCH)):
             if (known := finite(value)) is not None:
@@ -322,7 +322,7 @@ def predicted_svg(run: RunReport, title_id: str) -> str:
             f" {basis} ({p.step_ms:.2f} ms/step inside an epoch, bound by {esc(p.bound)})</title></circle>"
         )
     body += _trial_marks(measured, basis, x_of, y_of)
-    tried = next((t for t in run.trials.runs if is_recommended_trial(run, t)), None) if run.trials else None
+    tried = next((t for t in run.trials.settings if is_recommended_trial(run, t)), None) if run.trials else None
     value = run.trials.measured(tried) if run.trials and tried is not None else None
     if advice.rests_on == RESTS_ON_MEASURED and tried is not None and value is not None:
         # The recommendation rests on this measured point: ring it, and say so.
@@ -348,7 +348,7 @@ def predicted_svg(run: RunReport, title_id: str) -> str:
     body += legend
     label = (
         f"Predicted steps per second {basis} for num_workers {lo_n} to {max(counts)}"
-        + (f", and {len(run.trials.runs)} settings measured in this training" if measured and run.trials else "")
+        + (f", and {len(run.trials.settings)} settings measured in this training" if measured and run.trials else "")
         + (f"; recommended num_workers={advice.num_workers}" if advice.num_workers is not None else "")
     )
     return svg.picture("predicted", base + 58 + legend_h, label, title_id, body)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dlprof.report.format import NOT_APPLICABLE, UNKNOWN, fixed, ms, pct
 from dlprof.results.advice import HEADLINE_CHANGE, HEADLINE_KEEP, HEADLINE_NONE, RESTS_ON_MEASURED
 from dlprof.results.analysis import CATEGORIES, DATA_REASON_SHARE
+from dlprof.results.report import RunReport
+from dlprof.results.trials import TrialSetting
 
 CATEGORY_LABELS = {
     "data_wait": "data wait",
@@ -41,7 +43,7 @@ def run_line(info) -> str:
     )
 
 
-def verdict_line(run) -> str:
+def verdict_line(run: RunReport) -> str:
     steps = run.steps
     return (
         f"{run.advice.verdict} input-bound: waiting for data {steps.categories['data_wait'].mean_ms:.2f} ms "
@@ -49,14 +51,14 @@ def verdict_line(run) -> str:
     )
 
 
-def headline_line(run) -> str:
+def headline_line(run: RunReport) -> str:
     """A run's report leads with this: its headline (what to change, what it buys, what that rests on); the input-bound
     verdict for an Advice made without one."""
     headline = run.advice.headline
     return verdict_line(run) if headline is None else headline.text
 
 
-def evidence_line(run) -> str | None:
+def evidence_line(run: RunReport) -> str | None:
     """The line under the headline: how input-bound the run is, as evidence; None when the verdict is the headline."""
     return None if run.advice.headline is None else verdict_line(run)
 
@@ -69,7 +71,7 @@ def headline_class(headline) -> str:
     return "warn" if headline is None else HEADLINE_CLASS.get(headline.kind, "warn")
 
 
-def run_headline(run) -> str:
+def run_headline(run: RunReport) -> str:
     """One run's headline in a comparison of runs: ``<run>: <headline>``."""
     return f"{run.info.name}: {headline_line(run)}"
 
@@ -107,7 +109,7 @@ def loader_rows(loader) -> list[list[str]]:
     ]
 
 
-def unprofiled_line(run) -> str | None:
+def unprofiled_line(run: RunReport) -> str | None:
     """Your training's speed without the profiler, and what profiling cost; None without reference steps."""
     u = run.unprofiled
     if u is None:
@@ -136,7 +138,7 @@ def unprofiled_line(run) -> str | None:
 FIXED_MALLOC = "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824"
 
 
-def page_faults_line(run) -> str | None:
+def page_faults_line(run: RunReport) -> str | None:
     """The main process's page faults, when so much of its step goes to them that its speed rests on the level glibc's
     malloc settled on in this process (:class:`dlprof.results.analysis.PageFaults`); None otherwise."""
     faults = run.unprofiled.page_faults if run.unprofiled else None
@@ -161,7 +163,7 @@ def duration(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds >= 1 else f"{1000 * seconds:.1f} ms"
 
 
-def epoch_line(run) -> str | None:
+def epoch_line(run: RunReport) -> str | None:
     """Epoch boundaries of the training loader, when known."""
     epoch = run.unprofiled.epoch if run.unprofiled else None
     if epoch is None or epoch.steps_per_epoch is None:
@@ -231,7 +233,7 @@ def trials_heading(trials) -> str:
     )
 
 
-def is_recommended_trial(run, trial) -> bool:
+def is_recommended_trial(run: RunReport, trial: TrialSetting) -> bool:
     """Whether ``trial`` is the recommended setting: its num_workers, and its persistent_workers (as advised, else as
     the run had it)."""
     advice = run.advice
@@ -239,8 +241,10 @@ def is_recommended_trial(run, trial) -> bool:
     return trial.num_workers == advice.num_workers and trial.persistent_workers == bool(persistent)
 
 
-def trials_rows(run, mark: str = "") -> list[list[str]]:
+def trials_rows(run: RunReport, mark: str = "") -> list[list[str]]:
     """One row per tried setting; ``mark`` is appended to the recommended one."""
+    if run.trials is None:
+        return []
     return [
         [
             str(r.num_workers) + (mark if is_recommended_trial(run, r) else ""),
@@ -253,11 +257,11 @@ def trials_rows(run, mark: str = "") -> list[list[str]]:
             fixed(r.predicted_steps_per_s, ".2f", NOT_APPLICABLE),
             fixed(r.error_pct, "+.1f", NOT_APPLICABLE),
         ]
-        for r in run.trials.runs
+        for r in run.trials.settings
     ]
 
 
-def rests_on_line(run) -> str | None:
+def rests_on_line(run: RunReport) -> str | None:
     """What the recommended num_workers rests on, for a run with trials; None without trials or a recommendation."""
     advice = run.advice
     if run.trials is None or advice.num_workers is None:
@@ -310,7 +314,7 @@ def rank_set(ranks) -> str:
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def missing_ranks_line(run) -> str | None:
+def missing_ranks_line(run: RunReport) -> str | None:
     """The ranks of the job that left no trace, and that the report is made from the others; None when none is
     missing."""
     if not run.missing_ranks:
@@ -364,16 +368,17 @@ def summarized(ranks) -> bool:
     return ranks.summary is not None and len(ranks.ranks) > RANKS_TABLE_MAX
 
 
-def rank_count(run) -> str:
+def rank_count(run: RunReport) -> str:
     """How many ranks the report compares: ``20``, or with ranks missing ``20 of 24, missing 20-23``."""
-    count = len(run.ranks.ranks)
+    count = len(run.ranks.ranks) if run.ranks is not None else 1
     if not run.missing_ranks:
         return str(count)
     return f"{count} of {count + len(run.missing_ranks)}, missing {rank_set(sorted(run.missing_ranks))}"
 
 
-def ranks_heading(run) -> str:
-    """What the summary of many ranks covers."""
+def ranks_heading(run: RunReport) -> str:
+    """What the summary of many ranks covers (called only for a report that has one)."""
+    assert run.ranks is not None and run.ranks.summary is not None
     nodes = run.ranks.summary.nodes
     if all(n.host is None for n in nodes):
         where = ", hosts unknown"

@@ -317,12 +317,12 @@ def _throughput(run: RunReport, rid: str) -> list[str]:
     advice, trials = run.advice, run.trials
     parts = []
     if trials is not None:
-        classes = ["chosen" if is_recommended_trial(run, r) else "" for r in trials.runs]
+        classes = ["chosen" if is_recommended_trial(run, r) else "" for r in trials.settings]
         parts.append(f"<h3>Measured in this training</h3><p>{esc(trials_heading(trials))}.</p>")
         parts.append(page.table(TRIALS_HEADER, trials_rows(run), classes, cls="trials"))
         if trials.notes:
             parts.append("<ul>" + "".join(f"<li>{esc(n)}</li>" for n in trials.notes) + "</ul>")
-    measured = trials is not None and any(r.speed is not None for r in trials.runs)
+    measured = trials is not None and any(r.speed is not None for r in trials.settings)
     parts.append(f"<h3>{'Predicted and measured' if measured else 'Predicted'} throughput</h3>")
     if not measured and not any(math.isfinite(p.steps_per_s) for p in advice.predicted):
         parts.append(

@@ -264,7 +264,7 @@ def _trials(trials: TrialsResult) -> dict:
                 "error_pct": rounded(r.error_pct, 2),
                 "data_wait_pct": rounded(r.data_wait_pct, 2),
             }
-            for r in trials.runs
+            for r in trials.settings
         ],
         "notes": list(trials.notes),
     }

@@ -78,7 +78,7 @@ def rows(result: SweepResult) -> list[list[str]]:
             str(r.run_dir),
             _notes(result, r),
         ]
-        for r in result.runs
+        for r in result.points
     ]
 
 
@@ -110,7 +110,7 @@ def verdict_line(result: SweepResult) -> str:
             f" below the best ({best})"
         )
     if result.outcome == OUTCOME_MORE_WORKERS:
-        fewest = next(r for r in result.runs if r.num_workers == result.fewest_near_best)
+        fewest = next(r for r in result.points if r.num_workers == result.fewest_near_best)
         return (
             f"{head}: it did not hold, because num_workers={fewest.num_workers} came within {fewest_within} of the best"
             f" ({best}) with fewer workers, at {fewest.steps_per_s:.2f} steps/s ({measured})"
@@ -173,14 +173,14 @@ def footnotes(result: SweepResult) -> list[str]:
             f" whole epochs timed there); spread: the range of its parts' rates, % of it; predicted: the"
             f" num_workers={result.from_run} run's prediction; error % = (predicted - measured) / measured"
         ]
-    if any(not r.unprofiled for r in result.runs):
+    if any(not r.unprofiled for r in result.points):
         notes.append(
             "profiled steps*: too few unprofiled reference steps, so measured from the profiled steps, which the"
             " profiler slows; raise --reference-steps for the training's real speed"
         )
-    if all(r.predicted_steps_per_s is None for r in result.runs):
+    if all(r.predicted_steps_per_s is None for r in result.points):
         notes.append(
-            f"the num_workers={result.from_run} run predicted nothing (see 'dlprof analyze {result.runs[0].run_dir}'"
+            f"the num_workers={result.from_run} run predicted nothing (see 'dlprof analyze {result.points[0].run_dir}'"
             " for why)"
         )
     if result.scalars_dir is not None:
@@ -257,7 +257,7 @@ def document(result: SweepResult) -> dict:
                 "num_workers_recorded": r.num_workers_recorded,
                 "profiler_overhead_pct": rounded(r.profiler_overhead_pct, 2),
             }
-            for r in result.runs
+            for r in result.points
         ],
         "recommendation": {"num_workers": result.recommended, "from_run": result.from_run},
         "best_measured": {"num_workers": result.best_num_workers, "steps_per_s": rounded(result.best_steps_per_s)},
@@ -282,7 +282,7 @@ def render_json(result: SweepResult) -> str:
 
 def _chart(result: SweepResult, title_id: str) -> str:
     """Measured (solid) and predicted (dashed) steps/s against num_workers; the recommended count marked."""
-    runs = sorted(result.runs, key=lambda r: r.num_workers)
+    runs = sorted(result.points, key=lambda r: r.num_workers)
     plot_w = WIDTH - CHART_LEFT - CHART_RIGHT
     lo_n = runs[0].num_workers
     hi_n = max(runs[-1].num_workers, lo_n + 1)
@@ -351,7 +351,7 @@ def _chart(result: SweepResult, title_id: str) -> str:
 def render_html(result: SweepResult) -> str:
     verdict_class = "warn" if result.held is None else "good" if result.held else "bad"
     rendered_rows = rows(result)
-    classes = ["chosen" if r.num_workers == result.recommended else "" for r in result.runs]
+    classes = ["chosen" if r.num_workers == result.recommended else "" for r in result.points]
     caption = (
         f"Measured steps/s (solid) against the predictions (dashed) from the num_workers={result.from_run}"
         f" {_advised_by(result)} for each swept count."

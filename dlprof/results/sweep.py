@@ -67,11 +67,11 @@ class SweepPoint:
 
 @dataclass(frozen=True, kw_only=True)
 class SweepResult:
-    """A whole sweep: the runs in the order recorded, the best measured, and whether the advice held."""
+    """A whole sweep: its points in the order recorded, the best measured, and whether the advice held."""
 
     name: str
     sweep_dir: Path
-    runs: tuple[SweepPoint, ...]
+    points: tuple[SweepPoint, ...]
     #: The count whose run made the advice and the predictions (the first swept).
     from_run: int
     #: Its recommended num_workers (None: it made no recommendation).
@@ -108,10 +108,10 @@ class SweepResult:
 
     @property
     def counts(self) -> tuple[int, ...]:
-        return tuple(r.num_workers for r in self.runs)
+        return tuple(r.num_workers for r in self.points)
 
     @property
     def basis(self) -> str:
         """What every run's measured and predicted speed is (the same for all): :data:`BASIS_WHOLE_EPOCHS` or
         :data:`BASIS_IN_EPOCH`."""
-        return BASIS_WHOLE_EPOCHS if self.runs and self.runs[0].over_epochs else BASIS_IN_EPOCH
+        return BASIS_WHOLE_EPOCHS if self.points and self.points[0].over_epochs else BASIS_IN_EPOCH

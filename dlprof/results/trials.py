@@ -49,11 +49,12 @@ class TrialsResult:
     rounds_planned: int
     #: :data:`BASIS_IN_EPOCH` or :data:`BASIS_WHOLE_EPOCHS`: which speed is compared and recommended on.
     basis: str
-    runs: tuple[TrialSetting, ...]
+    #: Every setting tried, one entry per (num_workers, persistent_workers).
+    settings: tuple[TrialSetting, ...]
     #: Notes for the report: trials cut short, spreads too wide to trust, settings that could not be tried.
     notes: tuple[str, ...] = ()
     mode: str = MODE_IN_PROCESS
 
-    def measured(self, run: TrialSetting) -> float | None:
-        """``run``'s measured speed on this result's basis."""
-        return run.epoch_steps_per_s if self.basis == BASIS_WHOLE_EPOCHS else run.steps_per_s
+    def measured(self, setting: TrialSetting) -> float | None:
+        """``setting``'s measured speed on this result's basis."""
+        return setting.epoch_steps_per_s if self.basis == BASIS_WHOLE_EPOCHS else setting.steps_per_s

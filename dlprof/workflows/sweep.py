@@ -191,7 +191,7 @@ def judge(
     return SweepResult(
         name=name,
         sweep_dir=sweep_dir,
-        runs=runs,
+        points=runs,
         from_run=runs[0].num_workers,
         recommended=recommended,
         best_num_workers=best.num_workers,
@@ -385,7 +385,7 @@ def _in_process(
     runs = [
         trial_point(t, trials, run_dir, Path(report.info.trace_file), report if n == counts[0] else None)
         for n in counts
-        for t in trials.runs
+        for t in trials.settings
         if t.num_workers == n and not t.persistent_workers and trials.measured(t) is not None
     ]
     if len(runs) < MIN_COUNTS:

@@ -29,7 +29,7 @@ PERSISTENT_PREFIX = "persistent_workers/"
 def scalars(trials: TrialsResult) -> list[tuple[str, float, int]]:
     """The scalars to write, as (tag, value, global_step); unknown values are left out."""
     points = []
-    for run in sorted(trials.runs, key=lambda r: (r.persistent_workers, r.num_workers)):
+    for run in sorted(trials.settings, key=lambda r: (r.persistent_workers, r.num_workers)):
         prefix = PERSISTENT_PREFIX if run.persistent_workers else ""
         values = {
             TAG_STEPS_PER_S: run.steps_per_s,

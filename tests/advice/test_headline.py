@@ -121,7 +121,7 @@ def test_a_measured_recommendation_says_so_with_the_measured_speeds():
         rounds=2,
         rounds_planned=2,
         basis=BASIS_WHOLE_EPOCHS,
-        runs=(tried(1, False, 20.0, 15.0, 900), tried(2, False, 30.0, 24.0, 950), tried(2, True, 30.5, 30.0, 40)),
+        settings=(tried(1, False, 20.0, 15.0, 900), tried(2, False, 30.0, 24.0, 950), tried(2, True, 30.5, 30.0, 40)),
     )
     predictions = [predicted(n, 10.0 * (n + 1), "loader", epoch=9.0 * (n + 1), restart_ms=900) for n in range(4)]
     chosen = advice(2, predictions, persistent_workers=True, rests_on=RESTS_ON_MEASURED, bound="consumer")

@@ -37,7 +37,7 @@ def predictions(*rates: float) -> list[Prediction]:
 
 
 def result(*runs: TrialSetting, basis: str = BASIS_IN_EPOCH) -> TrialsResult:
-    return TrialsResult(rounds=2, rounds_planned=2, basis=basis, runs=runs)
+    return TrialsResult(rounds=2, rounds_planned=2, basis=basis, settings=runs)
 
 
 def test_the_models_error_is_interpolated_between_the_counts_tried_with_workers():
@@ -71,7 +71,7 @@ def test_the_recommendation_rests_on_measurement_when_the_chosen_count_was_tried
     assert choice.bound == "consumer"
     # Unscaled, the model's 10 % optimism would have won: 45 > 40.8 x 1.02.
     raw = dataclasses.replace(
-        trials, runs=tuple(dataclasses.replace(r, predicted_steps_per_s=None) for r in trials.runs)
+        trials, settings=tuple(dataclasses.replace(r, predicted_steps_per_s=None) for r in trials.settings)
     )
     assert _choose_with_trials(None, predicted, False, raw, False).num_workers == 3
 
@@ -152,7 +152,7 @@ def test_advice_on_the_hand_written_trace_with_trials():
     fewer = dataclasses.replace(trials, counts=(0, 1), segments=kept, persistent=False)
     report = analyze_run(dataclasses.replace(run, manifest=dataclasses.replace(run.manifest, trials=fewer)))
     advice = report.advice
-    one = next(r for r in report.trials.runs if r.num_workers == 1)
+    one = next(r for r in report.trials.settings if r.num_workers == 1)
     scale = one.epoch_steps_per_s / one.predicted_steps_per_s
     two = advice.predicted[2].epoch_steps_per_s * scale
     assert 0.85 < scale < 0.95 and one.epoch_steps_per_s < two / 1.05

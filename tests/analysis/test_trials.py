@@ -93,7 +93,7 @@ def two_rounds() -> Plan:
 def test_each_setting_is_measured_in_steady_state_over_its_rounds():
     result = trials_result(two_rounds().manifest(), 1.0)
     assert (result.rounds, result.rounds_planned, result.basis) == (2, 2, BASIS_WHOLE_EPOCHS)
-    runs = {(r.num_workers, r.persistent_workers): r for r in result.runs}
+    runs = {(r.num_workers, r.persistent_workers): r for r in result.settings}
     assert list(runs) == [(0, False), (2, False), (2, True)]
     zero, two, kept = runs[(0, False)], runs[(2, False)], runs[(2, True)]
     # No workers: the 4 kept batches of the two workers before are left out (the queue: 2 workers x prefetch 2), then
@@ -115,7 +115,7 @@ def test_each_setting_is_measured_in_steady_state_over_its_rounds():
 
 def test_restarts_and_speeds_over_whole_epochs():
     result = trials_result(two_rounds().manifest(), 1.0)
-    zero, two, kept = result.runs
+    zero, two, kept = result.settings
     # Without workers, no restart: over whole epochs as inside one.
     assert zero.restart_ms == 0.0 and zero.epoch_steps_per_s == pytest.approx(zero.steps_per_s)
     # The epoch boundary inside the second segment at 2 workers: its six left-out steps took 422 + 5 x 22 ms, six
@@ -134,7 +134,7 @@ def test_restart_from_the_switches_without_an_epoch_boundary():
     plan.add(0, False, 1, KEPT + [(40.0, 20.0)] * 48, shutdown_ms=0.0)
     plan.add(2, False, 1, START_2 + [(24.0, 0.1)] + BURSTY * 24, first_batch_ms=340.0)
     result = trials_result(plan.manifest(counts=(0, 2), persistent=False), 1.0)
-    two = next(r for r in result.runs if r.num_workers == 2)
+    two = next(r for r in result.settings if r.num_workers == 2)
     # A switch shuts workers down and starts new ones, as an epoch boundary does: its left-out steps beyond steady
     # ones. Round 0: 330 + 5 x 22 ms for 6 steady steps of 94 / 3 ms; round 1: one more 24 ms step before the first
     # that waited. The median of the two.
@@ -148,7 +148,7 @@ def test_without_steady_steps_the_restart_comes_from_the_switch_timings():
     plan.add(2, False, 0, START_2[:4], first_batch_ms=300.0)
     plan.add(0, False, 0, KEPT + [(40.0, 20.0)] * 48, shutdown_ms=40.0)
     result = trials_result(plan.manifest(counts=(0, 2), persistent=False), 1.0)
-    two = result.runs[1]
+    two = result.settings[1]
     # The median first batch after a switch to it, and the median shut-down of its workers when the trials left it.
     assert two.speed is None and two.restart_ms == pytest.approx(340.0) and two.epoch_steps_per_s is None
     assert any(note.startswith("restart from the switches' timings") for note in result.notes)
@@ -157,8 +157,8 @@ def test_without_steady_steps_the_restart_comes_from_the_switch_timings():
 def test_without_the_epoch_length_the_settings_are_compared_inside_an_epoch():
     result = trials_result(two_rounds().manifest(length=None), 1.0)
     assert result.basis == BASIS_IN_EPOCH
-    assert all(r.epoch_steps_per_s is None for r in result.runs)
-    assert result.measured(result.runs[1]) == pytest.approx(BURSTY_RATE)
+    assert all(r.epoch_steps_per_s is None for r in result.settings)
+    assert result.measured(result.settings[1]) == pytest.approx(BURSTY_RATE)
 
 
 def test_an_unknown_restart_makes_the_comparison_inside_an_epoch_and_says_why():
@@ -166,7 +166,7 @@ def test_an_unknown_restart_makes_the_comparison_inside_an_epoch_and_says_why():
     plan.add(0, False, 0, KEPT + [(40.0, 20.0)] * 48)
     plan.add(2, True, 0, START_2 + BURSTY * 24)  # persistent; no switch timings, no worker spans
     result = trials_result(plan.manifest(counts=(0,), persistent=True), 1.0)
-    assert result.basis == BASIS_IN_EPOCH and result.runs[1].restart_ms is None
+    assert result.basis == BASIS_IN_EPOCH and result.settings[1].restart_ms is None
     assert "compared inside an epoch: the restart of num_workers=2 (persistent) is unknown" in result.notes
     assert result.rounds == 1 and "1 of 2 round(s) ran to their end" in result.notes
 
@@ -176,7 +176,7 @@ def test_incomplete_trials_and_settings_without_steady_steps_are_noted():
     plan.add(0, False, 0, KEPT + [(40.0, 20.0)] * 48)
     plan.add(2, False, 0, START_2[:4], first_batch_ms=300.0)  # cut short: all refill transient
     result = trials_result(plan.manifest(counts=(0, 2, 4), persistent=False, incomplete="the training ended"), 1.0)
-    assert result.runs[1].speed is None and result.runs[1].steps_per_s is None
+    assert result.settings[1].speed is None and result.settings[1].steps_per_s is None
     assert result.notes[:3] == (
         "the trials ended early (the training ended): 0 of 2 round(s) ran to their end",
         "num_workers=4: not tried (no segment ran)",
@@ -204,7 +204,7 @@ def test_predictions_on_the_basis_and_their_error():
             restart_ms=300.0,
         )
     )
-    zero, two, kept = with_predictions(result, predicted, recorded_persistent=False).runs
+    zero, two, kept = with_predictions(result, predicted, recorded_persistent=False).settings
     assert zero.predicted_steps_per_s == pytest.approx(1000 / 41)
     assert zero.error_pct == pytest.approx(100 * (1000 / 41 - zero.epoch_steps_per_s) / zero.epoch_steps_per_s)
     assert two.predicted_steps_per_s == pytest.approx(27.0)
@@ -212,10 +212,10 @@ def test_predictions_on_the_basis_and_their_error():
     # The model gives persistent workers no restart: over whole epochs, its prediction is the rate inside an epoch.
     assert kept.predicted_steps_per_s == pytest.approx(1000 / 30)
     # Recorded with persistent workers, the model saw no restart: no prediction for workers that restart.
-    assert with_predictions(result, predicted, recorded_persistent=True).runs[1].predicted_steps_per_s is None
+    assert with_predictions(result, predicted, recorded_persistent=True).settings[1].predicted_steps_per_s is None
     inside = with_predictions(trials_result(two_rounds().manifest(length=None), 1.0), predicted, False)
-    assert inside.runs[1].predicted_steps_per_s == pytest.approx(1000 / 30)
-    assert inside.runs[1].error_pct == pytest.approx(100 * (1000 / 30 - BURSTY_RATE) / BURSTY_RATE)
+    assert inside.settings[1].predicted_steps_per_s == pytest.approx(1000 / 30)
+    assert inside.settings[1].error_pct == pytest.approx(100 * (1000 / 30 - BURSTY_RATE) / BURSTY_RATE)
 
 
 def test_a_run_without_trials_has_none():
@@ -230,7 +230,7 @@ def test_the_hand_written_trace_with_trials():
     trials = report.trials
     # the reference steps, not the trials' (phase "trial"): 6, of which the 2 after the export pause are left out
     assert (report.unprofiled.reference_steps, report.unprofiled.speed.transient_steps) == (4, 2)
-    runs = {(r.num_workers, r.persistent_workers): r for r in trials.runs}
+    runs = {(r.num_workers, r.persistent_workers): r for r in trials.settings}
     # No workers: 44 ms steps in round 0, 44.88 in round 1 (2 % slower), 50 each after the 2 kept batches.
     zero = runs[(0, False)]
     assert zero.steps_per_s == pytest.approx(100 / (50 * 0.044 + 50 * 0.04488))
@@ -247,4 +247,4 @@ def test_the_hand_written_trace_with_trials():
     # Two workers restarting: measured at the epoch boundary inside the second round's segment.
     assert runs[(2, False)].restart_ms > 170.0
     assert trials.basis == BASIS_WHOLE_EPOCHS and trials.rounds == 2
-    assert all(r.predicted_steps_per_s is not None and r.error_pct is not None for r in trials.runs)
+    assert all(r.predicted_steps_per_s is not None and r.error_pct is not None for r in trials.settings)

@@ -115,7 +115,7 @@ def test_a_rank_that_reads_the_plan_late_switches_at_once_and_says_so(tmp_path):
         follower = _recorder(tmp_path, 1, 2, trials=request)
         _steps(follower, 35, wall_ms=60)
         follower._follow_plan()
-        run = follower.trial_run
+        run = follower.trial_runner
         assert run is not None and run.requested == {0} and "5 steps after the trials began" in run.notes[0]
         next(iterator)  # the switch (to num_workers 0, its own) lands in the step under way
         assert run.applied[0].first_step == 35

@@ -396,7 +396,7 @@ def test_throughput_picture_shows_the_trials_as_points_with_their_spread():
     drawn = [(g.get("data-num-workers"), g.get("data-persistent"), g.get("data-basis")) for g in groups]
     expected = [
         (str(r.num_workers), str(r.persistent_workers).lower(), basis)
-        for r in run.trials.runs
+        for r in run.trials.settings
         for basis in ("over whole epochs", "inside an epoch")
     ]
     assert drawn == expected
@@ -408,12 +408,12 @@ def test_throughput_picture_shows_the_trials_as_points_with_their_spread():
     ticks = [float(t.text) for t in with_class(svg, "g", "axis")[0].iter("text") if re.fullmatch(r"[\d.]+", t.text)]
     zero = next(g for g in groups if g.get("data-num-workers") == "0" and g.get("data-basis") == "inside an epoch")
     low, high = _bar(zero)
-    zero_run = run.trials.runs[0]
+    zero_run = run.trials.settings[0]
     units_per_step = 220 / max(ticks)  # CHART_PLOT_H over the axis's top
     assert low - high == pytest.approx(zero_run.steps_per_s * zero_run.speed.spread_pct / 100 * units_per_step, abs=0.2)
     # The recommendation rests on the measured persistent two workers: ringed and labelled with the measured speed.
     assert len(with_class(svg, "circle", "recommended-ring")) == 1
-    chosen = next(r for r in run.trials.runs if r.num_workers == 2 and r.persistent_workers)
+    chosen = next(r for r in run.trials.settings if r.num_workers == 2 and r.persistent_workers)
     label = with_class(svg, "text", "recommended-label")[0].text
     assert (
         label

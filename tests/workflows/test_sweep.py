@@ -366,9 +366,9 @@ def test_sweep_records_each_count_in_order_under_the_sweep_dir(stubbed):
     assert lines[0].startswith("sweep: num_workers=1 (1/3)") and lines[2].startswith("sweep: num_workers=2 (3/3)")
     assert r.counts == (1, 0, 2) and r.from_run == 1 and r.recommended == 1
     assert (r.best_num_workers, r.fewest_near_best, r.held) == (2, 2, True)  # 1 at 97.5 % of 2: within 5 %, not 2 %
-    assert [x.predicted_steps_per_s for x in r.runs] == [20.0, 10.0, 22.0]
+    assert [x.predicted_steps_per_s for x in r.points] == [20.0, 10.0, 22.0]
     assert r.scalars_dir == stubbed.root / "sw" / SCALARS_DIR
-    assert r.basis == BASIS_IN_EPOCH and not any(x.over_epochs for x in r.runs)
+    assert r.basis == BASIS_IN_EPOCH and not any(x.over_epochs for x in r.points)
 
 
 def test_every_run_of_a_sweep_is_on_one_basis(stubbed, monkeypatch):
@@ -394,11 +394,11 @@ def test_every_run_of_a_sweep_is_on_one_basis(stubbed, monkeypatch):
 
     monkeypatch.setattr(sweep_module, "build_report", with_epochs)
     r = sweep([0, 1, 2], stubbed.base)
-    assert r.basis == BASIS_IN_EPOCH and [x.steps_per_s for x in r.runs] == pytest.approx([10.0, 19.5, 20.0])
+    assert r.basis == BASIS_IN_EPOCH and [x.steps_per_s for x in r.points] == pytest.approx([10.0, 19.5, 20.0])
     epochs[2] = 19.0
     r = sweep([0, 1, 2], replace(stubbed.base, name="sw2"))
-    assert r.basis == BASIS_WHOLE_EPOCHS and [x.steps_per_s for x in r.runs] == [9.0, 18.0, 19.0]
-    assert all(x.over_epochs for x in r.runs) and [x.predicted_steps_per_s for x in r.runs] == pytest.approx(
+    assert r.basis == BASIS_WHOLE_EPOCHS and [x.steps_per_s for x in r.points] == [9.0, 18.0, 19.0]
+    assert all(x.over_epochs for x in r.points) and [x.predicted_steps_per_s for x in r.points] == pytest.approx(
         [9.0, 18.0, 19.8]
     )
     assert "basis: every count measured and predicted over whole epochs" in render(r, "text")
@@ -582,7 +582,7 @@ def trial(n: int, steps_per_s: float, predicted: float | None, *, persistent=Fal
 
 
 def trials_of(*runs: TrialSetting, rounds=2, notes=("a note",)) -> TrialsResult:
-    return TrialsResult(rounds=rounds, rounds_planned=2, basis=BASIS_IN_EPOCH, runs=tuple(runs), notes=notes)
+    return TrialsResult(rounds=rounds, rounds_planned=2, basis=BASIS_IN_EPOCH, settings=tuple(runs), notes=notes)
 
 
 @pytest.fixture
@@ -655,13 +655,13 @@ def test_in_process_sweep_launches_once_and_measures_every_count_from_the_trials
     assert r.mode == MODE_IN_PROCESS and (r.rounds, r.rounds_planned, r.notes) == (2, 2, ("a note",))
     assert r.counts == (0, 2, 1) and r.from_run == 0
     # The non-persistent trial at each count, on the trials' basis, with its prediction and error.
-    assert [(x.num_workers, x.steps_per_s, x.predicted_steps_per_s) for x in r.runs] == [
+    assert [(x.num_workers, x.steps_per_s, x.predicted_steps_per_s) for x in r.points] == [
         (0, 10.0, 10.4), (2, 19.8, 21.0), (1, 19.5, 19.5)
     ]  # fmt: skip
-    assert [x.data_wait_pct for x in r.runs] == [45.0, 2.0, 8.0] and all(x.unprofiled for x in r.runs)
-    assert {x.run_dir for x in r.runs} == {in_process.root / "sw"} and r.sweep_dir == in_process.root / "sw"
+    assert [x.data_wait_pct for x in r.points] == [45.0, 2.0, 8.0] and all(x.unprofiled for x in r.points)
+    assert {x.run_dir for x in r.points} == {in_process.root / "sw"} and r.sweep_dir == in_process.root / "sw"
     # Worker memory is known at the count the launch was recorded at only.
-    assert [x.worker_pss_mib for x in r.runs] == [0.0, None, None]
+    assert [x.worker_pss_mib for x in r.points] == [0.0, None, None]
     # The model's recommendation (2) is what is checked, not the one resting on the trials (1): 1 came within 2 %.
     assert (r.recommended, r.held, r.outcome, r.fewest_near_best) == (2, False, OUTCOME_MORE_WORKERS, 1)
     assert verdict_line(r).startswith(

@@ -46,7 +46,7 @@ def trials() -> TrialsResult:
             error_pct=100 * (41 - 39) / 39,
         ),
     )
-    return TrialsResult(rounds=2, rounds_planned=2, basis=BASIS_WHOLE_EPOCHS, runs=runs)
+    return TrialsResult(rounds=2, rounds_planned=2, basis=BASIS_WHOLE_EPOCHS, settings=runs)
 
 
 def test_one_point_per_setting_at_its_count_persistent_ones_under_their_own_tags():
