@@ -97,8 +97,8 @@ class _Speeds:
         )
 
     def of(self, num_workers: int, persistent: bool) -> _Speed | None:
-        run = self.trial(num_workers, persistent)
-        rate = self.trials.measured(run) if self.trials is not None and run is not None else None
+        setting = self.trial(num_workers, persistent)
+        rate = self.trials.measured(setting) if self.trials is not None and setting is not None else None
         if rate is not None:
             return _Speed(rate, True)
         if persistent == self.persistent and num_workers in self.scaled:
@@ -108,17 +108,17 @@ class _Speeds:
 
     def in_epoch(self, num_workers: int, persistent: bool) -> float | None:
         """Steady steps/s inside an epoch, restarts left out: measured when tried, else predicted."""
-        run = self.trial(num_workers, persistent)
-        if run is not None and run.steps_per_s is not None:
-            return run.steps_per_s
+        setting = self.trial(num_workers, persistent)
+        if setting is not None and setting.steps_per_s is not None:
+            return setting.steps_per_s
         prediction = self.by_count.get(num_workers)
         return prediction.steps_per_s if prediction is not None else None
 
     def restart_ms(self, num_workers: int) -> float | None:
         """What restarting ``num_workers`` workers costs per epoch: measured when tried, else the model's."""
-        run = self.trial(num_workers, False)
-        if run is not None and run.restart_ms is not None:
-            return run.restart_ms
+        setting = self.trial(num_workers, False)
+        if setting is not None and setting.restart_ms is not None:
+            return setting.restart_ms
         prediction = self.by_count.get(num_workers)
         return prediction.restart_ms if prediction is not None and prediction.restart_ms > 0 else None
 
@@ -330,8 +330,8 @@ def measured_headline(
 def _measured_restarts(trials: TrialsResult | None, was: int, now: int) -> str | None:
     """The restarts clause, when the trials measured fewer workers no faster inside an epoch: over whole epochs, the
     restarts make the difference."""
-    runs = {r.num_workers: r for r in (trials.settings if trials is not None else ()) if not r.persistent_workers}
-    before, after = runs.get(was), runs.get(now)
+    by_count = {r.num_workers: r for r in (trials.settings if trials is not None else ()) if not r.persistent_workers}
+    before, after = by_count.get(was), by_count.get(now)
     if before is None or after is None or before.restart_ms is None:
         return None
     inside = before.steps_per_s, after.steps_per_s

@@ -32,24 +32,24 @@ class Candidate:
     steps_per_s: float
     #: The tried setting this speed was measured at (the faster one, when a count was tried with and without
     #: persistent workers); None for a prediction.
-    run: TrialSetting | None = None
+    setting: TrialSetting | None = None
     #: The factor the prediction was scaled by (the model's measured error near this count); 1 when measured.
     scale: float = 1.0
 
     @property
     def measured(self) -> bool:
-        return self.run is not None
+        return self.setting is not None
 
 
 def error_scale(trials: TrialsResult, recorded_persistent: bool) -> Callable[[int], float]:
     """measured / predicted as a function of ``num_workers`` (see the module's docstring); 1 where nothing tells."""
     points = sorted(
-        (run.num_workers, measured / run.predicted_steps_per_s)
-        for run in trials.settings
-        if run.num_workers > 0
-        and run.persistent_workers == recorded_persistent
-        and run.predicted_steps_per_s
-        and (measured := trials.measured(run))
+        (setting.num_workers, measured / setting.predicted_steps_per_s)
+        for setting in trials.settings
+        if setting.num_workers > 0
+        and setting.persistent_workers == recorded_persistent
+        and setting.predicted_steps_per_s
+        and (measured := trials.measured(setting))
     )
 
     def scale(num_workers: int) -> float:
@@ -69,13 +69,13 @@ def candidates(trials: TrialsResult, predicted: Sequence[Prediction], recorded_p
     """Every count the recommendation can choose from, by ``num_workers``: the tried ones at their measured speed,
     the others at their scaled prediction (``trials`` with its predictions set)."""
     found: dict[int, Candidate] = {}
-    for run in trials.settings:
-        rate = trials.measured(run)
+    for setting in trials.settings:
+        rate = trials.measured(setting)
         if rate is None:
             continue
-        held = found.get(run.num_workers)
+        held = found.get(setting.num_workers)
         if held is None or rate > held.steps_per_s:
-            found[run.num_workers] = Candidate(run.num_workers, rate, run)
+            found[setting.num_workers] = Candidate(setting.num_workers, rate, setting)
     scale = error_scale(trials, recorded_persistent)
     for prediction in predicted:
         if prediction.num_workers in found:
@@ -88,8 +88,8 @@ def candidates(trials: TrialsResult, predicted: Sequence[Prediction], recorded_p
 
 
 def _name(candidate: Candidate) -> str:
-    if candidate.run is not None:
-        return f"{label(candidate.run.num_workers, candidate.run.persistent_workers)}, measured"
+    if candidate.setting is not None:
+        return f"{label(candidate.setting.num_workers, candidate.setting.persistent_workers)}, measured"
     return f"num_workers={candidate.num_workers}, predicted (not tried)"
 
 
@@ -116,9 +116,9 @@ def evidence(
         if best.num_workers == chosen.num_workers
         else f"within {within:.0%} of the best ({_name(best)} {best.steps_per_s:.2f} steps/s)"
     )
-    if chosen.run is not None:
+    if chosen.setting is not None:
         lines.append(
-            f"{label(chosen.run.num_workers, chosen.run.persistent_workers)}: measured {chosen.steps_per_s:.2f}"
+            f"{label(chosen.setting.num_workers, chosen.setting.persistent_workers)}: measured {chosen.steps_per_s:.2f}"
             f" steps/s {trials.basis}, {near}: the recommendation rests on measurement"
         )
     else:
@@ -135,7 +135,7 @@ def evidence(
         )
     shaky = {
         label(r.num_workers, r.persistent_workers): r
-        for r in (chosen.run, best.run)
+        for r in (chosen.setting, best.setting)
         if r is not None and r.speed is not None and not r.speed.trusted
     }
     if shaky:
@@ -155,10 +155,10 @@ def persistent_comparison(
 
     A difference below ``threshold_pct`` % leaves the setting as it is.
     """
-    runs = {r.persistent_workers: r for r in trials.settings if r.num_workers == num_workers}
-    if num_workers == 0 or len(runs) < 2 or trials.basis != BASIS_WHOLE_EPOCHS:
+    by_persistent = {r.persistent_workers: r for r in trials.settings if r.num_workers == num_workers}
+    if num_workers == 0 or len(by_persistent) < 2 or trials.basis != BASIS_WHOLE_EPOCHS:
         return None
-    kept, restarted = runs[True].epoch_steps_per_s, runs[False].epoch_steps_per_s
+    kept, restarted = by_persistent[True].epoch_steps_per_s, by_persistent[False].epoch_steps_per_s
     if kept is None or restarted is None or restarted <= 0:
         return None
     gain = 100 * (kept / restarted - 1)

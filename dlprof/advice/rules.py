@@ -136,9 +136,9 @@ def _choose_with_trials(
             if cap is not None and chosen.num_workers >= cap:
                 bound = name
                 break
-    if chosen.run is not None and not chosen.run.persistent_workers and trials.basis == BASIS_WHOLE_EPOCHS:
+    if chosen.setting is not None and not chosen.setting.persistent_workers and trials.basis == BASIS_WHOLE_EPOCHS:
         steady = max((r.steps_per_s for r in trials.settings if r.steps_per_s is not None), default=None)
-        in_epoch = chosen.run.steps_per_s
+        in_epoch = chosen.setting.steps_per_s
         if steady is not None and in_epoch is not None and steady > in_epoch * (1 + WITHIN_BEST):
             bound = "worker restarts"  # another setting measured faster inside an epoch, not over whole ones
     rests_on = RESTS_ON_MEASURED if chosen.measured else RESTS_ON_PREDICTED
@@ -259,7 +259,7 @@ def trials_tried(manifest: Manifest | None) -> tuple[int, ...]:
 
 def _restarts_line(predicted: list[Prediction], choice: _Choice, trials: TrialsResult | None) -> str:
     """Why fewer workers win over whole epochs: more would be faster inside an epoch, if they did not restart."""
-    if choice.chosen is not None and choice.chosen.run is not None and trials is not None:
+    if choice.chosen is not None and choice.chosen.setting is not None and trials is not None:
         speed, fastest = max(
             ((r.steps_per_s, r) for r in trials.settings if r.steps_per_s is not None), key=lambda pair: pair[0]
         )

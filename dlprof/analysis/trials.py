@@ -253,7 +253,7 @@ _RESTART_NOTES = {
 
 
 def _notes(
-    trials: Trials, runs: list[TrialSetting], sources: dict[Setting, str | None], rounds: int, basis: str
+    trials: Trials, settings: list[TrialSetting], sources: dict[Setting, str | None], rounds: int, basis: str
 ) -> list[str]:
     notes = list(trials.notes)
     if trials.incomplete:
@@ -262,11 +262,11 @@ def _notes(
         )
     elif rounds < trials.rounds:
         notes.append(f"{rounds} of {trials.rounds} round(s) ran to their end")
-    tried = {r.num_workers for r in runs}
+    tried = {r.num_workers for r in settings}
     notes += [f"num_workers={n}: not tried (no segment ran)" for n in trials.counts if n not in tried]
-    for run in runs:
-        name = label(run.num_workers, run.persistent_workers)
-        speed = run.speed
+    for setting in settings:
+        name = label(setting.num_workers, setting.persistent_workers)
+        speed = setting.speed
         if speed is None:
             notes.append(f"{name}: no steady steps (every step was refill transient); raise --trial-steps")
         elif not throughput.enough(speed.steps, speed.seconds):
@@ -285,7 +285,9 @@ def _notes(
         names = [label(*setting) for setting, s in sources.items() if s == source]
         if names:
             notes.append(f"{note}: {', '.join(names)}")
-    unknown = [label(r.num_workers, r.persistent_workers) for r in runs if r.speed is not None and r.restart_ms is None]
+    unknown = [
+        label(r.num_workers, r.persistent_workers) for r in settings if r.speed is not None and r.restart_ms is None
+    ]
     if unknown and basis == BASIS_IN_EPOCH:
         notes.append(f"compared inside an epoch: the restart of {', '.join(unknown)} is unknown")
     return notes
@@ -312,7 +314,7 @@ def trials_result(
     first_queues = _first_queues(trials, recorded, prefetch, batches_per_step)
     shutdowns = _shutdowns(trials, recorded)
     steps_per_epoch = config.length / batches_per_step if config and config.length else None
-    runs, sources = [], {}
+    settings, sources = [], {}
     for setting in _settings(trials):
         mine = [i for i, s in enumerate(trials.segments) if (s.num_workers, s.persistent_workers) == setting]
         queue = throughput.queue_steps(setting[0], prefetch, batches_per_step)
@@ -330,7 +332,7 @@ def trials_result(
         switched_to = [trials.segments[i] for i in mine]
         restart = _restart(setting, pauses, switched_to, shutdowns.get(setting, []), loader, batches_per_step)
         sources[setting] = restart.source
-        runs.append(
+        settings.append(
             TrialSetting(
                 num_workers=setting[0],
                 persistent_workers=setting[1],
@@ -343,13 +345,13 @@ def trials_result(
                 data_wait_pct=_wait_pct(clock, pieces) if speed is not None else None,
             )
         )
-    measured = [r for r in runs if r.speed is not None]
+    measured = [r for r in settings if r.speed is not None]
     whole = bool(measured) and all(r.epoch_steps_per_s is not None for r in measured)
     basis = BASIS_WHOLE_EPOCHS if whole else BASIS_IN_EPOCH
     rounds = _complete_rounds(trials)
-    notes = _notes(trials, runs, sources, rounds, basis)
+    notes = _notes(trials, settings, sources, rounds, basis)
     return TrialsResult(
-        rounds=rounds, rounds_planned=trials.rounds, basis=basis, settings=tuple(runs), notes=tuple(notes)
+        rounds=rounds, rounds_planned=trials.rounds, basis=basis, settings=tuple(settings), notes=tuple(notes)
     )
 
 
@@ -384,12 +386,12 @@ def with_predictions(result: TrialsResult, predicted: Sequence[Prediction], reco
         recorded_persistent: the recorded run's ``persistent_workers`` (what the predictions assume).
     """
     by_count = {p.num_workers: p for p in predicted}
-    runs = []
-    for run in result.settings:
+    settings = []
+    for setting in result.settings:
         guess = predicted_on_basis(
-            by_count.get(run.num_workers), run.persistent_workers, result.basis, recorded_persistent
+            by_count.get(setting.num_workers), setting.persistent_workers, result.basis, recorded_persistent
         )
-        measured = result.measured(run)
+        measured = result.measured(setting)
         error = 100 * (guess - measured) / measured if guess is not None and measured else None
-        runs.append(replace(run, predicted_steps_per_s=guess, error_pct=error))
-    return replace(result, settings=tuple(runs))
+        settings.append(replace(setting, predicted_steps_per_s=guess, error_pct=error))
+    return replace(result, settings=tuple(settings))

@@ -158,26 +158,26 @@ def worker_pss_mib(run: RunReport) -> float | None:
 def judge(
     name: str,
     sweep_dir: Path,
-    runs: Sequence[SweepPoint],
+    points: Sequence[SweepPoint],
     recommended: int | None,
     scalars_dir: Path | None = None,
     trials: TrialsResult | None = None,
 ) -> SweepResult:
-    """Whether ``recommended`` (advised by the first run of ``runs``) held against what every run measured.
+    """Whether ``recommended`` (advised by the first of ``points``) held against what every point measured.
 
-    ``runs`` are measured on one basis (:func:`basis`), which the result states.
+    ``points`` are measured on one basis (:func:`basis`), which the result states.
 
     It held when it was measured, came within :data:`~dlprof.advice.rules.WITHIN_BEST` of the best
     measured steps/s, and uses no more workers than the fewest measured within
     :data:`~dlprof.advice.rules.CHOOSE_WITHIN` of it: the rule the recommendation itself follows on predictions,
-    applied to the measured speeds. ``trials``: the in-process trials that measured ``runs``
+    applied to the measured speeds. ``trials``: the in-process trials that measured ``points``
     (None: one launch per count).
     """
-    runs = tuple(runs)
-    best = max(runs, key=lambda r: (r.steps_per_s, -r.num_workers))  # ties: the fewer workers
+    points = tuple(points)
+    best = max(points, key=lambda r: (r.steps_per_s, -r.num_workers))  # ties: the fewer workers
     floor = (1 - WITHIN_BEST) * best.steps_per_s
-    fewest = min(r.num_workers for r in runs if close_enough(r.steps_per_s, best.steps_per_s))
-    chosen = next((r for r in runs if r.num_workers == recommended), None) if recommended is not None else None
+    fewest = min(r.num_workers for r in points if close_enough(r.steps_per_s, best.steps_per_s))
+    chosen = next((r for r in points if r.num_workers == recommended), None) if recommended is not None else None
     if recommended is None:
         held, outcome = None, OUTCOME_NO_RECOMMENDATION
     elif chosen is None:
@@ -191,8 +191,8 @@ def judge(
     return SweepResult(
         name=name,
         sweep_dir=sweep_dir,
-        points=runs,
-        from_run=runs[0].num_workers,
+        points=points,
+        from_run=points[0].num_workers,
         recommended=recommended,
         best_num_workers=best.num_workers,
         best_steps_per_s=best.steps_per_s,
@@ -209,31 +209,31 @@ def judge(
         rounds_planned=None if trials is None else trials.rounds_planned,
         notes=() if trials is None else trials.notes,
         headline=measured_headline(
-            runs[0].num_workers,
+            points[0].num_workers,
             fewest,
-            [(r.num_workers, r.steps_per_s) for r in runs],
-            BASIS_WHOLE_EPOCHS if runs[0].over_epochs else BASIS_IN_EPOCH,
+            [(r.num_workers, r.steps_per_s) for r in points],
+            BASIS_WHOLE_EPOCHS if points[0].over_epochs else BASIS_IN_EPOCH,
             IN_THIS_SWEEP if trials is None else IN_THIS_TRAINING,
             trials,
         ),
     )
 
 
-def write_scalars(directory: Path, runs: Sequence[SweepPoint]) -> Path:
-    """TensorBoard scalars, one point per run at global_step = num_workers (``tensorboard --logdir`` shows them).
+def write_scalars(directory: Path, points: Sequence[SweepPoint]) -> Path:
+    """TensorBoard scalars, one point per count at global_step = num_workers (``tensorboard --logdir`` shows them).
 
     Only TensorBoard event files are written there (no ``.json``/``.gz``, which HTA would take for traces).
     """
-    from torch.utils.tensorboard import SummaryWriter  # torch's start-up cost only when a sweep has run
+    from torch.utils.tensorboard import SummaryWriter  # torch's start-up cost only when a sweep has point
 
     directory.mkdir(parents=True, exist_ok=True)
     writer = SummaryWriter(log_dir=str(directory))
     try:
-        for run in sorted(runs, key=lambda r: r.num_workers):
-            writer.add_scalar(TAG_STEPS_PER_S, run.steps_per_s, global_step=run.num_workers)
-            writer.add_scalar(TAG_DATA_WAIT_PCT, run.data_wait_pct, global_step=run.num_workers)
-            if run.predicted_steps_per_s is not None:
-                writer.add_scalar(TAG_PREDICTED_STEPS_PER_S, run.predicted_steps_per_s, global_step=run.num_workers)
+        for point in sorted(points, key=lambda r: r.num_workers):
+            writer.add_scalar(TAG_STEPS_PER_S, point.steps_per_s, global_step=point.num_workers)
+            writer.add_scalar(TAG_DATA_WAIT_PCT, point.data_wait_pct, global_step=point.num_workers)
+            if point.predicted_steps_per_s is not None:
+                writer.add_scalar(TAG_PREDICTED_STEPS_PER_S, point.predicted_steps_per_s, global_step=point.num_workers)
     finally:
         writer.close()
     return directory
@@ -303,16 +303,16 @@ def sweep(counts: Sequence[int], request: RecordRequest, progress: Callable[[str
     Schedule(request.wait, request.warmup, request.active).check()
     child_argv(request.command)
     if in_process:
-        runs, recommended, trials = _in_process(counts, request, sweep_dir, progress)
+        points, recommended, trials = _in_process(counts, request, sweep_dir, progress)
     else:
-        (runs, recommended), trials = _launches(counts, request, sweep_dir, progress), None
+        (points, recommended), trials = _launches(counts, request, sweep_dir, progress), None
     try:
-        scalars: Path | None = write_scalars(sweep_dir / SCALARS_DIR, runs)
+        scalars: Path | None = write_scalars(sweep_dir / SCALARS_DIR, points)
     except ImportError:  # torch.utils.tensorboard needs the tensorboard package; the sweep itself does not
         scalars = None
         if progress is not None:
             progress("sweep: TensorBoard scalars not written (pip install tensorboard)")
-    return judge(request.name, sweep_dir, runs, recommended, scalars, trials)
+    return judge(request.name, sweep_dir, points, recommended, scalars, trials)
 
 
 def _record_one(request: RecordRequest, where: str, kept: str = "") -> tuple[RunReport, Path]:
@@ -333,7 +333,7 @@ def _record_one(request: RecordRequest, where: str, kept: str = "") -> tuple[Run
 def _launches(
     counts: tuple[int, ...], request: RecordRequest, sweep_dir: Path, progress: Callable[[str], None] | None
 ) -> tuple[list[SweepPoint], int | None]:
-    """One launch per count, each into ``<sweep dir>/<count>/``; the runs and the first run's recommendation."""
+    """One launch per count, each into ``<sweep dir>/<count>/``; the points and the first run's recommendation."""
     reports: list[RunReport] = []
     run_dirs: list[Path] = []
     for i, count in enumerate(counts, 1):
@@ -358,14 +358,14 @@ def _launches(
         run_dirs.append(run_dir)
     # One basis for every run, known once all are recorded: whole epochs only if every run and prediction knows them.
     over_epochs = basis(reports, counts) == BASIS_WHOLE_EPOCHS
-    runs = [measure(r, n, d, reports[0], over_epochs) for r, n, d in zip(reports, counts, run_dirs)]
-    return runs, reports[0].advice.model_num_workers
+    points = [measure(r, n, d, reports[0], over_epochs) for r, n, d in zip(reports, counts, run_dirs)]
+    return points, reports[0].advice.model_num_workers
 
 
 def _in_process(
     counts: tuple[int, ...], request: RecordRequest, sweep_dir: Path, progress: Callable[[str], None] | None
 ) -> tuple[list[SweepPoint], int | None, TrialsResult]:
-    """One launch into the sweep directory at ``counts[0]``, trying every count in process; the runs measured, the
+    """One launch into the sweep directory at ``counts[0]``, trying every count in process; the points measured, the
     model's recommendation from its profiled window, and the trials."""
     assert request.trials is not None
     tried = replace(request.trials, counts=counts, persistent=False)
@@ -382,19 +382,19 @@ def _in_process(
             f"sweep: {run_dir}: the training ran no trials (see 'dlprof analyze {run_dir}'); let it train longer, or"
             " measure one launch per count with --launches"
         )
-    runs = [
+    points = [
         trial_point(t, trials, run_dir, Path(report.info.trace_file), report if n == counts[0] else None)
         for n in counts
         for t in trials.settings
         if t.num_workers == n and not t.persistent_workers and trials.measured(t) is not None
     ]
-    if len(runs) < MIN_COUNTS:
-        measured = ", ".join(str(r.num_workers) for r in runs) or "none"
+    if len(points) < MIN_COUNTS:
+        measured = ", ".join(str(r.num_workers) for r in points) or "none"
         raise RecordError(
             f"sweep: {run_dir}: the trials measured {measured} of num_workers {', '.join(map(str, counts))} (see"
             f" 'dlprof analyze {run_dir}'); let the training run longer (--trial-steps), or use --launches"
         )
-    return runs, report.advice.model_num_workers, trials
+    return points, report.advice.model_num_workers, trials
 
 
 def trial_point(

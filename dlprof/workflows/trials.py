@@ -29,17 +29,17 @@ PERSISTENT_PREFIX = "persistent_workers/"
 def scalars(trials: TrialsResult) -> list[tuple[str, float, int]]:
     """The scalars to write, as (tag, value, global_step); unknown values are left out."""
     points = []
-    for run in sorted(trials.settings, key=lambda r: (r.persistent_workers, r.num_workers)):
-        prefix = PERSISTENT_PREFIX if run.persistent_workers else ""
+    for setting in sorted(trials.settings, key=lambda r: (r.persistent_workers, r.num_workers)):
+        prefix = PERSISTENT_PREFIX if setting.persistent_workers else ""
         values = {
-            TAG_STEPS_PER_S: run.steps_per_s,
-            TAG_PREDICTED_STEPS_PER_S: run.predicted_steps_per_s,
-            TAG_SPREAD_PCT: run.speed.spread_pct if run.speed else None,
-            TAG_EPOCH_STEPS_PER_S: run.epoch_steps_per_s,
-            TAG_RESTART_MS: run.restart_ms,
-            TAG_ERROR_PCT: run.error_pct,
+            TAG_STEPS_PER_S: setting.steps_per_s,
+            TAG_PREDICTED_STEPS_PER_S: setting.predicted_steps_per_s,
+            TAG_SPREAD_PCT: setting.speed.spread_pct if setting.speed else None,
+            TAG_EPOCH_STEPS_PER_S: setting.epoch_steps_per_s,
+            TAG_RESTART_MS: setting.restart_ms,
+            TAG_ERROR_PCT: setting.error_pct,
         }
-        points += [(prefix + tag, value, run.num_workers) for tag, value in values.items() if value is not None]
+        points += [(prefix + tag, value, setting.num_workers) for tag, value in values.items() if value is not None]
     return points
 
 
