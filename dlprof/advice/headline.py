@@ -140,17 +140,29 @@ def _reason(advice: Advice, speeds: _Speeds, was: tuple[int, bool], now: tuple[i
     """The fact the change's gain comes from: what restarting workers costs, or what binds at the recorded count."""
     (was_n, was_p), (now_n, now_p) = was, now
     restarts_matter = advice.bound == "worker restarts"
+    # Restarts add to the gain when it is larger over whole epochs than inside one.
+    restarts_add = False
     if not restarts_matter and speeds.basis == BASIS_WHOLE_EPOCHS and pays:
         before, after = speeds.in_epoch(was_n, was_p), speeds.in_epoch(now_n, now_p)
-        # Faster over whole epochs, not inside one: the restarts make the difference.
-        restarts_matter = before is not None and after is not None and close_enough(before, after)
+        before_all, after_all = speeds.of(was_n, was_p), speeds.of(now_n, now_p)
+        if before is not None and after is not None:
+            # Faster over whole epochs, not inside one: the restarts make the whole difference.
+            restarts_matter = close_enough(before, after) or after < before
+            restarts_add = (
+                before_all is not None
+                and after_all is not None
+                and after_all.steps_per_s / before_all.steps_per_s > after / before
+            )
     if now_n < was_n:
         restart = speeds.restart_ms(was_n) if not was_p else None
         if restarts_matter and restart is not None:
             return restarts_clause(restart)
         fewer = was_n - now_n
         extra = f"the {fewer}{'' if now_n == 0 else ' extra'} worker{'s' if fewer != 1 else ''}"
-        return f"{extra} cost the main process more than they supply" if pays else f"{extra} buy nothing"
+        costs = f"{extra} cost the main process more than they supply" if pays else f"{extra} buy nothing"
+        if restarts_add and restart is not None:
+            return f"{costs}, and {restarts_clause(restart).replace('workers restart', 'restart')}"
+        return costs
     if now_n > was_n:
         if was_n == 0:
             return MAIN_PROCESS_LOADS
