@@ -312,6 +312,53 @@ def diff(run_a: Path, run_b: Path, fmt: str | None, output: Path | None, redact:
     _emit(result, fmt, output, redactor_for(result, [run_a, run_b]) if redact else None)
 
 
+# --- open command (dlprof/workflows/open_trace.py) ---
+
+
+@cli.command("open")
+@click.argument("path", metavar="RUN|TRACE", type=click.Path(path_type=Path))
+@click.option(
+    "--rank",
+    type=click.IntRange(min=0),
+    help="Of a run of several ranks, this rank's trace [default: the slowest, which dlprof analyze reports].",
+)
+@click.option("--print-url", is_flag=True, default=False, help="Print the Perfetto UI's address; start no browser.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=9001,
+    show_default=True,
+    help="Port on 127.0.0.1 to serve the trace from (taken: a free one; 0: any free one).",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=300.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Stop serving when the trace has not been fetched by then.",
+)
+@click.pass_context
+def open_(ctx: click.Context, path: Path, rank: int | None, print_url: bool, port: int, timeout_s: float) -> None:
+    """Open a trace in the Perfetto UI (ui.perfetto.dev), as Perfetto's own open_trace_in_ui does.
+
+    Serves the trace once on 127.0.0.1:9001 and opens the browser at the UI, which fetches it; the trace
+    never leaves the machine. RUN is a run directory (traces/<run>); of several ranks, the one dlprof
+    analyze reports unless --rank says which. TRACE is a trace file.
+    """
+    from dlprof.workflows.open_trace import INTERRUPTED, TIMED_OUT, open_in_perfetto
+
+    said = lambda line, err: click.echo(line, err=err)
+    outcome = open_in_perfetto(path, rank=rank, port=port, timeout_s=timeout_s, print_url=print_url, say=said)
+    if outcome == TIMED_OUT:
+        click.echo(f"dlprof: nothing fetched the trace in {timeout_s:g} s; stopped serving it", err=True)
+        ctx.exit(1)
+    if outcome == INTERRUPTED:
+        click.echo("dlprof: stopped serving the trace (Ctrl-C)", err=True)
+        ctx.exit(130)
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="dlprof")

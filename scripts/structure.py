@@ -31,8 +31,8 @@ FLOORS = (
     ("analysis",),
     ("advice",),
     ("report",),
-    ("workflows", "integrations"),
-    ("cli", "cli_options", "dlprof", "__main__", "hf"),
+    ("workflows", "integrations", "tensorboard"),
+    ("cli", "cli_options", "dlprof", "__main__", "hf", "notebook"),
 )
 FLOOR_OF = {room: level for level, rooms in enumerate(FLOORS) for room in rooms}
 

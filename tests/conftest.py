@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -35,8 +36,10 @@ SMALL_WORKLOAD = (
 def run_dlprof(
     *args: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None
 ) -> subprocess.CompletedProcess:
-    """Run ``python -m dlprof ARGS`` as a user would, capturing its output."""
-    return subprocess.run(
+    """Run ``python -m dlprof ARGS`` as a user would, capturing its output; the traces a ``record`` or ``sweep``
+    wrote are checked for what Perfetto would warn about (:func:`check_recorded_traces`)."""
+    started_s = time.time()
+    done = subprocess.run(
         [sys.executable, "-m", "dlprof", *args],
         cwd=cwd,
         capture_output=True,
@@ -44,6 +47,21 @@ def run_dlprof(
         timeout=timeout,
         env={**os.environ, **(env or {})},
     )
+    if args and args[0] in ("record", "sweep"):
+        options = args[: args.index("--")] if "--" in args else args
+        out = Path(options[options.index("--out") + 1]) if "--out" in options else Path("traces")
+        check_recorded_traces(out if out.is_absolute() else Path(cwd or ".") / out, since_s=started_s)
+    return done
+
+
+def check_recorded_traces(out: Path, since_s: float = 0.0) -> None:
+    """Fails if a trace under ``out`` written since ``since_s`` (time.time()) has complete events that partly overlap
+    on one thread, or an unnamed track (tests/trace_checks.py). Every end-to-end recording is checked here."""
+    from trace_checks import assert_perfetto_clean
+
+    for path in sorted(out.rglob("*.pt.trace.json.gz")) if out.is_dir() else []:
+        if path.stat().st_mtime >= since_s - 1:  # the filesystem's timestamps may be coarser than time.time()
+            assert_perfetto_clean(path)
 
 
 def trace_files(run_dir: Path) -> list[Path]:

@@ -1,8 +1,8 @@
 """The import rules of docs/ARCHITECTURE.md, checked on dlprof's source: an AST walk over every module of ``dlprof/``
 (imports at module level, inside functions and under ``TYPE_CHECKING`` alike), so nothing needs importing.
 
-1. No torch on the analyze path: no module of trace/, analysis/, advice/, report/, results/, nor the analyze and
-   diff workflows, nor any dlprof module they import, imports torch; and importing them all leaves torch (and
+1. No torch on the analyze path: no module of trace/, analysis/, advice/, report/, results/, nor the analyze,
+   diff and open workflows, nor any dlprof module they import, imports torch; and importing them all leaves torch (and
    Ray, imported only for ``--ray``) out of ``sys.modules``.
 2. Renderers import results only: a module of report/ imports, of dlprof, only results/, core/errors and report/;
    and results import only the bottom floor (results/, and core/'s errors, schema, manifest and version).
@@ -34,8 +34,8 @@ FLOORS = (
     ("analysis",),
     ("advice",),
     ("report",),
-    ("workflows", "integrations"),
-    ("cli", "cli_options", "dlprof", "__main__", "hf"),
+    ("workflows", "integrations", "tensorboard"),
+    ("cli", "cli_options", "dlprof", "__main__", "hf", "notebook"),
 )
 FLOOR_OF = {room: level for level, rooms in enumerate(FLOORS) for room in rooms}
 #: The analyze path: these rooms, and these modules (``dlprof analyze`` and ``dlprof diff``, their output step).
@@ -43,6 +43,7 @@ TORCH_FREE_ROOMS = ("trace", "analysis", "advice", "report", "results")
 TORCH_FREE_MODULES = (
     "dlprof.workflows.analyze",
     "dlprof.workflows.diff",
+    "dlprof.workflows.open_trace",
     "dlprof.workflows.output",
     "dlprof.workflows.parallel",
 )

@@ -163,7 +163,8 @@ def _dlprof_span_names(trace: dict, pid: int, tid: int | None = None) -> set[str
 def _assert_worker_processes_named(trace: dict) -> None:
     names = {e["args"].get("name"): e["pid"] for e in _metadata(trace, "process_name")}
     for worker_id in (0, 1):
-        name = schema.WORKER_PROCESS_NAME.format(worker_id=worker_id)
+        pid = next(p for n, p in names.items() if n.startswith(schema.WORKER_PROCESS_NAME.format(worker_id=worker_id)))
+        name = f"{schema.WORKER_PROCESS_NAME.format(worker_id=worker_id)} (pid {pid})"
         assert name in names, f"no process track named {name!r}: {sorted(names)}"
         assert _dlprof_span_names(trace, names[name]) == set(schema.SPAN_NAMES), name
 

@@ -51,7 +51,7 @@ from dlprof.core import throughput
 from dlprof.core.manifest import EPOCH_SETTLE_STEPS, LoaderConfig, Manifest, StepClock, Trials, TrialSegment
 from dlprof.results.advice import Prediction
 from dlprof.results.analysis import LoaderStats, Throughput
-from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS, TrialSetting, TrialsResult
+from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS, MeasuredSegment, TrialSetting, TrialsResult
 
 #: A DataLoader setting tried: (num_workers, persistent_workers).
 Setting = tuple[int, bool]
@@ -315,12 +315,14 @@ def trials_result(
     shutdowns = _shutdowns(trials, recorded)
     steps_per_epoch = config.length / batches_per_step if config and config.length else None
     settings, sources = [], {}
+    segment_speeds: dict[int, Throughput | None] = {}
     for setting in _settings(trials):
         mine = [i for i, s in enumerate(trials.segments) if (s.num_workers, s.persistent_workers) == setting]
         queue = throughput.queue_steps(setting[0], prefetch, batches_per_step)
         busy_at = throughput.all_busy_below(setting[0], prefetch)
         pieces = [_pieces(clock, trials.segments[i], (first_queues[i], queue), busy_at) for i in mine]
-        speeds = (_speed(clock, p, batches_per_step, setting[0]) for p in pieces)
+        speeds = [_speed(clock, p, batches_per_step, setting[0]) for p in pieces]
+        segment_speeds.update(zip(mine, speeds))
         speed = throughput.combine([s for s in speeds if s is not None])
         pauses: tuple[list[float], list[float]] = ([], [])
         if speed is not None:
@@ -351,7 +353,12 @@ def trials_result(
     rounds = _complete_rounds(trials)
     notes = _notes(trials, settings, sources, rounds, basis)
     return TrialsResult(
-        rounds=rounds, rounds_planned=trials.rounds, basis=basis, settings=tuple(settings), notes=tuple(notes)
+        rounds=rounds,
+        rounds_planned=trials.rounds,
+        basis=basis,
+        settings=tuple(settings),
+        notes=tuple(notes),
+        segments=tuple(MeasuredSegment(s, segment_speeds.get(i)) for i, s in enumerate(trials.segments)),
     )
 
 

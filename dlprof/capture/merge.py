@@ -4,8 +4,9 @@ Runs in the ``dlprof record`` process after the training process has ended, so t
 training process still leaves a trace of what was recorded. No torch import.
 
 The output is a Chrome trace that TensorBoard's profiler plugin, Perfetto and HTA read as they read
-any Kineto trace: dlprof's worker spans are extra processes (``DataLoader worker k``), memory samples
-are counter events, and the manifest is the top-level ``dlprof`` object.
+any Kineto trace: dlprof's worker spans are extra processes (``DataLoader worker k (pid P)``), memory samples
+are counter events, and the manifest is the top-level ``dlprof`` object. Every track is named, and complete events
+nest on each (:mod:`dlprof.capture.tracks`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import orjson
 
+from dlprof.capture import tracks
 from dlprof.capture.memory import MemoryReading
 from dlprof.capture.session import spans_dir_of
 from dlprof.capture.spanfile import NextCallRecord, SpanFiles, read_span_files
@@ -119,9 +121,8 @@ def _worker_names(workers: list[WorkerStart]) -> dict[int, str]:
     names = {}
     for w in workers:
         name = schema.WORKER_PROCESS_NAME.format(worker_id=w.worker_id)
-        if len(loaders_with_workers) > 1:
-            name += f" (loader {w.loader})"
-        names[w.pid] = name
+        loader = f"loader {w.loader}, " if len(loaders_with_workers) > 1 else ""
+        names[w.pid] = f"{name} ({loader}pid {w.pid})"
     return names
 
 
@@ -351,6 +352,8 @@ def merge_rank(kineto: dict, result: RankResult, inputs: MergeInputs) -> tuple[d
     }
     events.extend(span_events(found, result.pid, base_ns, window, consumed))
     events.extend(memory_events(inputs.memory_samples, {result.pid, *(w.pid for w in found.workers)}, base_ns, window))
+    events.extend(tracks.untangle(events))
+    events.extend(tracks.name_tracks(events, _worker_names(found.workers)))
 
     # torch.profiler writes distributedInfo only when the process group existed as the window opened
     # (often not yet): dlprof always writes the rank and world size it knows from the launcher.

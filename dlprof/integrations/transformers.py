@@ -124,6 +124,20 @@ def _start_session(request: RecordRequest) -> tuple[Path, session_module.Session
         raise
 
 
+def headline_message(run_dir: Path) -> str:
+    """The recorded run's answer, the first line of its report (``dlprof: <headline>``), for the end of ``train()``;
+    one line saying why where it cannot be analysed (never raises: training's result is never lost to dlprof)."""
+    try:
+        from dlprof.workflows.analyze import build_report
+
+        headline = build_report(run_dir).runs[0].advice.headline
+    except DlprofError as failure:
+        return f"dlprof: no headline: {failure}"
+    except Exception as failure:  # a dlprof bug must not cost the user the training's result
+        return f"dlprof: no headline: could not analyse {run_dir}: {type(failure).__name__}: {failure}"
+    return f"dlprof: {headline.text}" if headline is not None else "dlprof: no headline (nothing was advised)"
+
+
 class DlprofCallback(TrainerCallback):
     """Record a ``Trainer``'s training as ``dlprof record`` would, into ``<out_dir>/<name>/``.
 
@@ -135,6 +149,7 @@ class DlprofCallback(TrainerCallback):
         callback = DlprofCallback(name="baseline")
         trainer = Trainer(model=model, args=args, train_dataset=dataset, callbacks=[callback])
         trainer.train()                   # prints: dlprof: trace traces/baseline/<host>_<pid>.<ms>.pt.trace.json.gz ...
+                                          # and the report's headline: dlprof: num_workers 1 -> 2: ...
         report = dlprof.analyze(callback.result.run_dir)
 
     One callback records one ``train()``. A second ``train()`` with the same callback raises
@@ -319,6 +334,7 @@ class DlprofCallback(TrainerCallback):
             f"dlprof: trace {result.trace_path} ({result.steps_recorded} steps recorded, {status},"
             f" {result.workers_seen} DataLoader worker(s) seen); analyse it with: dlprof analyze {result.run_dir}"
         )
+        print(headline_message(result.run_dir))
 
     def _merge_inputs(self, session: session_module.Session, samples: list) -> merge.MergeInputs:
         """What the merge knows beyond the session: the callback's arguments stand for the command line."""

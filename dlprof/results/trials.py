@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dlprof.core.manifest import TrialSegment
 from dlprof.results.analysis import Throughput
 
 #: How the trials ran: every setting in turn inside the one training process (``dlprof record --try-workers``).
@@ -40,6 +41,15 @@ class TrialSetting:
         return self.speed.steps_per_s if self.speed is not None else None
 
 
+@dataclass(frozen=True)
+class MeasuredSegment:
+    """One segment of the trials as recorded, and its own speed (its steady steps; None: none were steady), of which
+    its setting's speed is combined."""
+
+    segment: TrialSegment
+    speed: Throughput | None
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrialsResult:
     """The trials of one run, and the basis they compare on."""
@@ -54,6 +64,8 @@ class TrialsResult:
     #: Notes for the report: trials cut short, spreads too wide to trust, settings that could not be tried.
     notes: tuple[str, ...] = ()
     mode: str = MODE_IN_PROCESS
+    #: Every segment that ran, in the order the manifest lists them.
+    segments: tuple[MeasuredSegment, ...] = ()
 
     def measured(self, setting: TrialSetting) -> float | None:
         """``setting``'s measured speed on this result's basis."""

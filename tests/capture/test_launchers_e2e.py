@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import leftover_processes, run_dlprof, trace_files
+from conftest import check_recorded_traces, leftover_processes, run_dlprof, trace_files
 
 pytestmark = pytest.mark.slow
 
@@ -199,6 +199,7 @@ def test_torchrun_sigterm_leaves_partial_traces(tmp_path):
     assert [m["rank"] for m in manifests] == [0, 1]
     assert all(m["status"] == "partial" and m["error"] == "stopped by SIGTERM" for m in manifests), stderr
     _no_process_left(str(DDP))
+    check_recorded_traces(out)
 
 
 def _wait_for(condition, timeout_s: float) -> None:

@@ -185,7 +185,7 @@ def test_a_next_event_outside_every_span_stays_unmatched(session):
 def test_worker_spans_become_a_named_process_on_kineto_clock(session):
     events = merged(session)["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
-    assert names == {WORKER_PID: "DataLoader worker 0"}
+    assert names == {WORKER_PID: f"DataLoader worker 0 (pid {WORKER_PID})", MAIN_PID: f"process {MAIN_PID}"}
     spans = [e for e in events if e.get("cat") == schema.CATEGORY and e["ph"] == "X"]
     # batch 1 ended before the window and no traced __next__ returned it: left out.
     assert sorted((e["name"], e["args"][schema.ARG_BATCH]) for e in spans) == [

@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import leftover_processes, run_dlprof, trace_files
+from trace_checks import trace_problems
 
 from dlprof.core import schema
 
@@ -96,6 +97,7 @@ def _finish(nodes: list[subprocess.Popen]) -> list[tuple[int, str, str]]:
 
 def _manifests(traces: list[Path]) -> list[dict]:
     documents = [json.loads(gzip.decompress(p.read_bytes())) for p in traces]
+    assert not any(trace_problems(d) for d in documents), [trace_problems(d).lines() for d in documents]
     return sorted((d[schema.MANIFEST_KEY] for d in documents), key=lambda m: m["rank"])
 
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SCRIPTS_DIR, leftover_processes, load_trace, run_dlprof, trace_files
+from conftest import SCRIPTS_DIR, check_recorded_traces, leftover_processes, load_trace, run_dlprof, trace_files
 
 from dlprof import analyze
 from dlprof.core import schema
@@ -53,8 +53,9 @@ def test_two_workers_have_tracks_spans_and_aligned_batches(workload_run_2):
         e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("ph") == "M" and e["name"] == "process_name"
     }
     worker_pids = {pid for pid, name in names.items() if name.startswith("DataLoader worker")}
-    assert sorted(names[p] for p in worker_pids) == ["DataLoader worker 0", "DataLoader worker 1"]
     spans = x_events(doc, cat=schema.CATEGORY)
+    worker_of = {s["pid"]: s["args"][schema.ARG_WORKER] for s in spans}
+    assert {names[p] for p in worker_pids} == {f"DataLoader worker {worker_of[p]} (pid {p})" for p in worker_of}
     assert {s["pid"] for s in spans} == worker_pids
     assert {s["name"] for s in spans} == set(schema.SPAN_NAMES)
     assert {s["args"][schema.ARG_WORKER] for s in spans} == {0, 1}
@@ -435,6 +436,7 @@ def test_ctrl_c_leaves_a_partial_trace_and_no_worker(tmp_path, user_script):
     assert manifest["error"] == "interrupted (KeyboardInterrupt)"
     assert manifest["steps"]["recorded"] > 0
     assert leftover_processes(user_script.name) == []
+    check_recorded_traces(tmp_path)
 
 
 def test_script_failing_at_once_is_one_line_and_leaves_no_run(tmp_path):

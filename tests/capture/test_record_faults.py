@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import SCRIPTS_DIR, leftover_processes, run_dlprof, trace_files
+from conftest import SCRIPTS_DIR, check_recorded_traces, leftover_processes, run_dlprof, trace_files
 
 from dlprof.core import schema
 
@@ -89,6 +89,7 @@ def _finish(process: subprocess.Popen) -> tuple[int, str]:
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
+    check_recorded_traces(Path(process.args[process.args.index("--out") + 1]))
     return process.returncode, stderr
 
 

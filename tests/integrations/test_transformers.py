@@ -119,6 +119,8 @@ def test_trainer_run_is_recorded_with_its_workers(tmp_path, fresh_process, capsy
 
     advice = dlprof.analyze(run_dir).runs[0].advice
     assert advice.trainer_arguments is not None and advice.trainer_arguments.startswith("--dataloader_num_workers ")
+    # When training ends, the callback prints the report's answer.
+    assert advice.headline is not None and f"\ndlprof: {advice.headline.text}\n" in out
 
     # The process is left as it was: no probe, no optimizer hook, no signal handler, no session recording.
     assert not hasattr(DataLoader.__init__, "_dlprof_original")
