@@ -6,5 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 "$PYTHON" -m pip install --quiet --disable-pip-version-check "torch==${DLPROF_TORCH_VERSION:-2.13.0}"
-# The Ray and HTA extras too: the tests run 'dlprof analyze --ray local' and load dlprof's traces in HTA.
-"$PYTHON" -m pip install --quiet --disable-pip-version-check -e ".[test,ray,hta]"
+# The Ray, HTA and tb-profiler extras too: the tests run 'dlprof analyze --ray local', load dlprof's traces in HTA
+# and check that the PyTorch Profiler tab still reads them.
+"$PYTHON" -m pip install --quiet --disable-pip-version-check -e ".[test,ray,hta,tb-profiler]"

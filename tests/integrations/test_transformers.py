@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TESTS_DIR, load_trace, trace_files
+from conftest import TESTS_DIR, check_recorded_traces, load_trace, trace_files
 from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler
 
 from dlprof.capture import probe
@@ -103,6 +103,7 @@ def test_trainer_run_is_recorded_with_its_workers(tmp_path, fresh_process, capsy
     files = trace_files(run_dir)
     assert len(files) == 1 and callback.result is not None and callback.result.trace_path == files[0]
     assert sorted(p.name for p in run_dir.iterdir()) == [files[0].name]  # scratch gone: nothing HTA would choke on
+    check_recorded_traces(run_dir)  # the callback's merge, like dlprof record's: nested on every thread, tracks named
     out = capsys.readouterr().out
     assert f"dlprof: trace {files[0]}" in out and "4 steps recorded" in out
 
