@@ -23,7 +23,7 @@ from dlprof.cli_options import (
     trial_lengths_given,
     trial_options,
 )
-from dlprof.core.errors import DlprofError
+from dlprof.core.errors import DlprofError, error_line
 
 
 class DlprofGroup(click.Group):
@@ -43,7 +43,7 @@ class DlprofGroup(click.Group):
             click.echo("dlprof: aborted", err=True)
             code = 130
         except DlprofError as error:
-            click.echo(f"dlprof: error: {error}", err=True)
+            click.echo(error_line(error), err=True)
             code = error.exit_code
         if not standalone_mode:
             return code

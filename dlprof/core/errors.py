@@ -9,6 +9,11 @@ import os
 from pathlib import Path
 
 
+def error_line(error: BaseException) -> str:
+    """The one line every dlprof front end shows for ``error`` (the CLI on stderr, the TensorBoard tab in its page)."""
+    return f"dlprof: error: {error}"
+
+
 def printable(text: str) -> str:
     """``text`` with lone surrogates replaced: a path that is not UTF-8 (a directory named on another
     system) comes back from the OS with surrogate escapes, which no terminal or UTF-8 file can take."""

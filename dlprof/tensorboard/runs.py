@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlprof.core import schema
-from dlprof.core.errors import DlprofError, display, printable
+from dlprof.core.errors import DlprofError, display, error_line, printable
 from dlprof.trace.discover import find_runs, is_profiler_trace_name, is_trace_file, trace_job
 
 #: How deep under the logdir runs are looked for: a sweep's counts sit two levels down, a node's job three.
@@ -53,9 +53,9 @@ class Outcome:
     text: str
 
 
-def error_line(error: BaseException) -> str:
-    """The line ``dlprof analyze`` prints for ``error``."""
-    return printable(f"dlprof: error: {error}")
+def _error_line(error: BaseException) -> str:
+    """The line ``dlprof analyze`` prints for ``error``, safe to put in a page."""
+    return printable(error_line(error))
 
 
 def _name(directory: Path, logdir: Path) -> str:
@@ -84,7 +84,7 @@ def _walk(logdir: Path) -> tuple[list[tuple[Path, list[Path]]], list[tuple[Path,
             try:
                 find_runs(directory)
             except DlprofError as error:
-                recording.append((directory, error_line(error)))
+                recording.append((directory, _error_line(error)))
                 continue
         subs = [p for p in entries if p.is_dir() and not p.name.startswith(".")]
         if depth < MAX_DEPTH:
@@ -154,7 +154,7 @@ def analyse_run(run: LogdirRun) -> Outcome:
         # processes=1: worker processes would start TensorBoard's own __main__ again
         return Outcome(READY, render(build_report(paths, processes=1), "html"))
     except DlprofError as error:
-        return Outcome(FAILED, error_line(error))
+        return Outcome(FAILED, _error_line(error))
     except Exception as error:  # the tab stays up whatever one run does
         return Outcome(FAILED, printable(f"dlprof: internal error: {type(error).__name__}: {error}"))
 
