@@ -116,7 +116,9 @@ def _full_manifest() -> dict:
     """The fixture's manifest with every optional part present, so that every numeric field has a parent."""
     document = {**_fixture_manifest(), "manifest_version": MANIFEST_VERSION}
     document["loaders"] = [copy.deepcopy(document["loader"])]
-    document["memory"]["processes"] = [{"pid": 1, "role": "main"}]
+    document["memory"]["processes"] = [{"pid": 1, "role": "main", "sample_ms": [0.0], "uss_mib": [1.0]}]
+    columns = ("loader", "epoch", "batch", "worker", "rows", "width", "real_tokens", "longest", "nbytes")
+    document["batches"] = {name: [1] for name in columns} | {"fingerprint": ["ab"]}
     document["host"]["gpu"] = {"name": "GPU"}
     segment = {"num_workers": 0, "persistent_workers": False, "round": 0, "first_step": 8, "steps": 3}
     document["trials"] = {"counts": [0, 2], "rounds": 1, "trial_steps": 3, "segments": [segment]}
@@ -186,7 +188,7 @@ def test_a_non_finite_version_is_not_quoted(value):
     said = "text naming a non-finite number" if isinstance(value, str) else "a non-finite number"
     fix = "record the run again with this dlprof"
     assert manifest is None and problems == (
-        f"manifest version ({said}) is not one this dlprof reads (1, 2, 3, 4): analysed as a trace without dlprof's"
+        f"manifest version ({said}) is not one this dlprof reads (1, 2, 3, 4, 5): analysed as a trace without dlprof's"
         f" manifest; {fix}",
     )
 

@@ -29,9 +29,11 @@ from dlprof.core.version import MANIFEST_VERSION
 # calibration, ``overrides`` and ``stopped_early``.
 # 3: adds ``trials`` (``dlprof record --try-workers``: candidate settings trained in turn in the same process) and
 # the step phase ``trial``. 4: adds ``job`` (the key the nodes of a job over several machines share).
+# 5: adds ``batches`` (what the probe measured of each batch: tokens, padding, bytes, fingerprint), the host's
+# ``/dev/shm`` and thread settings, the processes' threads and CPU time, and a loader's ``dataset_shards``.
 
 #: Versions this dlprof can read: older ones lack fields, which are then unknown.
-READABLE_VERSIONS = (1, 2, 3, 4)
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 #: The first version with unprofiled step times (``step_clock``).
 STEP_CLOCK_VERSION = 2
 
@@ -184,6 +186,8 @@ class LoaderConfig:
     #: The training framework that created the DataLoader ("transformers", "ms-swift", "llamafactory"), None for the
     #: script's own.
     created_by: str | None = None
+    #: Shards of an iterable dataset that says how many it has (Hugging Face ``datasets``' ``n_shards``); None: unknown.
+    dataset_shards: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -281,6 +285,17 @@ class Host:
     platform: str | None = None
     handoff: Handoff | None = None
     worker_startup: WorkerStartup | None = None
+    #: ``/dev/shm``'s size and free bytes when the recording began (workers hand batches over through it); None where
+    #: there is none (not Linux) or it could not be read.
+    shm_total_bytes: int | None = None
+    shm_free_bytes: int | None = None
+    #: torch's sharing strategy in the training process (``file_descriptor`` or ``file_system``).
+    sharing_strategy: str | None = None
+    #: The thread settings of the training process's environment, as set (None: unset): ``TOKENIZERS_PARALLELISM``,
+    #: ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``.
+    tokenizers_parallelism: str | None = None
+    omp_num_threads: str | None = None
+    mkl_num_threads: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -296,6 +311,51 @@ class ProcessMemory:
     pss_mib_first: float | None = None
     pss_mib_last: float | None = None
     pss_mib_peak: float | None = None
+    #: The most threads the process had at a sample (``/proc/<pid>/task``), and its CPU time over the samples
+    #: (user + system, s), read from outside by the memory sampler; None where unread.
+    threads_peak: int | None = None
+    cpu_s: float | None = None
+    #: Each sample's time (ms from the process's first sample) and USS (MiB), for growth over time: copy-on-read.
+    sample_ms: tuple[float, ...] = ()
+    uss_mib: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchFacts:
+    """What the probe measured of each batch a ``collate_fn`` returned, in the process that made it: columns of equal
+    length, one entry per batch, in the order the batches were made.
+
+    Tokens are counted on the batch's token tensors (``input_ids``, else the first 2-D integer tensor): ``rows``
+    sequences of ``width`` positions, ``real_tokens`` of them not padding (by ``padding_source``), the longest real
+    sequence ``longest`` positions. ``rows`` is 0 where the batch had no token tensor.
+    """
+
+    loader: tuple[int, ...] = ()
+    epoch: tuple[int, ...] = ()
+    batch: tuple[int, ...] = ()
+    #: The DataLoader worker that made it (-1: the main process, num_workers=0).
+    worker: tuple[int, ...] = ()
+    rows: tuple[int, ...] = ()
+    width: tuple[int, ...] = ()
+    real_tokens: tuple[int, ...] = ()
+    longest: tuple[int, ...] = ()
+    #: Bytes of all the batch's tensors (what a worker hands over through shared memory).
+    nbytes: tuple[int, ...] = ()
+    #: A digest of a sample of each tensor's bytes (hex): equal batches have equal fingerprints.
+    fingerprint: tuple[str, ...] = ()
+    #: How real tokens were told from padding: ``attention_mask``, ``labels`` (positions labelled -100 beyond the
+    #: real tokens), ``pad_id`` (the tokenizer's pad token id), or None (not known: ``real_tokens`` = positions).
+    padding_source: str | None = None
+    #: What measuring a batch cost in its process, mean µs (None: not measured).
+    check_us: float | None = None
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def columns_agree(self) -> bool:
+        """Whether every column has one entry per batch."""
+        columns = ("loader", "epoch", "batch", "worker", "rows", "width", "real_tokens", "longest", "nbytes")
+        return len({len(getattr(self, name)) for name in (*columns, "fingerprint")}) <= 1
 
 
 @dataclass(frozen=True)
@@ -348,6 +408,8 @@ class Manifest:
     #: ``run-id=ID``, ``endpoint=HOST:PORT``; ``sha256:...`` when recorded with ``--redact``): run directories
     #: written node by node are one run when their traces hold the same job. None: a job of its own, or unknown.
     job: str | None = None
+    #: What the probe measured of each batch (version 5; empty before).
+    batches: BatchFacts = field(default_factory=BatchFacts)
 
     def to_dict(self) -> dict:
         """The JSON-ready form written into the trace."""
@@ -394,4 +456,7 @@ def parse_manifest(document: Any) -> tuple[Manifest | None, tuple[str, ...]]:
     if not manifest.step_clock.columns_agree():
         problems.append("manifest.step_clock columns differ in length: read as unknown")
         manifest = dataclasses.replace(manifest, step_clock=StepClock())
+    if not manifest.batches.columns_agree():
+        problems.append("manifest.batches columns differ in length: read as unknown")
+        manifest = dataclasses.replace(manifest, batches=BatchFacts())
     return manifest, tuple(problems)

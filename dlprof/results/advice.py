@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dlprof.results.findings import Finding
+
 #: What a recommended ``num_workers`` rests on (:attr:`Advice.rests_on`): tried in the running training, or the model.
 RESTS_ON_MEASURED = "measured"
 RESTS_ON_PREDICTED = "predicted"
@@ -83,3 +85,6 @@ class Advice:
     #: The report's first line, made from the recommendation above and the run's recorded settings (None: not made,
     #: e.g. an Advice built by hand).
     headline: Headline | None = None
+    #: Faults of the input pipeline beyond these settings (padding, sharding, shared memory, threads, ...), the largest
+    #: gain first (dlprof.advice.findings).
+    findings: tuple[Finding, ...] = ()
