@@ -315,7 +315,9 @@ class ProcessMemory:
     #: (user + system, s), read from outside by the memory sampler; None where unread.
     threads_peak: int | None = None
     cpu_s: float | None = None
-    #: Each sample's time (ms from the process's first sample) and USS (MiB), for growth over time: copy-on-read.
+    #: Each sample's time (ms from ``first_sample_ns``, ``time.time_ns()``'s clock) and USS (MiB), for growth over
+    #: time: copy-on-read.
+    first_sample_ns: int | None = None
     sample_ms: tuple[float, ...] = ()
     uss_mib: tuple[float, ...] = ()
 
@@ -333,8 +335,10 @@ class BatchFacts:
     loader: tuple[int, ...] = ()
     epoch: tuple[int, ...] = ()
     batch: tuple[int, ...] = ()
-    #: The DataLoader worker that made it (-1: the main process, num_workers=0).
+    #: The DataLoader worker that made it (-1: the main process, num_workers=0), and when its ``collate_fn`` returned
+    #: (``time.time_ns()``).
     worker: tuple[int, ...] = ()
+    made_ns: tuple[int, ...] = ()
     rows: tuple[int, ...] = ()
     width: tuple[int, ...] = ()
     real_tokens: tuple[int, ...] = ()
@@ -354,7 +358,7 @@ class BatchFacts:
 
     def columns_agree(self) -> bool:
         """Whether every column has one entry per batch."""
-        columns = ("loader", "epoch", "batch", "worker", "rows", "width", "real_tokens", "longest", "nbytes")
+        columns = ("loader", "epoch", "batch", "worker", "made_ns", "rows", "width", "real_tokens", "longest", "nbytes")
         return len({len(getattr(self, name)) for name in (*columns, "fingerprint")}) <= 1
 
 
