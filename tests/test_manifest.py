@@ -116,7 +116,9 @@ def _full_manifest() -> dict:
     """The fixture's manifest with every optional part present, so that every numeric field has a parent."""
     document = {**_fixture_manifest(), "manifest_version": MANIFEST_VERSION}
     document["loaders"] = [copy.deepcopy(document["loader"])]
-    document["memory"]["processes"] = [{"pid": 1, "role": "main", "first_sample_ns": 1, "sample_ms": [0.0], "uss_mib": [1.0]}]
+    document["memory"]["processes"] = [
+        {"pid": 1, "role": "main", "first_sample_ns": 1, "sample_ms": [0.0], "uss_mib": [1.0]}
+    ]
     columns = ("loader", "epoch", "batch", "worker", "made_ns", "rows", "width", "real_tokens", "longest", "nbytes")
     document["batches"] = {name: [1] for name in columns} | {"fingerprint": ["ab"]}
     document["host"]["gpu"] = {"name": "GPU"}
