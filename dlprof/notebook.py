@@ -20,8 +20,8 @@ if typing.TYPE_CHECKING:
 @dataclasses.dataclass(frozen=True, eq=False)
 class NotebookReport(Report):
     """A :class:`Report` (every renderer takes it) that also gives its tables as DataFrames, one row per step, batch,
-    prediction, trial segment and rank, every run's in one frame with a ``run`` column (:mod:`dlprof.report.frames`
-    says what each column holds). Each property builds a new frame."""
+    prediction, trial segment, rank and finding, every run's in one frame with a ``run`` column
+    (:mod:`dlprof.report.frames` says what each column holds). Each property builds a new frame."""
 
     @classmethod
     def of(cls, report: Report) -> NotebookReport:
@@ -59,6 +59,11 @@ class NotebookReport(Report):
     def ranks(self) -> pd.DataFrame:
         """Every rank of a run of several ranks."""
         return frames.ranks(self)
+
+    @property
+    def findings(self) -> pd.DataFrame:
+        """Every finding (a fault of the input pipeline beyond the DataLoader's settings), its gain and fix."""
+        return frames.findings(self)
 
     def _repr_html_(self) -> str:
         """Jupyter shows the HTML report."""

@@ -13,7 +13,7 @@ from conftest import DATA_DIR
 
 from dlprof.core import schema
 from dlprof.core.lenient import MAX_NESTING
-from dlprof.core.manifest import MANIFEST_VERSION, Manifest, StepClock, parse_manifest
+from dlprof.core.manifest import MANIFEST_VERSION, BatchFacts, Manifest, StepClock, parse_manifest
 
 
 def _fixture_manifest() -> dict:
@@ -273,3 +273,15 @@ def test_page_fault_columns_may_be_absent_but_never_ragged():
     manifest, problems = parse_manifest(document)
     assert problems == ("manifest.step_clock columns differ in length: read as unknown",)
     assert manifest.step_clock == StepClock()
+
+
+def test_a_batch_made_in_the_main_process_keeps_its_worker_minus_one():
+    """``BatchFacts.worker`` is -1 for num_workers=0: a signed column, not a negative count read as unknown."""
+    columns = ("loader", "epoch", "batch", "made_ns", "rows", "width", "real_tokens", "longest", "nbytes")
+    document = {**_fixture_manifest(), "manifest_version": MANIFEST_VERSION}
+    document["batches"] = {name: [3] for name in columns} | {"worker": [-1], "fingerprint": ["ab"]}
+    manifest, problems = parse_manifest(document)
+    assert problems == () and manifest.batches.worker == (-1,) and len(manifest.batches) == 1
+    document["batches"]["rows"] = [-3]  # a count is never negative
+    manifest, problems = parse_manifest(document)
+    assert manifest.batches == BatchFacts() and any("batches.rows[0]" in p for p in problems)

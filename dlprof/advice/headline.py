@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dlprof.advice.measured import candidates
-from dlprof.advice.rules import CHOOSE_WITHIN, close_enough
+from dlprof.advice.rules import CHOOSE_WITHIN, SHARED_MEMORY, close_enough
 from dlprof.analysis.trials import predicted_on_basis
 from dlprof.results.advice import (
     HEADLINE_CHANGE,
@@ -24,6 +24,14 @@ from dlprof.results.advice import (
     Advice,
     Headline,
 )
+from dlprof.results.findings import (
+    FINDING_PADDING,
+    GAIN_MEASURED,
+    GAIN_PREDICTED,
+    GAIN_UP_TO,
+    SEVERITY_ERROR,
+    Finding,
+)
 from dlprof.results.report import RunInfo
 from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS, TrialSetting, TrialsResult
 
@@ -32,6 +40,10 @@ IN_THIS_TRAINING = "in this training"
 IN_THIS_SWEEP = "in this sweep"
 #: Why workers pay for a run recorded without them.
 MAIN_PROCESS_LOADS = "the main process loads every batch itself"
+#: Findings whose upper bound ("up to") may lead the headline: padding's counts only the forward and backward passes,
+#: which padding each batch to its longest sequence shrinks nearly in proportion to the tokens. The threads finding's
+#: bound (all of the training thread's waits for a core) stays in the findings: other work makes those waits too.
+BOUNDS_THAT_LEAD = frozenset({FINDING_PADDING})
 
 
 @dataclass(frozen=True)
@@ -251,17 +263,76 @@ def _keep(advice: Advice, speeds: _Speeds, was: tuple[int, bool] | None) -> Head
         limit = {
             "memory": "more workers would not fit in memory",
             "cpu": "loading is CPU-bound: no more workers than the usable cores",
+            SHARED_MEMORY: "their batches in flight would not fit in /dev/shm",
         }.get(advice.bound or "", f"the recommendation keeps num_workers={was[0]} (bound by {advice.bound})")
         text = f"keep your settings: num_workers={count} is {how} {_pct(gain)} % faster, but {limit}"
     return Headline(text=text, change=None, gain_pct=None, basis=advice.rests_on, kind=HEADLINE_KEEP)
 
 
 def headline(advice: Advice, info: RunInfo, trials: TrialsResult | None = None) -> Headline:
-    """The first line of ``info``'s report: the advice's changes to the recorded settings and what they buy.
+    """The first line of ``info``'s report: the advice's changes to the recorded settings and what they buy; led by the
+    largest finding (:attr:`Advice.findings`) when it buys more (:func:`leads`).
 
     Args:
         trials: the run's in-process trials, when it has some: the measured speeds the recommendation compared.
     """
+    return with_finding(_settings_headline(advice, info, trials), advice.findings)
+
+
+def leads(finding: Finding) -> bool:
+    """Whether a finding's gain may lead the headline: measured or predicted, or an upper bound in
+    :data:`BOUNDS_THAT_LEAD`."""
+    if finding.gain_pct is None or finding.gain_pct <= 0:
+        return False
+    return finding.gain_basis in (GAIN_MEASURED, GAIN_PREDICTED) or (
+        finding.gain_basis == GAIN_UP_TO and finding.id in BOUNDS_THAT_LEAD
+    )
+
+
+def with_finding(line: Headline, findings: Sequence[Finding]) -> Headline:
+    """``line`` led by an error-severity finding (samples repeated, training stopped), else by the finding with the
+    largest gain when that gain beats the settings' change (any gain beats no change); the settings' change follows it
+    (``; also ...``). ``line`` itself otherwise."""
+    error = next((f for f in findings if f.severity == SEVERITY_ERROR), None)
+    if error is not None:  # a fault that repeats samples or stops training comes before any speed
+        text = f"{error.title}" + (f" ({error.reason})" if error.reason else "")
+        if line.kind == HEADLINE_CHANGE:
+            text += f"; also {line.text}"
+        return Headline(
+            text=text,
+            change=error.title,
+            gain_pct=None,
+            basis=None,
+            kind=HEADLINE_CHANGE,
+            reason=error.reason,
+        )
+    leading = max((f for f in findings if leads(f)), key=lambda f: f.gain_pct or 0.0, default=None)
+    if leading is None or leading.gain_pct is None:
+        return line
+    settings_gain = (line.gain_pct or 0.0) if line.kind == HEADLINE_CHANGE else 0.0
+    if leading.gain_pct <= settings_gain:
+        return line
+    bound = "up to " if leading.gain_basis == GAIN_UP_TO else ""
+    why = {GAIN_UP_TO: "a bound from the tokens", GAIN_MEASURED: f"measured {IN_THIS_TRAINING}"}.get(
+        leading.gain_basis, leading.gain_basis
+    )
+    text = f"{leading.title}: {bound}{_pct(leading.gain_pct)} % faster ({why}" + (
+        f"; {leading.reason})" if leading.reason else ")"
+    )
+    if line.kind == HEADLINE_CHANGE:
+        text += f"; also {line.text}"
+    return Headline(
+        text=text,
+        change=leading.title,
+        gain_pct=leading.gain_pct,
+        basis=leading.gain_basis,
+        kind=HEADLINE_CHANGE,
+        reason=leading.reason,
+    )
+
+
+def _settings_headline(advice: Advice, info: RunInfo, trials: TrialsResult | None) -> Headline:
+    """The advice's changes to the recorded DataLoader settings and what they buy."""
     changes = _changes(advice, info)
     recorded_persistent = bool(info.persistent_workers)
     speeds = _Speeds(advice, trials, recorded_persistent)

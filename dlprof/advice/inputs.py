@@ -7,7 +7,8 @@ epoch's worker restarts; each input with the line of the report's basis that say
 
 from __future__ import annotations
 
-from dlprof.advice.model import EpochModel, ModelInputs
+from dlprof.advice.model import EpochModel, ModelInputs, uncontended
+from dlprof.analysis.unprofiled import VOLATILE_FAULTS, VOLATILE_SYS_PCT
 from dlprof.core.manifest import EPOCH_SETTLE_STEPS, Host, Manifest
 from dlprof.results.analysis import GpuStats, LoaderStats, StepBreakdown, UnprofiledStats
 
@@ -31,12 +32,13 @@ def model_inputs(
         return None
     batch_ms, batch_cpu_ms, handoff = producer
     consumer, main_cpu_ms = _consumer(steps, loader, gpu, manifest, cores, batches_per_step, unprofiled, basis)
+    _window_after_effect(unprofiled, basis)
     pss = [w.pss_mib_last for w in (loader.workers if loader else []) if w.worker >= 0 and w.pss_mib_last]
     if not pss:
         basis.append("worker memory unknown (no workers recorded): the memory bound is left out")
     config = manifest.loader if manifest else None
     recorded = config.num_workers if config else (0 if loads_in_main else None)
-    return ModelInputs(
+    inputs = ModelInputs(
         consumer_ms=consumer,
         batches_per_step=batches_per_step,
         batch_ms=batch_ms,
@@ -51,7 +53,63 @@ def model_inputs(
         cpu_includes_handoff=bool(recorded),
         epoch=_epoch_model(unprofiled, host, basis),
         worker_send_ms=_worker_send_ms(loader, host, batches_per_step),
+        training_threads=_training_threads(consumer, main_cpu_ms - (handoff if recorded else 0.0), host, cores, basis),
     )
+    freed, factor = uncontended(inputs)
+    if factor < 1:
+        basis.append(
+            f"the consumer measured beside {recorded} busy worker(s) ({consumer:.1f} ms) includes the parallel work"
+            f" they held back: {freed.consumer_ms:.1f} ms on cores of its own, the time with which the contention term"
+            " gives the measured step"
+        )
+    return freed
+
+
+def _window_after_effect(unprofiled: UnprofiledStats | None, basis: list[str]) -> None:
+    """Says in ``basis`` what the profiler window changed in the main process: the kernel time of its page faults per
+    step before and after it (the reference steps), when the window lowered it by a share of the step that matters.
+
+    A window's freed buffers raise glibc malloc's thresholds for the rest of the process, so the reference steps, the
+    trials and the predictions calibrated on them may run faster than a fresh launch of the same training, which
+    keeps the faults of the steps before the window. The kernel time is the measure: the steps' own times before the
+    window are too few, and of batches too different, to compare.
+    """
+    faults = unprofiled.page_faults if unprofiled else None
+    saved = faults.window_saved_ms if faults else None
+    if unprofiled is None or faults is None or saved is None or unprofiled.step_ms <= 0:
+        return
+    saved_pct = 100 * saved / unprofiled.step_ms
+    if saved_pct < VOLATILE_SYS_PCT or (faults.before_faults_per_step or 0) < VOLATILE_FAULTS:
+        return
+    basis.append(
+        f"before the profiler window the main process took {faults.before_faults_per_step:,.0f} page faults and"
+        f" {faults.before_sys_ms:.1f} ms of kernel time per step ({faults.before_steps} unprofiled steps), after it"
+        f" {faults.faults_per_step:,.0f} and {faults.sys_ms:.1f} ms: the reference steps, the trials and these"
+        f" predictions may run up to {saved_pct:.0f} % ({saved:.1f} ms a step) faster than a fresh launch of this"
+        " training, in which glibc's malloc keeps the faults of the steps before the window"
+    )
+
+
+def _training_threads(
+    consumer_ms: float, cpu_ms: float, host: Host | None, cores: int | None, basis: list[str]
+) -> float | None:
+    """The cores the training keeps busy while it computes: its CPU over the consumer's wall, rounded (a stray thread
+    beside one busy one is no parallel region), at most its intra-op threads (torch's) and the usable cores; None
+    where the cores or the consumer are unknown."""
+    if not cores or consumer_ms <= 0:
+        return None
+    ratio = cpu_ms / consumer_ms
+    threads = float(max(1, min(round(ratio), cores, (host.torch_threads if host else None) or cores)))
+    if threads <= 1:
+        return threads  # one busy thread: no parallel region for a worker to hold back
+    free = cores - threads
+    who = "every worker shares" if not free else f"workers beyond the {free:.0f} core(s) it leaves free share"
+    basis.append(
+        f"the training keeps {threads:.0f} of {cores} usable core(s) busy while it computes (its CPU over its wall:"
+        f" {ratio:.1f}): {who} a core with its threads, which holds back its parallel work (the model's contention"
+        " term)"
+    )
+    return threads
 
 
 def _share_of_machine(manifest: Manifest | None, basis: list[str]) -> tuple[int | None, float | None]:

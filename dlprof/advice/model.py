@@ -6,21 +6,24 @@ A step cannot be faster than any of three bounds:
 * the producers: ``n`` workers each take ``batch_ms`` (its CPU time plus the time it blocks, without
   the time it waited for a core) per batch, so they supply one every ``batch_ms / n``;
 * the CPU: the main process's demand per step plus the workers' CPU time per step, spread over the
-  usable cores.
+  usable cores; and where the training's own threads keep cores busy, the contention term: workers beyond the
+  cores it leaves free share cores with its threads, and a worker's CPU burst holds back a whole parallel region
+  (:func:`contended_ms`).
 
 With workers, the main process also pays the hand-off of each batch (unpickling, fetching its shared
 memory: this machine's calibration), which lengthens the consumer. With ``num_workers=0`` the main
 process loads each batch itself: ``consumer_ms + batch_ms``.
 
 The consumer and the main process's CPU time are the unprofiled ones (reference steps) when the run
-has them, and the run's own unprofiled step anchors the predictions of its regime. Over whole epochs,
+has them, freed of the contention they were measured under when recorded with workers (:func:`uncontended`), and
+the run's own unprofiled step anchors the predictions of its regime. Over whole epochs,
 workers that are not persistent restart at every epoch boundary: measured there, else estimated.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dlprof.results.advice import Prediction
 
@@ -31,6 +34,8 @@ MAX_CANDIDATES = 64
 #: No predicted step is shorter than a trace can resolve (1 µs): a consumer and producers measured at 0
 #: would otherwise predict infinitely many steps per second.
 MIN_STEP_MS = 0.001
+#: Halvings that find the uncontended consumer (:func:`uncontended`): to 2**-30 of it.
+UNCONTENDED_ITERATIONS = 30
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +73,65 @@ class ModelInputs:
     epoch: EpochModel | None = None
     #: Per step with workers: the workers' CPU to send batches (shared memory; not in their spans).
     worker_send_ms: float = 0.0
+    #: Cores the training keeps busy while it computes (its CPU over the consumer's wall, at most the usable cores):
+    #: workers beyond the cores it leaves free share cores with its threads (:func:`contended_ms`). None: not known,
+    #: no contention term.
+    training_threads: float | None = None
+
+
+def shared_cores(cores: int, threads: int, workers: int) -> tuple[float, float]:
+    """``workers`` busy single-threaded workers and the training's ``threads`` busy threads on ``cores`` cores: the
+    training's speed (1: as alone) and the workers' CPU per ms of wall (in cores).
+
+    Workers fill the cores the training leaves free first; the rest share the training's cores evenly, each thread
+    on a core with ``q`` workers running ``1 / (1 + q)`` of the time. A parallel region advances only while all its
+    threads run: at the least of their shares if the scheduler kept them in step, at the product of their shares if
+    it ran them independently. Threads waiting at a region's barrier are woken ahead of the workers, which keeps them
+    partly in step, so the speed is taken between the two bounds: their geometric mean (equal for one thread).
+    """
+    free = cores - threads
+    overflow = workers - free
+    if overflow <= 0:
+        return 1.0, float(workers)
+    low, extra = divmod(overflow, threads)
+    independent = (1 / (1 + low)) ** (threads - extra) * (1 / (2 + low)) ** extra
+    in_step = 1 / (2 + low) if extra else 1 / (1 + low)
+    speed = math.sqrt(independent * in_step)
+    return speed, free + (threads - extra) * low / (1 + low) + extra * (low + 1) / (low + 2)
+
+
+def _contended_at(inputs: ModelInputs, num_workers: int, cores: int, threads: int) -> float:
+    speed, workers_rate = shared_cores(cores, threads, num_workers)
+    consumer = inputs.consumer_ms + inputs.handoff_ms
+    work = inputs.batches_per_step * inputs.batch_cpu_ms + inputs.worker_send_ms
+    if speed >= 1 or work <= 0:
+        return consumer
+    computing = consumer / speed  # the training's compute with every worker running beside it
+    if workers_rate * computing >= work:
+        # The workers' CPU fits inside the training's compute: slowed only while they run, the rest runs alone.
+        return consumer + work * (1 - speed) / workers_rate
+    # The training waits for the rest of the batches, made on the cores it leaves.
+    return computing + (work - workers_rate * computing) / min(num_workers, cores)
+
+
+def contended_ms(inputs: ModelInputs, num_workers: int) -> float | None:
+    """The step with ``num_workers`` workers sharing the cores with the training's threads (:func:`shared_cores`):
+    the training's compute slowed while the workers' CPU time runs beside it, and the batches it still waits for;
+    None without workers, where the cores or the training's threads are unknown, or where the training keeps at most
+    one core busy (no parallel region to hold back: the cores' bound in :func:`_raw` covers a single thread).
+
+    A fractional thread count (the training's CPU over its wall) is interpolated between its whole neighbours, from
+    one thread's unslowed consumer up to two threads' term.
+    """
+    cores, threads = inputs.usable_cores, inputs.training_threads
+    if not num_workers or not cores or not threads or min(threads, cores) <= 1:
+        return None
+    threads = min(threads, float(cores))
+    low = math.floor(threads)
+    step = inputs.consumer_ms + inputs.handoff_ms if low == 1 else _contended_at(inputs, num_workers, cores, low)
+    if threads > low:
+        step += (threads - low) * (_contended_at(inputs, num_workers, cores, low + 1) - step)
+    return step
 
 
 def _raw(inputs: ModelInputs, num_workers: int) -> tuple[float, str]:
@@ -79,9 +143,39 @@ def _raw(inputs: ModelInputs, num_workers: int) -> tuple[float, str]:
     if inputs.usable_cores:
         handoff_cpu = 0.0 if inputs.cpu_includes_handoff else inputs.handoff_ms
         workers_cpu = inputs.batches_per_step * inputs.batch_cpu_ms + inputs.worker_send_ms
-        bounds["cpu"] = (inputs.main_cpu_ms + handoff_cpu + workers_cpu) / inputs.usable_cores
+        cpu = (inputs.main_cpu_ms + handoff_cpu + workers_cpu) / inputs.usable_cores
+        bounds["cpu"] = max(cpu, contended_ms(inputs, num_workers) or 0.0)
     bound = max(bounds, key=bounds.__getitem__)
     return bounds[bound], bound
+
+
+def uncontended(inputs: ModelInputs) -> tuple[ModelInputs, float]:
+    """``inputs`` recorded with workers, its consumer and main-process CPU freed of the contention they were measured
+    under; and the factor they were scaled by (1: unchanged).
+
+    The training's own time, measured beside busy workers, includes the parallel regions they held back. The factor
+    is the one for which the contention term (:func:`contended_ms`) reproduces the measured step at the recorded count;
+    where that term does not bind there, or cannot reach the measured step, the inputs are left as they are.
+    """
+    recorded, measured = inputs.recorded_workers, inputs.measured_step_ms
+    if not recorded or not measured:
+        return inputs, 1.0
+    raw, _ = _raw(inputs, recorded)
+    if raw <= measured or contended_ms(inputs, recorded) != raw or raw <= inputs.consumer_ms + inputs.handoff_ms:
+        return inputs, 1.0
+
+    def step(factor: float) -> float:
+        scaled = replace(inputs, consumer_ms=inputs.consumer_ms * factor, main_cpu_ms=inputs.main_cpu_ms * factor)
+        return _raw(scaled, recorded)[0]
+
+    if step(0.0) >= measured:
+        return inputs, 1.0
+    low, high = 0.0, 1.0
+    for _ in range(UNCONTENDED_ITERATIONS):
+        middle = (low + high) / 2
+        low, high = (middle, high) if step(middle) < measured else (low, middle)
+    factor = (low + high) / 2
+    return replace(inputs, consumer_ms=inputs.consumer_ms * factor, main_cpu_ms=inputs.main_cpu_ms * factor), factor
 
 
 def restart_ms(inputs: ModelInputs, num_workers: int) -> float:

@@ -1,15 +1,27 @@
 """Recommendations, each with the numbers from the run that justify it: the input-bound verdict, the num_workers
-chosen on the predictions (or on the trials' measurements), and pin_memory, prefetch_factor and persistent_workers.
+chosen on the predictions (or on the trials' measurements), and pin_memory, prefetch_factor and persistent_workers
+(:mod:`dlprof.advice.settings`); and the input pipeline's faults beyond them (:mod:`dlprof.advice.findings`).
 Thresholds are named constants; what the model needs from the run is :mod:`dlprof.advice.inputs`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from dlprof.advice.findings import input_findings
 from dlprof.advice.inputs import model_inputs
-from dlprof.advice.measured import Candidate, candidates, persistent_comparison
+from dlprof.advice.measured import Candidate, candidates
 from dlprof.advice.measured import evidence as measured_evidence
 from dlprof.advice.model import ModelInputs, candidate_counts, memory_limit, predict
+from dlprof.advice.settings import (
+    UNDECIDED,
+    persistent_from_trials,
+    persistent_workers_setting,
+    pin_memory_setting,
+    prefetch_factor_setting,
+    tokenizer_evidence,
+    trainer_arguments,
+)
+from dlprof.analysis.pipeline import fits, pipeline_facts
 from dlprof.analysis.trials import label, with_predictions
 from dlprof.core.manifest import LoaderConfig, Manifest
 from dlprof.results.advice import RESTS_ON_MEASURED, RESTS_ON_PREDICTED, Advice, Prediction
@@ -31,18 +43,10 @@ CHOOSE_WITHIN = 0.02
 #: Workers may use at most this share of the RAM available when the run was recorded (the model,
 #: optimizer state and the OS need the rest).
 MEMORY_BUDGET_FRACTION = 0.5
-#: Bursty supply: p90 wait at least this multiple of the mean wait ...
-BURSTY_P90_OVER_MEAN = 2.0
-#: ... and at least this share of the step, while average supply keeps up.
-BURSTY_P90_PCT = 5.0
-#: prefetch_factor to suggest for bursty supply (PyTorch's default is 2).
-BURSTY_PREFETCH_FACTOR = 4
+#: The bound that names /dev/shm: no more workers than those whose batches in flight fit in its free space.
+SHARED_MEMORY = "shared memory"
 #: Fewer recorded steps than this make percentiles (and the bursty-wait rule) unreliable.
 MIN_STEPS_FOR_PERCENTILES = 5
-#: The tokenizer "dominates" loading above this share of a batch's wall time.
-TOKENIZER_DOMINANT_PCT = 50.0
-#: Advise persistent_workers when restarting workers costs at least this share of whole-epoch throughput.
-PERSISTENT_WORKERS_MIN_LOSS_PCT = 1.0
 
 
 def close_enough(steps_per_s: float, best_steps_per_s: float) -> bool:
@@ -59,8 +63,11 @@ def verdict_of(data_wait_pct: float) -> str:
     return "NOT"
 
 
-def _choose(inputs: ModelInputs, predicted: list[Prediction], cpu_bound_loading: bool) -> tuple[int, str]:
-    """The fewest workers within CHOOSE_WITHIN of the best throughput training gets (over whole epochs when known)."""
+def _choose(
+    inputs: ModelInputs, predicted: list[Prediction], cpu_bound_loading: bool, shm_cap: int | None = None
+) -> tuple[int, str]:
+    """The fewest workers within CHOOSE_WITHIN of the best throughput training gets (over whole epochs when known), no
+    more than ``shm_cap`` (the most whose batches in flight fit in /dev/shm; None: unknown)."""
     allowed = predicted
     limits = []
     memory_cap = memory_limit(inputs, MEMORY_BUDGET_FRACTION)
@@ -70,6 +77,9 @@ def _choose(inputs: ModelInputs, predicted: list[Prediction], cpu_bound_loading:
     if cpu_bound_loading and inputs.usable_cores:
         allowed = [p for p in allowed if p.num_workers <= inputs.usable_cores]
         limits.append(("cpu", inputs.usable_cores))
+    if shm_cap is not None:
+        allowed = [p for p in allowed if p.num_workers <= shm_cap]
+        limits.append((SHARED_MEMORY, shm_cap))
     best = max(p.effective_steps_per_s for p in allowed)
     chosen = next(p for p in allowed if close_enough(p.effective_steps_per_s, best))
     unconstrained = max(p.effective_steps_per_s for p in predicted)
@@ -105,14 +115,15 @@ def _choose_with_trials(
     cpu_bound_loading: bool,
     trials: TrialsResult,
     recorded_persistent: bool,
+    shm_cap: int | None = None,
 ) -> _Choice | None:
     """The fewest workers within CHOOSE_WITHIN of the best speed on the trials' basis: measured where tried,
     the scaled prediction elsewhere (:mod:`dlprof.advice.measured`). None when nothing was measured or predicted on
     that basis.
 
-    The memory bound holds for every count (a trial is too short to show what more workers' memory does over a
-    training); the bound of CPU-bound loading at the usable cores only for predicted counts (a measured count's speed
-    has the contention for cores in it).
+    The memory and shared-memory bounds hold for every count (a trial is too short to show what more workers' memory
+    does over a training); the bound of CPU-bound loading at the usable cores only for predicted counts (a measured
+    count's speed has the contention for cores in it).
     """
     found = candidates(trials, predicted, recorded_persistent)
     if not any(c.measured for c in found):
@@ -123,6 +134,7 @@ def _choose_with_trials(
         c
         for c in found
         if (memory_cap is None or c.num_workers <= memory_cap)
+        and (shm_cap is None or c.num_workers <= shm_cap)
         and (c.measured or cpu_cap is None or c.num_workers <= cpu_cap)
     ]
     if not allowed:
@@ -132,7 +144,7 @@ def _choose_with_trials(
     by_count = {p.num_workers: p for p in predicted}
     bound = by_count[chosen.num_workers].bound if chosen.num_workers in by_count else None
     if max(c.steps_per_s for c in found) > best.steps_per_s * (1 + WITHIN_BEST):  # a limit, not the speeds, stopped us
-        for name, cap in (("memory", memory_cap), ("cpu", cpu_cap)):
+        for name, cap in (("memory", memory_cap), ("cpu", cpu_cap), (SHARED_MEMORY, shm_cap)):
             if cap is not None and chosen.num_workers >= cap:
                 bound = name
                 break
@@ -158,15 +170,16 @@ def _choice(
     cpu_bound_loading: bool,
     trials: TrialsResult | None,
     recorded_persistent: bool,
+    shm_cap: int | None = None,
 ) -> _Choice | None:
     """The recommended count: on the trials' measurements when the run has some, else on the predictions alone."""
     if trials is not None:
-        choice = _choose_with_trials(inputs, predicted, cpu_bound_loading, trials, recorded_persistent)
+        choice = _choose_with_trials(inputs, predicted, cpu_bound_loading, trials, recorded_persistent, shm_cap)
         if choice is not None:
             return choice
     if inputs is None:
         return None
-    num_workers, bound = _choose(inputs, predicted, cpu_bound_loading)
+    num_workers, bound = _choose(inputs, predicted, cpu_bound_loading, shm_cap)
     basis = BASIS_WHOLE_EPOCHS if predicted[0].epoch_steps_per_s is not None else BASIS_IN_EPOCH
     return _Choice(num_workers=num_workers, bound=bound, rests_on=RESTS_ON_PREDICTED, compared_on=basis)
 
@@ -207,7 +220,9 @@ def advise(
     if trials is not None:
         trials = with_predictions(trials, predicted, recorded_persistent)
     cpu_bound_loading = loader.bound == "cpu" if loader else True
-    choice = _choice(inputs, predicted, cpu_bound_loading, trials, recorded_persistent)
+    facts = pipeline_facts(manifest, loader, unprofiled)
+    shm_cap = facts.shared_memory.max_workers if facts.shared_memory is not None else None
+    choice = _choice(inputs, predicted, cpu_bound_loading, trials, recorded_persistent, shm_cap)
     num_workers = choice.num_workers if choice else None
     bound = choice.bound if choice else None
     if choice is not None and inputs is not None and choice.num_workers < len(predicted):
@@ -222,14 +237,17 @@ def advise(
             f"per batch: fetch {loader.fetch.mean_ms:.2f} ms, tokenizer {loader.tokenize.mean_ms:.2f} ms, collate"
             f" {loader.collate.mean_ms:.2f} ms (CPU/wall {loader.cpu_fraction:.2f}: {loader.bound}-bound)"
         )
-    pin_memory = _pin_memory(gpu, loader_config, evidence)
-    prefetch = _prefetch_factor(steps, inputs, num_workers, evidence)
-    persistent = _persistent_from_trials(trials, num_workers, loader_config, evidence)
-    if persistent is _UNDECIDED:
-        persistent = _persistent_workers(manifest, loader_config, inputs, predicted, num_workers, evidence)
+    pin_memory = pin_memory_setting(gpu, loader_config, evidence)
+    prefetch = prefetch_factor_setting(steps, inputs, num_workers, evidence)
+    if prefetch is not None and num_workers and not fits(facts.shared_memory, num_workers, prefetch):
+        evidence.append(f"prefetch_factor={prefetch} is not advised: its batches in flight would not fit in /dev/shm")
+        prefetch = None
+    persistent = persistent_from_trials(trials, num_workers, loader_config, evidence)
+    if persistent is UNDECIDED:
+        persistent = persistent_workers_setting(manifest, loader_config, inputs, predicted, num_workers, evidence)
     if choice is not None and bound == "worker restarts":
         evidence.append(_restarts_line(predicted, choice, trials))
-    evidence += _tokenizer_evidence(loader)
+    evidence += tokenizer_evidence(loader)
     advice = Advice(
         verdict=verdict,
         num_workers=num_workers,
@@ -242,9 +260,15 @@ def advise(
         basis=basis,
     )
     # The model's own pick, the trials left out: the same choice when there were none.
-    model = choice if trials is None else _choice(inputs, predicted, cpu_bound_loading, None, recorded_persistent)
+    model = (
+        choice if trials is None else _choice(inputs, predicted, cpu_bound_loading, None, recorded_persistent, shm_cap)
+    )
+    # Counts beyond /dev/shm are worth a warning only where they bound the recommendation.
+    shm_bound = [p.num_workers for p in predicted] if bound == SHARED_MEMORY else []
+    found = input_findings(facts, steps, loader, inputs, num_workers, shm_bound, loader_config)
     advice = replace(
         advice,
+        findings=found,
         rests_on=choice.rests_on if choice else RESTS_ON_PREDICTED,
         compared_on=choice.compared_on if choice else None,
         model_num_workers=model.num_workers if model else None,
@@ -273,26 +297,6 @@ def _restarts_line(predicted: list[Prediction], choice: _Choice, trials: TrialsR
         "restarting workers at every epoch costs more than they save: with persistent_workers=True, "
         f"num_workers={steady_best.num_workers} is predicted at {steady_best.steps_per_s:.2f} steps/s"
     )
-
-
-#: :func:`_persistent_from_trials` found nothing to go on: the model's rule decides.
-_UNDECIDED = object()
-
-
-def _persistent_from_trials(
-    trials: TrialsResult | None, num_workers: int | None, config: LoaderConfig | None, evidence: list[str]
-):
-    """persistent_workers as the trials measured it at the recommended count (``--try-persistent``), or
-    :data:`_UNDECIDED`."""
-    if trials is None or not num_workers:
-        return _UNDECIDED
-    compared = persistent_comparison(trials, num_workers, PERSISTENT_WORKERS_MIN_LOSS_PCT)
-    if compared is None:
-        return _UNDECIDED
-    keep, line = compared
-    evidence.append(line)
-    was = bool(config is not None and config.persistent_workers)
-    return None if keep is None or keep == was else keep
 
 
 def _speed_evidence(steps: StepBreakdown, verdict: str, unprofiled: UnprofiledStats | None) -> list[str]:
@@ -348,121 +352,3 @@ def _num_workers_evidence(
             f" steps/s: the {recorded - num_workers} extra worker(s) buy nothing and cost memory and CPU"
         )
     return evidence
-
-
-def _tokenizer_evidence(loader: LoaderStats | None) -> list[str]:
-    """Pre-tokenizing, when the tokenizer dominates a batch's cost."""
-    if loader is None or loader.batch.mean_ms <= 0:
-        return []
-    share = 100 * loader.tokenize.mean_ms / loader.batch.mean_ms
-    if share <= TOKENIZER_DOMINANT_PCT:
-        return []
-    return [
-        f"the tokenizer takes {loader.tokenize.mean_ms:.2f} of {loader.batch.mean_ms:.2f} ms per batch"
-        f" ({share:.0f} %): pre-tokenize the dataset once (e.g. datasets.map) and load token ids"
-    ]
-
-
-def trainer_arguments(advice: Advice, config: LoaderConfig | None) -> str | None:
-    """The advice as the ``TrainingArguments`` to set, for a DataLoader a training framework created
-    (``config.created_by``).
-
-    Hugging Face's Trainer builds its DataLoader from ``--dataloader_num_workers``, ``--dataloader_pin_memory``,
-    ``--dataloader_persistent_workers`` and ``--dataloader_prefetch_factor``; ms-swift and LLaMA-Factory
-    take the same arguments. Built from the recommendation's own settings only, so the two always agree;
-    settings it leaves unchanged (``None``) are left out; None when nothing is advised.
-    """
-    if config is None or config.created_by is None:
-        return None
-    words = []
-    if advice.num_workers is not None:
-        words.append(f"--dataloader_num_workers {advice.num_workers}")
-    if advice.pin_memory is not None:
-        words.append(f"--dataloader_pin_memory {str(advice.pin_memory).lower()}")
-    if advice.persistent_workers is not None:
-        words.append(f"--dataloader_persistent_workers {str(advice.persistent_workers).lower()}")
-    if advice.prefetch_factor is not None:
-        words.append(f"--dataloader_prefetch_factor {advice.prefetch_factor}")
-    return " ".join(words) or None
-
-
-def _pin_memory(gpu: GpuStats | None, config: LoaderConfig | None, evidence: list[str]) -> bool | None:
-    if gpu is None:
-        if config is not None and config.pin_memory:
-            evidence.append("pin_memory=True has no effect without a GPU: turn it off")
-            return False
-        return None
-    if gpu.h2d_pageable_copies:
-        evidence.append(
-            f"{gpu.h2d_pageable_copies} of {gpu.h2d_copies} host-to-device copies are from pageable memory"
-            f" ({gpu.h2d.mean_ms:.2f} ms, {gpu.h2d_mib_per_step:.1f} MiB per step): pin_memory=True makes them"
-            " asynchronous and faster"
-        )
-        return True
-    return True if gpu.h2d_pinned_copies else None
-
-
-def _prefetch_factor(
-    steps: StepBreakdown, inputs: ModelInputs | None, num_workers: int | None, evidence: list[str]
-) -> int | None:
-    wait = steps.categories["data_wait"]
-    if not num_workers or inputs is None or wait.mean_ms <= 0:
-        return None
-    supply_ok = inputs.batches_per_step * inputs.batch_ms / num_workers <= inputs.consumer_ms
-    bursty = (
-        wait.p90_ms >= BURSTY_P90_OVER_MEAN * wait.mean_ms and 100 * wait.p90_ms / steps.step.mean_ms >= BURSTY_P90_PCT
-    )
-    if supply_ok and bursty:
-        evidence.append(
-            f"waits are bursty (p90 {wait.p90_ms:.2f} ms vs mean {wait.mean_ms:.2f} ms) although supply keeps up on"
-            f" average: prefetch_factor={BURSTY_PREFETCH_FACTOR} buffers more batches per worker"
-        )
-        return BURSTY_PREFETCH_FACTOR
-    return None
-
-
-def _persistent_workers(
-    manifest: Manifest | None,
-    config: LoaderConfig | None,
-    inputs: ModelInputs | None,
-    predicted: list[Prediction],
-    num_workers: int | None,
-    evidence: list[str],
-) -> bool | None:
-    """persistent_workers=True when workers restart every epoch and that costs measurable time; False when no
-    workers are advised for a loader that had persistent ones (PyTorch rejects persistent_workers=True without
-    workers)."""
-    if num_workers == 0 and config is not None and config.persistent_workers:
-        evidence.append(
-            "the run had persistent_workers=True, which PyTorch refuses without workers: with num_workers=0, set"
-            " persistent_workers=False"
-        )
-        return False
-    if not num_workers or config is None or config.persistent_workers is not False:
-        return None
-    chosen = predicted[num_workers] if num_workers < len(predicted) else None
-    if chosen is not None and chosen.epoch_steps_per_s is not None and inputs is not None and inputs.epoch is not None:
-        loss_pct = 100 * (1 - chosen.epoch_steps_per_s / chosen.steps_per_s)
-        if loss_pct < PERSISTENT_WORKERS_MIN_LOSS_PCT:
-            return None
-        how = "measured" if inputs.epoch.restart_measured_ms is not None else "estimated"
-        evidence.append(
-            f"workers restart at every epoch ({inputs.epoch.steps_per_epoch:g} steps): {chosen.restart_ms:.0f} ms per"
-            f" restart ({how}) makes training {loss_pct:.1f} % slower over whole epochs ({chosen.epoch_steps_per_s:.2f}"
-            f" instead of {chosen.steps_per_s:.2f} steps/s); persistent_workers=True keeps them"
-        )
-        return True
-    starts = manifest.workers if manifest else ()
-    epochs = {w.epoch for w in starts}
-    if len(epochs) > 1:
-        evidence.append(
-            f"workers were started {len(starts)} times over {len(epochs)} epochs: persistent_workers=True keeps them"
-        )
-        return True
-    if config.iterations > 1:
-        evidence.append(
-            f"the loader was iterated {config.iterations} times, restarting its workers each time:"
-            " persistent_workers=True keeps them"
-        )
-        return True
-    return None

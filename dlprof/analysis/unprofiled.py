@@ -286,7 +286,14 @@ def page_faults(clock: StepClock, steady: list[int], step_ms: float) -> PageFaul
         before_faults_per_step=statistics.fmean(clock.faults[i] for i in before) if enough else None,
         before_sys_ms=statistics.fmean(clock.sys_ms[i] for i in before) if enough else None,
         volatile=sys_pct >= VOLATILE_SYS_PCT and faults >= VOLATILE_FAULTS,
+        before_steps=len(before) if enough else 0,
+        before_consumer_ms=statistics.fmean(_consumer_ms(clock, i) for i in before) if enough else None,
     )
+
+
+def _consumer_ms(clock: StepClock, i: int) -> float:
+    """Step ``i`` less its data wait and the training thread's wait for a core."""
+    return max(0.0, clock.wall_ms[i] - clock.wait_ms[i] - clock.runq_ms[i])
 
 
 def distrust(speed: Throughput) -> str | None:
@@ -321,7 +328,7 @@ def unprofiled_stats(manifest: Manifest | None, batches_per_step: float) -> Unpr
         return None
     profiled = _settling_profiled(clock)
     mean = lambda column: statistics.fmean(column[i] for i in steady)
-    consumer = statistics.fmean(max(0.0, clock.wall_ms[i] - clock.wait_ms[i] - clock.runq_ms[i]) for i in steady)
+    consumer = statistics.fmean(_consumer_ms(clock, i) for i in steady)
     steady_ms = 1000 / speed.steps_per_s  # the mean steady step: seconds over steps
     epoch = (
         _epoch_stats(clock, manifest.loader, batches_per_step, profiled, steady_ms, left_out)

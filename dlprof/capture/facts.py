@@ -1,5 +1,6 @@
-"""What a recording says of its machine and its stack: the host's cores, memory and GPU, the versions that shaped the
-trace, this machine's hand-off and worker start-up costs, and each DataLoader's settings as it really got them.
+"""What a recording says of its machine and its stack: the host's cores, memory, GPU, shared memory and thread settings,
+the versions that shaped the trace, this machine's hand-off and worker start-up costs, and each DataLoader's settings
+as it really got them.
 """
 
 from __future__ import annotations
@@ -17,9 +18,23 @@ from dlprof.capture.calibrate import measure_handoff, measure_worker_startup
 from dlprof.core.manifest import Epoch, Gpu, Handoff, Host, LoaderConfig, WorkerStartup
 from dlprof.core.version import __version__
 
+#: Where DataLoader workers put the batches they hand over (torch's shared memory, a tmpfs on Linux); tests point it
+#: at a filesystem of known size.
+SHM_PATH = "/dev/shm"
 
-def host_facts() -> Host:
-    """Usable cores, memory and GPU of this machine, as the training process sees them."""
+
+def shm_space(path: str | None = None) -> tuple[int, int] | None:
+    """Total and free bytes of the filesystem at ``path`` (default :data:`SHM_PATH`); None where there is none."""
+    try:
+        stat = os.statvfs(path if path is not None else SHM_PATH)
+    except (OSError, AttributeError):  # no /dev/shm (not Linux, a bare container), or no statvfs (Windows)
+        return None
+    return stat.f_blocks * stat.f_frsize, stat.f_bavail * stat.f_frsize
+
+
+def host_facts(shm: tuple[int, int] | None = None) -> Host:
+    """Usable cores, memory and GPU of this machine, as the training process sees them, with ``/dev/shm``'s total and
+    free bytes as :func:`shm_space` read them when the recording began, and the thread settings of its environment."""
     import psutil
 
     memory = psutil.virtual_memory()
@@ -43,6 +58,14 @@ def host_facts() -> Host:
         # Intra-op threads: on a CPU device, training itself uses this many cores.
         torch_threads=torch.get_num_threads(),
         platform=platform.platform(),
+        shm_total_bytes=shm[0] if shm is not None else None,
+        shm_free_bytes=shm[1] if shm is not None else None,
+        # How workers hand tensors over: file_descriptor (an open descriptor each) or file_system (named files).
+        sharing_strategy=torch.multiprocessing.get_sharing_strategy(),
+        # The thread pools' sizes, read when the training ends: a script may set them itself before it forks.
+        tokenizers_parallelism=os.environ.get("TOKENIZERS_PARALLELISM"),
+        omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
+        mkl_num_threads=os.environ.get("MKL_NUM_THREADS"),
     )
 
 

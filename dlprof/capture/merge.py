@@ -16,6 +16,7 @@ import gzip
 import json
 import os
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,17 +24,17 @@ from pathlib import Path
 import orjson
 
 from dlprof.capture import tracks
-from dlprof.capture.memory import MemoryReading
+from dlprof.capture.memory import MemoryReading, process_memory
 from dlprof.capture.session import spans_dir_of
 from dlprof.capture.spanfile import NextCallRecord, SpanFiles, read_span_files
 from dlprof.core import schema
 from dlprof.core.manifest import (
     MANIFEST_VERSION,
+    BatchFacts,
     LoaderConfig,
     MainProcessCpu,
     Manifest,
     MemorySummary,
-    ProcessMemory,
     StepCounts,
     WorkerStart,
 )
@@ -221,34 +222,41 @@ def memory_events(
 def memory_summary(
     samples: list[MemoryReading], main_pid: int, workers: Sequence[WorkerStart], interval_ms: int
 ) -> MemorySummary:
-    """Per process, first / last / peak USS and PSS over the whole run (not only the traced window)."""
+    """Per process, first / last / peak USS and PSS, threads and CPU time over the whole run (not only the traced
+    window), and its USS over time (:func:`dlprof.capture.memory.process_memory`)."""
     roles: dict[int, tuple[str, int | None]] = {main_pid: ("main", None)}
     roles.update({w.pid: ("worker", w.worker_id) for w in workers})
     by_pid: dict[int, list[MemoryReading]] = {}
     for s in samples:
         if s.pid in roles:
             by_pid.setdefault(s.pid, []).append(s)
-    processes = []
-    for pid, series in sorted(by_pid.items(), key=lambda kv: kv[1][0].time_ns):
-        role, worker_id = roles[pid]
-        uss = [s.uss_bytes / _MIB for s in series]
-        pss = [s.pss_bytes / _MIB for s in series]
-        processes.append(
-            ProcessMemory(
-                pid=pid,
-                role=role,
-                worker_id=worker_id,
-                samples=len(series),
-                duration_s=round((series[-1].time_ns - series[0].time_ns) / 1e9, 3),
-                uss_mib_first=round(uss[0], 2),
-                uss_mib_last=round(uss[-1], 2),
-                uss_mib_peak=round(max(uss), 2),
-                pss_mib_first=round(pss[0], 2),
-                pss_mib_last=round(pss[-1], 2),
-                pss_mib_peak=round(max(pss), 2),
-            )
-        )
-    return MemorySummary(interval_ms=interval_ms, processes=tuple(processes))
+    in_order = sorted(by_pid.items(), key=lambda kv: kv[1][0].time_ns)
+    processes = tuple(process_memory(pid, *roles[pid], series) for pid, series in in_order)
+    return MemorySummary(interval_ms=interval_ms, processes=processes)
+
+
+def batch_facts(found: SpanFiles) -> BatchFacts:
+    """Every batch the probe measured in the recording, in the order they were made."""
+    records = sorted(found.batches, key=lambda r: r.made_ns)
+    sources = Counter(r.padding_source for r in records)
+    return BatchFacts(
+        loader=tuple(r.loader_id for r in records),
+        epoch=tuple(r.epoch for r in records),
+        batch=tuple(r.batch for r in records),
+        worker=tuple(r.worker_id for r in records),
+        made_ns=tuple(r.made_ns for r in records),
+        rows=tuple(r.rows for r in records),
+        width=tuple(r.width for r in records),
+        real_tokens=tuple(r.real_tokens for r in records),
+        longest=tuple(r.longest for r in records),
+        nbytes=tuple(r.nbytes for r in records),
+        fingerprint=tuple(r.fingerprint for r in records),
+        # Batches without a token tensor have no source: they do not outvote those that have one.
+        padding_source=max(sources, key=lambda source: (source is not None, sources[source])) if sources else None,
+        # The median: a worker preempted in the middle of one measurement would make a mean of the machine's load.
+        check_us=round(statistics.median(r.check_ns for r in records) / 1000, 2) if records else None,
+        unmeasured=found.batches_unmeasured,
+    )
 
 
 def _main_cpu(window_clock: Sequence[ClockReading], window: tuple[int, int]) -> MainProcessCpu | None:
@@ -390,6 +398,7 @@ def merge_rank(kineto: dict, result: RankResult, inputs: MergeInputs) -> tuple[d
         versions=result.versions,
         clock=_clock(base_ns, window, alignment),
         memory=memory_summary(inputs.memory_samples, result.pid, found.workers, inputs.memory_interval_ms),
+        batches=batch_facts(found),
         span_records_skipped=found.skipped_records,
         step_clock=result.step_clock,
         overrides=inputs.overrides or {},

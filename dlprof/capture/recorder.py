@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from dlprof.capture import probe, spanfile, step_clock, trial_plan
-from dlprof.capture.facts import calibrate, host_facts, loader_config, versions
+from dlprof.capture.facts import calibrate, host_facts, loader_config, shm_space, versions
 from dlprof.capture.rank_env import RankEnv
 from dlprof.capture.step_clock import StepRow
 from dlprof.capture.trial_plan import LoaderFacts, Plan
@@ -118,6 +118,8 @@ class Recorder:
         self._optimizer_id: int | None = None
         self._batches_since_step = 0
         self._profiler: torch.profiler.profile | None = None
+        # /dev/shm as the training found it, before its workers put batches there.
+        self._shm = shm_space()
 
     def start(self) -> None:
         """Start the profiler; the caller forwards optimizer steps and loader events
@@ -437,7 +439,7 @@ class Recorder:
             stopped_early=self.stopped_early,
             finished_ns=time.time_ns(),
             loaders=tuple(loader_config(r) for r in probe.loader_records()),
-            host=host_facts(),
+            host=host_facts(self._shm),
             versions=versions(),
             trials=self._trials(status, error),
         )

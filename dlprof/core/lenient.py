@@ -38,8 +38,9 @@ class Invalid(Exception):
 
 
 #: Integer fields that may be negative (a process killed by a signal exits with -N; the step clock's ``ready`` is -1
-#: where unknown); every other integer is a count, size, id or time and is read as unknown when negative.
-SIGNED_INTS = frozenset({"exit_code", "ready"})
+#: where unknown; a batch's ``worker`` is -1 in the main process); every other integer is a count, size, id or time
+#: and is read as unknown when negative.
+SIGNED_INTS = frozenset({"exit_code", "ready", "worker"})
 #: Text fields that hold a version number: text naming a NaN or an infinity is none (nor is it printed).
 VERSION_STRS = frozenset({"dlprof_version", "cuda", "hip"})
 #: Larger integers are no count, size or nanosecond time (int64 is what JSON writers produce), and would

@@ -350,8 +350,10 @@ class BatchFacts:
     #: How real tokens were told from padding: ``attention_mask``, ``labels`` (positions labelled -100 beyond the
     #: real tokens), ``pad_id`` (the tokenizer's pad token id), or None (not known: ``real_tokens`` = positions).
     padding_source: str | None = None
-    #: What measuring a batch cost in its process, mean µs (None: not measured).
+    #: What measuring a batch cost in its process, median µs (None: not measured).
     check_us: float | None = None
+    #: Batches the probe could not measure (an unusual batch structure): not in the columns.
+    unmeasured: int = 0
 
     def __len__(self) -> int:
         return len(self.loader)

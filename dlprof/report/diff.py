@@ -50,8 +50,18 @@ def headlines(result: DiffResult) -> list[str]:
     return [f"{side} = {run.name}: {headline_line(run.report)}" for side, run in (("A", result.a), ("B", result.b))]
 
 
+def findings_lines(result: DiffResult) -> list[str]:
+    """Each side's findings by id (what its own report details), A then B; nothing for a side without findings."""
+    return [
+        f"{side} findings: {', '.join(f.id for f in run.report.advice.findings)}"
+        for side, run in (("A", result.a), ("B", result.b))
+        if run.report.advice.findings
+    ]
+
+
 def _side(run: DiffRun) -> dict:
-    """One side in JSON; ``rank`` and ``ranks`` only for a run of several ranks."""
+    """One side in JSON; ``rank`` and ``ranks`` only for a run of several ranks, ``findings`` (their ids) only for a
+    run with findings."""
     side: dict[str, Any] = {
         "name": run.name,
         "trace_file": run.trace_file,
@@ -59,6 +69,8 @@ def _side(run: DiffRun) -> dict:
     }
     if run.ranks > 1:
         side.update(rank=run.rank, ranks=run.ranks)
+    if run.report.advice.findings:
+        side["findings"] = [f.id for f in run.report.advice.findings]
     return side
 
 
@@ -79,6 +91,7 @@ def render_text(result: DiffResult) -> str:
     """The terminal form."""
     lines = [
         *headlines(result),
+        *findings_lines(result),
         "",
         f"dlprof diff: A = {result.a.name}  ({result.a.trace_file}{_rank(result.a, '; ')})",
         f"             B = {result.b.name}  ({result.b.trace_file}{_rank(result.b, '; ')})",
@@ -104,7 +117,7 @@ def render_text(result: DiffResult) -> str:
 
 def render_markdown(result: DiffResult) -> str:
     """For a GitHub issue: the verdict, the settings changed, then the table."""
-    lines = [f"- **{line}**" for line in headlines(result)] + [""]
+    lines = [f"- **{line}**" for line in headlines(result)] + [f"- {line}" for line in findings_lines(result)] + [""]
     lines += [f"### dlprof diff: `{result.a.name}` → `{result.b.name}`", "", f"**{result.verdict}**", ""]
     if result.settings_changed:
         lines += ["Settings changed (A → B):", ""]

@@ -48,3 +48,11 @@ def rate(value: float | None) -> str:
 def pct(part: float, whole: float) -> str:
     """``part`` in per cent of ``whole``; "-" when ``whole`` is 0 or unknown."""
     return fixed(100 * part / whole, ".1f", NOT_APPLICABLE) if whole and finite(whole) is not None else NOT_APPLICABLE
+
+
+def gain(value: float | None) -> str:
+    """A gain or share in per cent, as the headline writes it: "31", or "9.5" under 10; "unknown" when unknown."""
+    known = finite(value)
+    if known is None:
+        return UNKNOWN
+    return f"{known:.0f}" if abs(known) >= 10 else f"{known:.1f}"

@@ -1,4 +1,5 @@
-"""The report's tables as pandas DataFrames, for notebooks: one row per step, batch, prediction, trial segment, rank.
+"""The report's tables as pandas DataFrames, for notebooks: one row per step, batch, prediction, trial segment, rank,
+finding.
 
 Every frame starts with a ``run`` column (the run's name), so that a report of several runs gives one frame of all
 of them. Columns are named as the JSON report's keys (units in the names); unknown is NaN in a number column and
@@ -87,6 +88,17 @@ RANK_COLUMNS = {
     "unprofiled_step_ms": FLOAT,
     "waited_for_slowest_ms": FLOAT,
     "slowest": BOOL,
+}
+
+FINDING_COLUMNS = {
+    "run": STR,
+    "id": STR,
+    "severity": STR,
+    "title": STR,
+    "evidence": STR,
+    "fix": STR,
+    "gain_pct": FLOAT,
+    "gain_basis": STR,
 }
 
 
@@ -236,6 +248,27 @@ def ranks(report: Report) -> pd.DataFrame:
                 }
             )
     return _frame(rows, RANK_COLUMNS)
+
+
+def findings(report: Report) -> pd.DataFrame:
+    """Every finding of every run (a fault of the input pipeline beyond the DataLoader's settings), the largest gain
+    first within a run: its id, severity, title, evidence, fix, and its gain with what that rests on (``gain_pct`` NaN
+    where no gain in speed can be told). No rows for a run without findings."""
+    rows: list[dict[str, object]] = [
+        {
+            "run": run.info.name,
+            "id": f.id,
+            "severity": f.severity,
+            "title": f.title,
+            "evidence": f.evidence,
+            "fix": f.fix,
+            "gain_pct": f.gain_pct,
+            "gain_basis": f.gain_basis,
+        }
+        for run in report.runs
+        for f in run.advice.findings
+    ]
+    return _frame(rows, FINDING_COLUMNS)
 
 
 def _scoped_css(css: str, scope: str) -> str:

@@ -50,6 +50,7 @@ from dlprof.report.common import (
     trials_rows,
     unprofiled_line,
 )
+from dlprof.report.findings import FINDINGS_HEADING, finding_fix, finding_gain
 from dlprof.report.format import ms, per_s
 from dlprof.report.page import esc
 from dlprof.report.rank_pictures import heat_map_svg, histogram_svg
@@ -180,6 +181,21 @@ def _predicted_table(run: RunReport) -> str:
     return page.table(PREDICTED_HEADER, predicted_rows(advice), classes)
 
 
+def _findings(run: RunReport) -> str:
+    """Faults of the input pipeline beyond the DataLoader's settings: per finding its severity, title and gain, its
+    evidence and its fix; ``data-finding`` names its id."""
+    items = []
+    for f in run.advice.findings:
+        bought = finding_gain(f)
+        items.append(
+            f'<li class="finding {esc(f.severity)}" data-finding="{esc(f.id)}"><strong>[{esc(f.severity)}]'
+            f" {esc(f.title)}</strong>"
+            + (f": {esc(bought)}" if bought else "")
+            + f"<br>{esc(f.evidence)}<br>{esc(finding_fix(f))}</li>"
+        )
+    return f'<div class="rec findings"><h3>{esc(FINDINGS_HEADING)}</h3><ul>{"".join(items)}</ul></div>'
+
+
 # --- page ------------------------------------------------------------------------------------------
 
 
@@ -194,6 +210,8 @@ def _run(run: RunReport, index: int) -> str:
     ]
     if evidence := evidence_line(run):
         parts.append(f'<p class="input-bound {VERDICT_CLASS.get(advice.verdict, "warn")}">{esc(evidence)}</p>')
+    if advice.findings:
+        parts.append(_findings(run))
     if info.incomplete:
         parts.append(f'<p class="note">Note: the recording is {esc(info.status)}.</p>')
     if missing := missing_ranks_line(run):

@@ -16,6 +16,7 @@ from dlprof.results.analysis import (
     Summary,
     UnprofiledStats,
 )
+from dlprof.results.findings import Finding
 from dlprof.results.report import Report, RunReport
 from dlprof.results.trials import TrialsResult
 
@@ -310,11 +311,28 @@ def headline_document(headline: Headline | None) -> dict | None:
     }
 
 
+def findings_document(findings: tuple[Finding, ...]) -> list[dict]:
+    """The faults of the input pipeline beyond the DataLoader's settings, the largest gain first; [] when none."""
+    return [
+        {
+            "id": f.id,
+            "severity": f.severity,
+            "title": f.title,
+            "evidence": f.evidence,
+            "fix": f.fix,
+            "gain_pct": rounded(f.gain_pct, 2),
+            "gain_basis": f.gain_basis,
+        }
+        for f in findings
+    ]
+
+
 def run_document(run: RunReport) -> dict:
     """One run's part of the ``dlprof.report/1`` document."""
     steps = run.steps
     return {
         "headline": headline_document(run.advice.headline),
+        "findings": findings_document(run.advice.findings),
         "run": _run(run),
         "steps": _steps(run),
         "unprofiled": None if run.unprofiled is None else _unprofiled(run.unprofiled),

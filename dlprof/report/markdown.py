@@ -39,6 +39,7 @@ from dlprof.report.common import (
     trials_rows,
     unprofiled_line,
 )
+from dlprof.report.findings import FINDINGS_HEADING, finding_fix, finding_title
 from dlprof.report.format import ms, per_s, rate
 from dlprof.results.report import Report, RunReport
 
@@ -55,6 +56,7 @@ def _run(run: RunReport) -> list[str]:
     info, steps, loader, gpu, advice = run.info, run.steps, run.loader, run.gpu, run.advice
     lines = [f"**{headline_line(run)}**", ""]
     lines += [f"{e}", ""] if (e := evidence_line(run)) else []
+    lines += _findings(run)
     lines += [f"### dlprof: `{info.name}`", ""]
     if missing := missing_ranks_line(run):
         lines += [f"**Note:** {missing}.", ""]
@@ -149,6 +151,17 @@ def _run(run: RunReport) -> list[str]:
         lines += ["", "What this rests on:", ""] + [f"- {b}" for b in advice.basis]
     lines += ["", "</details>"]
     return lines
+
+
+def _findings(run: RunReport) -> list[str]:
+    """Faults of the input pipeline beyond the DataLoader's settings, each with its evidence and fix (a line break
+    between them: two trailing spaces); nothing when there are none."""
+    findings = run.advice.findings
+    if not findings:
+        return []
+    lines = [f"**{FINDINGS_HEADING}:**", ""]
+    lines += [f"- **{finding_title(f)}**  \n  {f.evidence}  \n  {finding_fix(f)}" for f in findings]
+    return lines + [""]
 
 
 def _ranks(run: RunReport) -> list[str]:

@@ -39,6 +39,7 @@ from dlprof.report.common import (
     trials_rows,
     unprofiled_line,
 )
+from dlprof.report.findings import FINDINGS_HEADING, finding_fix, finding_title
 from dlprof.report.format import ms, per_s, rate
 from dlprof.results.report import Report, RunReport
 
@@ -54,6 +55,7 @@ def _table(rows: list[list[str]], header: list[str]) -> list[str]:
 def _run(run: RunReport) -> list[str]:
     info, steps, loader, gpu, advice = run.info, run.steps, run.loader, run.gpu, run.advice
     lines = [headline_line(run), *[f"  {e}" for e in (evidence_line(run),) if e], ""]
+    lines += _findings(run)
     lines += [f"dlprof analyze: {info.name}  ({info.trace_file})", f"run: {run_line(info)}"]
     if info.incomplete:
         lines.append(f"note: the recording is {info.status}")
@@ -137,6 +139,18 @@ def _run(run: RunReport) -> list[str]:
     if advice.basis:
         lines += ["", "What this rests on"] + [f"  - {b}" for b in advice.basis]
     return lines
+
+
+def _findings(run: RunReport) -> list[str]:
+    """Faults of the input pipeline beyond the DataLoader's settings, each with its evidence and fix; nothing when
+    there are none."""
+    findings = run.advice.findings
+    if not findings:
+        return []
+    lines = [FINDINGS_HEADING]
+    for f in findings:
+        lines += [f"  - {finding_title(f)}", f"    {f.evidence}", f"    {finding_fix(f)}"]
+    return lines + [""]
 
 
 def _ranks(run: RunReport) -> list[str]:

@@ -28,7 +28,8 @@ class Headline:
     #: How much faster the change makes training, % of the recorded setting's speed (negative: slower); None when
     #: unknown or nothing changes.
     gain_pct: float | None
-    #: :data:`RESTS_ON_MEASURED` or :data:`RESTS_ON_PREDICTED`; None when nothing was advised.
+    #: :data:`RESTS_ON_MEASURED` or :data:`RESTS_ON_PREDICTED`, or ``"up to"`` (an upper bound) when a finding leads the
+    #: line (:data:`dlprof.results.findings.GAIN_BASES`); None when nothing was advised.
     basis: str | None
     #: :data:`HEADLINE_CHANGE`, :data:`HEADLINE_KEEP` or :data:`HEADLINE_NONE`.
     kind: str = HEADLINE_CHANGE

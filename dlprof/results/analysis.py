@@ -210,9 +210,20 @@ class PageFaults:
     sys_pct: float  # of the mean steady step
     before_faults_per_step: float | None = None
     before_sys_ms: float | None = None
+    #: The unprofiled steps before the window counted above (0: too few), and their mean step less data wait and
+    #: waiting for a core: against ``UnprofiledStats.consumer_ms``, what the window's after-effect changed.
+    before_steps: int = 0
+    before_consumer_ms: float | None = None
     #: So much of the step goes to page faults that the speed rests on the level glibc's malloc settled on in this
     #: process, which differs from launch to launch (and may drop after a profiler window).
     volatile: bool = False
+
+    @property
+    def window_saved_ms(self) -> float | None:
+        """Kernel time per step the reference steps spent less than the steps before the window (a profiler window's
+        freed buffers can lower malloc's page faults for the rest of the process); None where no steps before it were
+        timed."""
+        return None if self.before_sys_ms is None else max(0.0, self.before_sys_ms - self.sys_ms)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,6 +24,18 @@ from dlprof.results.advice import (
     Prediction,
 )
 from dlprof.results.analysis import Throughput
+from dlprof.results.findings import (
+    FINDING_PADDING,
+    FINDING_PRETOKENIZE,
+    FINDING_THREADS,
+    FINDING_UNSHARDED_ITERABLE,
+    GAIN_NONE,
+    GAIN_PREDICTED,
+    GAIN_UP_TO,
+    SEVERITY_ERROR,
+    SEVERITY_WARNING,
+    Finding,
+)
 from dlprof.results.report import Report, RunInfo
 from dlprof.results.sweep import SweepPoint
 from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS, TrialSetting, TrialsResult
@@ -283,4 +295,86 @@ def test_sweep_leads_with_the_measured_headline():
     assert kept.headline.text == (
         "keep num_workers=2: no other count is more than 2 % faster (measured in this sweep: 20.0 steps/s inside an"
         " epoch)"
+    )
+
+
+def finding(gain_pct: float | None, basis: str, **changes) -> Finding:
+    fields = {"id": FINDING_PRETOKENIZE, "severity": SEVERITY_WARNING, "evidence": "e", "fix": "f"}
+    fields |= {"title": "pre-tokenize the dataset", "reason": "the tokenizer takes 70 % of a batch's time"}
+    return Finding(**{**fields, "gain_pct": gain_pct, "gain_basis": basis, **changes})
+
+
+def test_a_finding_that_buys_more_than_the_settings_leads_the_headline():
+    predictions = [predicted(0, 10.0, "main process"), predicted(1, 12.0, "loader"), predicted(2, 20.0)]
+    settings = headline(advice(2, predictions), info(1))
+    assert settings.gain_pct == pytest.approx(100 * (20 / 12 - 1))
+    line = headline(advice(2, predictions, findings=(finding(80.0, GAIN_PREDICTED),)), info(1))
+    assert line == Headline(
+        text=(
+            "pre-tokenize the dataset: 80 % faster (predicted; the tokenizer takes 70 % of a batch's time); also"
+            f" {settings.text}"
+        ),
+        change="pre-tokenize the dataset",
+        gain_pct=80.0,
+        basis=GAIN_PREDICTED,
+        kind=HEADLINE_CHANGE,
+        reason="the tokenizer takes 70 % of a batch's time",
+    )
+    # A smaller gain leaves the settings' line as it is.
+    assert headline(advice(2, predictions, findings=(finding(60.0, GAIN_PREDICTED),)), info(1)) == settings
+
+
+def test_the_padding_bound_leads_a_keep_headline_and_other_bounds_do_not():
+    predictions = [predicted(0, 10.0, "main process"), predicted(2, 10.1)]
+    keep = headline(advice(2, predictions), info(2))
+    assert keep.kind == HEADLINE_KEEP
+    padding = finding(
+        31.4,
+        GAIN_UP_TO,
+        id=FINDING_PADDING,
+        title="pad to the longest sequence",
+        reason="62 % of the tokens are padding",
+    )
+    threads = finding(40.0, GAIN_UP_TO, id=FINDING_THREADS, title="threads", reason="waits")
+    line = headline(advice(2, predictions, findings=(threads, padding)), info(2))
+    # No "also": keeping the settings is no change to add.
+    assert line.text == (
+        "pad to the longest sequence: up to 31 % faster (a bound from the tokens; 62 % of the tokens are padding)"
+    )
+    assert (line.change, line.gain_pct, line.basis, line.kind) == (
+        "pad to the longest sequence",
+        31.4,
+        GAIN_UP_TO,
+        HEADLINE_CHANGE,
+    )
+    assert headline(advice(2, predictions, findings=(threads,)), info(2)) == keep
+
+
+def test_an_error_finding_leads_the_headline_before_any_speed():
+    """Samples repeated by every worker (or batches that cannot fit in /dev/shm) come first, whatever the gains."""
+    predictions = [predicted(0, 10.0, "main process"), predicted(2, 10.1)]
+    padding = finding(31.4, GAIN_UP_TO, id=FINDING_PADDING, title="pad to the longest sequence", reason="62 %")
+    error = finding(
+        None,
+        GAIN_NONE,
+        id=FINDING_UNSHARDED_ITERABLE,
+        severity=SEVERITY_ERROR,
+        title="shard the iterable dataset across workers",
+        reason="50 % of the batches repeat another worker's",
+    )
+    line = headline(advice(2, predictions, findings=(padding, error)), info(2))
+    assert line.text == "shard the iterable dataset across workers (50 % of the batches repeat another worker's)"
+    assert (line.change, line.gain_pct, line.basis, line.kind) == (
+        "shard the iterable dataset across workers",
+        None,
+        None,
+        HEADLINE_CHANGE,
+    )
+    settings = headline(advice(0, predictions), info(2))
+    assert settings.kind == HEADLINE_CHANGE
+    after = headline(advice(0, predictions, findings=(error,)), info(2))
+    assert (
+        after.text
+        == "shard the iterable dataset across workers (50 % of the batches repeat another worker's); also "
+        + settings.text
     )

@@ -4,16 +4,29 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import pytest
 from conftest import DATA_DIR
 
-from dlprof.advice.model import EpochModel, ModelInputs, candidate_counts, memory_limit, predict, restart_ms
+from dlprof.advice.inputs import _training_threads, _window_after_effect
+from dlprof.advice.model import (
+    EpochModel,
+    ModelInputs,
+    candidate_counts,
+    contended_ms,
+    memory_limit,
+    predict,
+    restart_ms,
+    shared_cores,
+    uncontended,
+)
 from dlprof.advice.rules import CHOOSE_WITHIN, WITHIN_BEST, _choose, advise, trainer_arguments, verdict_of
 from dlprof.analysis.unprofiled import unprofiled_stats
-from dlprof.core.manifest import LoaderConfig
+from dlprof.core.manifest import Host, LoaderConfig
 from dlprof.report import render
 from dlprof.results.advice import Advice, Prediction
+from dlprof.results.analysis import PageFaults, UnprofiledStats
 from dlprof.results.report import Report
 from dlprof.trace.discover import load_run
 from dlprof.workflows.analyze import analyze_run
@@ -58,6 +71,111 @@ def test_cpu_bound_and_handoff():
     assert predict(
         inputs(usable_cores=2, main_cpu_ms=20.0, handoff_ms=2.0, cpu_includes_handoff=False), 4
     ).step_ms == pytest.approx(26.0)
+
+
+def test_workers_sharing_the_training_s_cores():
+    # Both cores busy with training: one worker shares a core with one thread, each running half the time, and a
+    # parallel region waits for that thread: half speed.
+    assert shared_cores(2, 2, 1) == pytest.approx((0.5, 0.5))
+    # A worker on each core: a quarter if the two threads ran independently, a half if in step; between: 1 / sqrt(8).
+    assert shared_cores(2, 2, 2) == pytest.approx((1 / math.sqrt(8), 1.0))
+    # Two workers on each core: each thread runs a third of the time: sqrt(1/9 * 1/3); the workers get 2 * 2/3.
+    assert shared_cores(2, 2, 4) == pytest.approx((1 / math.sqrt(27), 4 / 3))
+    # Workers fill the cores the training leaves free first: on 4 cores, 2 workers run beside 2 threads unslowed, a
+    # third shares a core with one thread, a fourth with the other.
+    assert shared_cores(4, 2, 2) == pytest.approx((1.0, 2.0))
+    assert shared_cores(4, 2, 3) == pytest.approx((0.5, 2.5))
+    assert shared_cores(4, 2, 4) == pytest.approx((1 / math.sqrt(8), 3.0))
+
+
+def test_contention_term():
+    model = inputs(usable_cores=2, training_threads=2.0, main_cpu_ms=20.0)
+    # n=1: the 10 ms compute takes 20 ms beside the worker, which makes 10 of its 30 ms then; the other 20 ms the
+    # training waits: 40 ms, above every other bound (loader 30, cores (20 + 30) / 2 = 25).
+    assert contended_ms(model, 1) == pytest.approx(40.0)
+    assert predict(model, 1).step_ms == pytest.approx(40.0) and predict(model, 1).bound == "cpu"
+    # n=2: the compute takes 10 * sqrt(8) = 28.3 ms beside both workers, who make 28.3 ms of the 30 meanwhile; the
+    # rest on both cores: 10 sqrt(8) + (30 - 10 sqrt(8)) / 2 = 15 + 10 sqrt(2).
+    assert contended_ms(model, 2) == pytest.approx(15 + 10 * math.sqrt(2))
+    # n=4: at 1/sqrt(27) the compute would outlast the workers' 30 ms (at 4/3 cores): slowed only while they run,
+    # 10 + 30 * (1 - 1/sqrt(27)) / (4/3).
+    assert contended_ms(model, 4) == pytest.approx(10 + 22.5 * (1 - 1 / math.sqrt(27)))
+    # One busy training thread has no parallel region to hold back: no term (the cores' bound covers it); 1.5 busy
+    # cores: halfway between its unslowed consumer and two threads' term.
+    assert contended_ms(dataclasses.replace(model, training_threads=1.0), 2) is None
+    half = dataclasses.replace(model, training_threads=1.5)
+    assert contended_ms(half, 2) == pytest.approx((10.0 + 15 + 10 * math.sqrt(2)) / 2)
+    # Unknown threads, or no workers: no contention term (the other bounds alone).
+    assert contended_ms(inputs(), 2) is None and contended_ms(model, 0) is None
+    assert predict(inputs(usable_cores=2, main_cpu_ms=20.0), 1).step_ms == pytest.approx(30.0)
+
+
+def test_a_consumer_measured_beside_busy_workers_is_freed_of_their_contention():
+    model = inputs(usable_cores=2, training_threads=2.0, main_cpu_ms=20.0, recorded_workers=1, measured_step_ms=34.0)
+    # At one worker the step is the consumer plus the worker's 30 ms: 10 + 30 = 40 against the 34 measured, so the
+    # consumer on cores of its own took 4 ms (and its CPU 20 * 0.4).
+    freed, factor = uncontended(model)
+    assert factor == pytest.approx(0.4)
+    assert (freed.consumer_ms, freed.main_cpu_ms) == pytest.approx((4.0, 8.0))
+    assert predict(freed, 1).step_ms == pytest.approx(34.0) and predict(freed, 0).step_ms == pytest.approx(34.0)
+    # Measured slower than the model (the anchoring scales that), or threads unknown: left as it is.
+    assert uncontended(dataclasses.replace(model, measured_step_ms=45.0)) == (
+        dataclasses.replace(model, measured_step_ms=45.0),
+        1.0,
+    )
+    assert uncontended(dataclasses.replace(model, training_threads=None))[1] == 1.0
+
+
+def test_the_profiler_window_s_after_effect_is_said_in_the_basis():
+    faults = PageFaults(
+        faults_per_step=50, sys_ms=0.5, sys_pct=0.5, before_faults_per_step=6_000, before_sys_ms=15.5, before_steps=4
+    )
+    unprofiled = UnprofiledStats(
+        reference_steps=100,
+        step_ms=100.0,
+        profiled_steps=20,
+        step_ms_p50=100.0,
+        profiled_step_ms=150.0,
+        consumer_ms=95.0,
+        wait_ms=5.0,
+        cpu_ms=180.0,
+        runq_ms=0.0,
+        epoch=None,
+        page_faults=faults,
+    )
+    basis: list[str] = []
+    _window_after_effect(unprofiled, basis)
+    # 15 ms of kernel time a step saved after the window: 15 % of the 100 ms step.
+    assert basis == [
+        "before the profiler window the main process took 6,000 page faults and 15.5 ms of kernel time per step (4"
+        " unprofiled steps), after it 50 and 0.5 ms: the reference steps, the trials and these predictions may run up"
+        " to 15 % (15.0 ms a step) faster than a fresh launch of this training, in which glibc's malloc keeps the"
+        " faults of the steps before the window"
+    ]
+    # Under 5 % of the step, or few faults before the window: nothing to say.
+    for quiet in (
+        dataclasses.replace(faults, before_sys_ms=4.0),
+        dataclasses.replace(faults, before_faults_per_step=900),
+    ):
+        basis = []
+        _window_after_effect(dataclasses.replace(unprofiled, page_faults=quiet), basis)
+        assert basis == []
+
+
+def test_the_training_s_busy_cores_are_its_cpu_over_its_wall_rounded():
+    basis: list[str] = []
+    assert _training_threads(20.0, 38.0, None, 2, basis) == 2.0
+    assert basis == [
+        "the training keeps 2 of 2 usable core(s) busy while it computes (its CPU over its wall: 1.9): every worker"
+        " shares a core with its threads, which holds back its parallel work (the model's contention term)"
+    ]
+    # 1.4: one busy thread and a stray one, no parallel region (and nothing said); at most torch's threads and the
+    # cores; unknown cores: unknown.
+    basis = []
+    assert _training_threads(20.0, 28.0, None, 4, basis) == 1.0 and basis == []
+    assert _training_threads(20.0, 80.0, Host(torch_threads=2), 8, []) == 2.0
+    assert _training_threads(20.0, 80.0, None, 3, []) == 3.0
+    assert _training_threads(20.0, 80.0, None, None, []) is None
 
 
 def test_the_recorded_count_is_anchored_to_its_measured_unprofiled_step():

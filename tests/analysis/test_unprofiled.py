@@ -245,6 +245,8 @@ def test_page_faults_are_measured_over_the_steady_steps_and_before_the_window():
     assert (pf.faults_per_step, pf.sys_ms, pf.sys_pct) == pytest.approx((4_000, 3.0, 10.0))
     assert (pf.before_faults_per_step, pf.before_sys_ms) == pytest.approx((9_000, 2.0))
     assert pf.volatile
+    # The 4 steps before the window, less their data wait: (1.2 + 1.1 * 3) / 4; the window saved no kernel time here.
+    assert (pf.before_steps, pf.before_consumer_ms, pf.window_saved_ms) == (4, pytest.approx(1.125), 0.0)
     # A little kernel time is no page-fault level to speak of: 4 % of the step, or 4 % with few faults.
     quiet = unprofiled_stats(
         _with_faults(manifest, tuple(faults), tuple(1.2 if p == "after" else s for p, s in zip(phases, sys_ms))), 1.0
@@ -254,6 +256,16 @@ def test_page_faults_are_measured_over_the_steady_steps_and_before_the_window():
         _with_faults(manifest, tuple(900 if p == "after" else f for p, f in zip(phases, faults)), tuple(sys_ms)), 1.0
     )
     assert few.page_faults.faults_per_step == 900 and not few.page_faults.volatile
+
+
+def test_the_kernel_time_a_profiler_window_saved():
+    manifest = _after([(30.0, 0.3)] * 100, num_workers=2)
+    phases = manifest.step_clock.phase
+    # 6 000 faults and 8 ms of kernel time a step before the window, 50 and 0.5 ms after it: 7.5 ms saved per step.
+    faults = tuple(6_000 if p == "before" else 50 for p in phases)
+    sys_ms = tuple(8.0 if p == "before" else 0.5 for p in phases)
+    pf = unprofiled_stats(_with_faults(manifest, faults, sys_ms), 1.0).page_faults
+    assert pf.window_saved_ms == pytest.approx(7.5) and not pf.volatile
 
 
 def test_recordings_without_page_faults_have_none():

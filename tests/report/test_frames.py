@@ -210,3 +210,20 @@ def test_values_are_unrounded(reports):
     run = reports["trials"].runs[0]
     assert reports["trials"].predictions["step_ms"].tolist()[2] == run.advice.predicted[2].step_ms
     assert not math.isnan(reports["trials"].trials["steps_per_s"].iloc[0])
+
+
+def test_findings_frame_holds_the_json_reports_findings(reports):
+    from report.findings_example import FINDINGS, with_findings
+
+    none = with_findings(reports["tiny"], ()).findings
+    assert none.empty and list(none.columns)[:2] == ["run", "id"]
+    report = with_findings(reports["two runs"])
+    assert isinstance(report, NotebookReport)
+    frame = report.findings
+    assert len(frame) == len(FINDINGS) * len(report.runs)
+    for run, document in zip(report.runs, _run_documents(report)):
+        mine = frame[frame["run"] == run.info.name]
+        keys = ("id", "severity", "title", "evidence", "fix", "gain_pct", "gain_basis")
+        _assert_rows(mine, document["findings"], {k: k for k in keys}, {"gain_pct": 2})
+    assert frame["gain_pct"].dtype == "float64" and frame["gain_pct"].isna().sum() == len(report.runs)
+    assert frame["gain_pct"].tolist()[:3] == [f.gain_pct for f in FINDINGS[:3]]  # unrounded

@@ -1,5 +1,6 @@
 """Every renderer against a golden file, on the hand-written dlprof trace and on the one with in-process trials
-(tests/data/tiny_trials_trace.json, written by scripts/make_trials_trace.py).
+(tests/data/tiny_trials_trace.json, written by scripts/make_trials_trace.py), and on the first with findings added by
+hand (tiny_findings.*).
 
 ``UPDATE_GOLDEN=1 python -m pytest tests/report/test_golden.py`` rewrites the files; review the diff.
 """
@@ -16,6 +17,7 @@ from dlprof import __version__
 from dlprof.report import renderer
 from dlprof.results.report import Report
 from dlprof.workflows.analyze import build_report
+from report.findings_example import FINDINGS, with_findings
 
 GOLDEN_DIR = DATA_DIR / "golden"
 #: How the golden files hold the dlprof version stamped into a JSON document, so that a version bump leaves them be.
@@ -58,6 +60,60 @@ def test_renderer_matches_golden_file(reports, stem, fmt):
     if os.environ.get("UPDATE_GOLDEN"):
         golden.write_text(rendered, encoding="utf-8")
     assert rendered == golden.read_text(encoding="utf-8")
+
+
+#: Formats whose golden file of a report with findings is kept (the HTML page shows the same words).
+FINDINGS_FORMATS = ("text", "markdown", "json")
+
+
+@pytest.mark.parametrize("fmt", FINDINGS_FORMATS)
+def test_findings_match_golden_file(report, fmt):
+    rendered = normalised(renderer(Report, fmt)(with_findings(report)))
+    golden = GOLDEN_DIR / f"tiny_findings.{EXTENSIONS[fmt]}"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(rendered, encoding="utf-8")
+    assert rendered == golden.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("fmt", FINDINGS_FORMATS)
+def test_findings_come_after_the_headline_and_before_the_breakdown(report, fmt):
+    """Only the findings' section is added: the report without it is the report without findings."""
+    plain = renderer(Report, fmt)(with_findings(report, ()))
+    rendered = renderer(Report, fmt)(with_findings(report))
+    if fmt == "json":
+        document = json.loads(rendered)
+        assert json.loads(plain)["findings"] == []
+        assert [f["id"] for f in document.pop("findings")] == [f.id for f in FINDINGS]
+        assert document == {k: v for k, v in json.loads(plain).items() if k != "findings"}
+        return
+    headline = report.runs[0].advice.headline
+    assert headline is not None
+    heading = rendered.index("Findings (the largest gain first)")
+    assert rendered.index(headline.text) < heading < rendered.index("Where a step" if fmt == "text" else "ms per step")
+    assert "Findings" not in plain
+    lines = rendered.splitlines()
+    for finding in FINDINGS:
+        assert any(finding.evidence in line for line in lines) and any(f"fix: {finding.fix}" in line for line in lines)
+
+
+def test_findings_gain_in_words(report):
+    text = renderer(Report, "text")(with_findings(report))
+    assert "[warning] pad to the longest sequence: up to 31 % faster" in text
+    assert "[warning] pre-tokenize the dataset once: 12 % faster (predicted)" in text
+    assert "[info] threads oversubscribed: measured 4.0 % faster" in text
+    assert "  - [error] /dev/shm too small for the batches in flight\n" in text  # no gain in speed told
+
+
+def test_json_findings_follow_the_documented_schema(report):
+    document = json.loads(renderer(Report, "json")(with_findings(report)))
+    keys = {"id", "severity", "title", "evidence", "fix", "gain_pct", "gain_basis"}
+    assert all(set(f) == keys for f in document["findings"])
+    assert [(f["gain_pct"], f["gain_basis"]) for f in document["findings"]] == [
+        (31.4, "up to"),
+        (12.2, "predicted"),
+        (4.04, "measured"),
+        (None, "none"),
+    ]
 
 
 def test_json_follows_the_documented_schema(report):

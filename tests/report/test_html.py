@@ -427,3 +427,32 @@ def test_trials_table_and_what_the_recommendation_rests_on_in_the_page():
     assert '<p class="rests-on">The recommended num_workers rests on measurement: num_workers=2 was tried' in page
     table = re.search(r'<table class="trials">.*?</table>', page, re.S).group(0)
     assert table.count("<tr") == 1 + 5 and table.count('class="chosen"') == 1
+
+
+# --- findings ----------------------------------------------------------------------------------------
+
+
+def test_findings_come_after_the_headline_each_with_its_gain_evidence_and_fix():
+    from report.findings_example import FINDINGS, with_findings
+
+    report = _golden_report("tiny_dlprof_trace.json")
+    plain = render(with_findings(report, ()))
+    nasty = replace(FINDINGS[0], evidence='<script>alert("x")</script> & padding')
+    page = render(with_findings(report, (nasty, *FINDINGS[1:])))
+    assert "Findings" not in plain and 'class="rec findings"' in page
+    headline = report.runs[0].advice.headline
+    assert headline is not None
+    section = page.index('class="rec findings"')
+    assert page.index(escape(headline.text)) < section < page.index('class="facts"') < page.index("Recommendation")
+    found = re.findall(r'<li class="finding ([a-z]+)" data-finding="([a-z-]+)">(.*?)</li>', page)
+    assert [(severity, id) for severity, id, _ in found] == [(f.severity, f.id) for f in FINDINGS]
+    for (_, _, item), finding in zip(found, FINDINGS):
+        assert escape(finding.title) in item and f"fix: {escape(finding.fix)}" in item
+    assert ": up to 31 % faster<br>" in found[0][2] and ": 12 % faster (predicted)<br>" in found[1][2]
+    assert "</strong><br>" in found[3][2]  # no gain in speed told, so none written
+    assert "<script" not in page and "&lt;script&gt;" in found[0][2]
+    assert sorted(pictures(page)) == sorted(PICTURES)  # the rest of the page is drawn as before
+    # The TensorBoard tab serves this page as it is; a notebook shows its body.
+    from dlprof.report.frames import html_body
+
+    assert 'data-finding="padding"' in html_body(with_findings(report))

@@ -117,10 +117,27 @@ def loader_config(loader: Any) -> dict:
         "dataset": f"{type(dataset).__module__}.{type(dataset).__qualname__}",
         "dataset_len": dataset_len,
         "iterable_dataset": loader._dataset_kind == 1,
+        "dataset_shards": dataset_shards(dataset) if loader._dataset_kind == 1 else None,
         "sampler": type(loader.sampler).__qualname__ if loader.sampler is not None else None,
         "collate_fn": getattr(collate, "__qualname__", type(collate).__qualname__),
         "created_by": created_by(),
     }
+
+
+def dataset_shards(dataset: Any) -> int | None:
+    """The shards an iterable dataset says it has: a Hugging Face ``datasets.IterableDataset``'s ``n_shards`` (or
+    ``num_shards``), or any dataset's int ``n_shards``; None where it says nothing. Workers beyond the shards have
+    nothing to read."""
+    mro = type(dataset).__mro__
+    hugging_face = any(c.__name__ == "IterableDataset" and c.__module__.split(".")[0] == "datasets" for c in mro)
+    for name in ("n_shards", "num_shards") if hugging_face else ("n_shards",):
+        try:  # a property of the dataset's source, cheap; a user's __getattr__ may raise anything
+            shards = getattr(dataset, name, None)
+        except Exception:
+            continue
+        if isinstance(shards, int) and not isinstance(shards, bool) and shards >= 0:
+            return shards
+    return None
 
 
 def created_by() -> str | None:

@@ -1,4 +1,5 @@
-"""Span timing in one process: its span log, its probe state, and the timed collate, fetch and tokenizer calls.
+"""Span timing in one process: its span log, its probe state, and the timed collate, fetch and tokenizer calls,
+with the facts of each collated batch (:mod:`.batch_facts`) measured after its spans.
 
 Everything here runs in whichever process loads data: a DataLoader worker, or the main process when
 ``num_workers=0``. The hot paths append tuples in :data:`spanfile.RECORD` order to the process's
@@ -11,14 +12,16 @@ import functools
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from dlprof.capture import spanfile
+from dlprof.capture.probe import batch_facts
 from dlprof.core import schema
 
 _time_ns = time.time_ns
+_perf_ns = time.perf_counter_ns
 
 #: Tokenizer methods timed when a Dataset or collate_fn calls them. Only the outermost call of a
 #: nest is recorded (``__call__`` calls ``_encode_plus``, ``encode`` calls ``__call__``, ...).
@@ -85,13 +88,16 @@ class ProcessState:
         self.tokenizer_depth = 0
         self.collate_start: tuple[int, int] | None = None
         self.collate_end: tuple[int, int] | None = None
-        self.batch_tensors = 0
+        #: The batch ``collate_fn`` returned, until the fetch that asked for it has measured it.
+        self.collated: Any = None
 
 
 #: This process's probe state. Other modules read it as ``timing.STATE``, never import it by name:
 #: :func:`set_state` replaces it (a new worker process, or uninstall).
 STATE = ProcessState()
 _SPAN = spanfile.KIND_SPAN
+_TOKENS, _BYTES = spanfile.KIND_BATCH_TOKENS, spanfile.KIND_BATCH_BYTES
+_NOT_LOOKED = object()
 _BATCH, _FETCH, _TOKENIZER, _COLLATE = (
     spanfile.SPAN_CODE[name]
     for name in (schema.SPAN_BATCH, schema.SPAN_FETCH, schema.SPAN_TOKENIZER, schema.SPAN_COLLATE)
@@ -119,7 +125,7 @@ def count_tensors(obj: Any, depth: int = 0) -> int:
     """Tensors in a collated batch (each is handed to the main process separately: its cost scales with them)."""
     if depth > 4:
         return 0
-    if isinstance(obj, dict):
+    if isinstance(obj, (dict, Mapping)):  # a transformers BatchEncoding is a Mapping, not a dict
         return sum(count_tensors(v, depth + 1) for v in obj.values())
     if isinstance(obj, (list, tuple)):
         return sum(count_tensors(v, depth + 1) for v in obj)
@@ -129,11 +135,19 @@ def count_tensors(obj: Any, depth: int = 0) -> int:
 class TimedCollate:
     """The user's ``collate_fn``, timed; carries the :class:`LoaderContext` into worker processes."""
 
-    __slots__ = ("collate_fn", "ctx")
+    __slots__ = ("collate_fn", "ctx", "_pad_id")
 
     def __init__(self, collate_fn: Callable, ctx: LoaderContext):
         self.collate_fn = collate_fn
         self.ctx = ctx
+        self._pad_id: Any = _NOT_LOOKED
+
+    @property
+    def pad_id(self) -> int | None:
+        """The pad token id the user's ``collate_fn`` pads with, where it says (looked up once per process)."""
+        if self._pad_id is _NOT_LOOKED:
+            self._pad_id = batch_facts.pad_token_id(self.collate_fn)
+        return self._pad_id
 
     def __call__(self, data: Any) -> Any:
         st = STATE
@@ -146,13 +160,35 @@ class TimedCollate:
             return batch
         finally:
             st.collate_end = (_time_ns(), st.log.cpu_ns())
-            st.batch_tensors = count_tensors(batch)
+            st.collated = batch
 
     def __getstate__(self):
         return (self.collate_fn, self.ctx)
 
     def __setstate__(self, state):
         self.collate_fn, self.ctx = state
+        self._pad_id = _NOT_LOOKED
+
+
+def _measure(collated: Any, collate: TimedCollate, made_ns: int, where: tuple) -> tuple[tuple, int]:
+    """The batch's facts records (:mod:`dlprof.capture.spanfile`) and its tensor count.
+
+    Never raises: a batch it cannot measure gets an unmeasured record, and the user's training goes on.
+    """
+    start = _perf_ns()
+    try:
+        facts = batch_facts.measure(collated, collate.pad_id)
+    except Exception:
+        unmeasured = ((_TOKENS, spanfile.UNMEASURED, 0, 0, 0, _perf_ns() - start, *where),)
+        try:
+            return unmeasured, count_tensors(collated)
+        except Exception:
+            return unmeasured, 0
+    cost_ns = _perf_ns() - start
+    return (
+        (_TOKENS, facts.source, facts.real_tokens, facts.rows, facts.width, facts.longest, *where),
+        (_BYTES, 0, facts.fingerprint, facts.nbytes, made_ns, cost_ns, *where),
+    ), facts.tensors
 
 
 def _timed_fetch(original: Callable) -> Callable:
@@ -165,7 +201,7 @@ def _timed_fetch(original: Callable) -> Callable:
         ctx = st.ctx if st.worker_id >= 0 else collate.ctx
         st.ctx = ctx
         batch = st.batch
-        st.collate_start = st.collate_end = None
+        st.collate_start = st.collate_end = st.collated = None
         st.in_loader = True
         cpu_ns, runq_ns = st.log.cpu_ns, st.log.runq_ns
         # The CPU and run-queue clocks are read inside the wall-clock span: a wait for a core between
@@ -184,6 +220,12 @@ def _timed_fetch(original: Callable) -> Callable:
             loader, epoch = ctx.loader_id, ctx.epoch
             start, end = st.collate_start, st.collate_end
             if start is not None and end is not None:
+                collated, st.collated = st.collated, None
+                if collated is not None:
+                    facts, tensors = _measure(collated, collate, end[0], (loader, epoch, batch, worker))
+                    log.records += facts
+                else:  # collate_fn raised
+                    tensors = 0
                 log.records += (
                     (_SPAN, _BATCH, t0, t1, cpu1 - cpu0, runq1 - runq0, loader, epoch, batch, worker),
                     (_SPAN, _FETCH, t0, start[0], start[1] - cpu0, 0, loader, epoch, batch, worker),
@@ -193,7 +235,7 @@ def _timed_fetch(original: Callable) -> Callable:
                         start[0],
                         end[0],
                         end[1] - start[1],
-                        st.batch_tensors,
+                        tensors,
                         loader,
                         epoch,
                         batch,

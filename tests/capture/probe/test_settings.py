@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from dlprof.capture import probe
+from dlprof.capture.probe import settings
 
 
 def test_loader_settings_are_recorded_as_the_dataloader_got_them(spans_dir):
@@ -42,3 +44,58 @@ def test_without_overrides_the_request_is_not_recorded(spans_dir):
     DataLoader(torch.arange(4.0), batch_size=2, num_workers=1)
     (record,) = probe.loader_records()
     assert record.config["num_workers"] == 1 and record.config["num_workers_requested"] is None
+
+
+def hugging_face_like(attribute: str, shards: int) -> IterableDataset:
+    """An iterable dataset that looks like ``datasets.IterableDataset`` (not imported: dlprof never imports it)."""
+    source = {attribute: property(lambda self: shards), "__iter__": lambda self: iter(range(4))}
+    cls = type("IterableDataset", (IterableDataset,), {"__module__": "datasets.iterable_dataset", **source})
+    return cls()
+
+
+class Shards(IterableDataset):
+    def __init__(self, n_shards):
+        self.n_shards = n_shards
+
+    def __iter__(self):
+        return iter(range(4))
+
+
+class Exploding(IterableDataset):
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise RuntimeError(f"{name}: no such thing")
+
+    def __iter__(self):
+        return iter(range(4))
+
+
+class MappedWithShards(TensorDataset):
+    n_shards = 3
+
+
+@pytest.mark.parametrize(
+    ("dataset", "shards"),
+    [
+        (hugging_face_like("n_shards", 3), 3),
+        (hugging_face_like("num_shards", 5), 5),  # the name some versions of ``datasets`` give it
+        (Shards(4), 4),  # anyone's iterable dataset that says how many shards it has
+        (Shards(True), None),
+        (Shards("4"), None),
+        (Shards(None), None),
+        (Exploding(), None),
+        (MappedWithShards(torch.arange(4.0)), None),  # shards mean something only to an iterable dataset
+        (TensorDataset(torch.arange(4.0)), None),
+    ],
+)
+def test_an_iterable_datasets_shards_are_recorded(spans_dir, dataset, shards):
+    DataLoader(dataset, batch_size=2)
+    (record,) = probe.loader_records()
+    assert record.config["dataset_shards"] == shards
+
+
+def test_only_datasets_own_iterable_dataset_is_asked_for_num_shards():
+    assert settings.dataset_shards(hugging_face_like("num_shards", 2)) == 2
+    other = type("Other", (IterableDataset,), {"num_shards": 2, "__iter__": lambda self: iter(())})()
+    assert settings.dataset_shards(other) is None
