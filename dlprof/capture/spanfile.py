@@ -91,7 +91,7 @@ def hex_fingerprint(fingerprint: int) -> str:
     return format(fingerprint & 0xFFFF_FFFF_FFFF_FFFF, "016x") if fingerprint else ""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SpanFiles:
     """Everything the probes wrote in a run's spans directory."""
 
