@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import statistics
 from collections import defaultdict
 
 from dlprof.analysis.stats import percentile
@@ -275,11 +276,6 @@ def _growth(process: ProcessMemory, samples: list[tuple[int, int]]) -> WorkerGro
 
 def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
     """The least-squares slope of y over x, and the correlation of x and y (0 when y does not vary)."""
-    n = len(points)
-    mean_x = sum(x for x, _ in points) / n
-    mean_y = sum(y for _, y in points) / n
-    sxx = sum((x - mean_x) ** 2 for x, _ in points)
-    syy = sum((y - mean_y) ** 2 for _, y in points)
-    sxy = sum((x - mean_x) * (y - mean_y) for x, y in points)
-    slope = sxy / sxx
-    return slope, (sxy / math.sqrt(sxx * syy) if syy > 0 else 0.0)
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    slope = statistics.linear_regression(xs, ys).slope
+    return slope, (statistics.correlation(xs, ys) if len(set(ys)) > 1 else 0.0)
