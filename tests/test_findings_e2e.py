@@ -153,6 +153,32 @@ def test_dynamic_padding_is_not_a_fault(record):
     assert ids.FINDING_PADDING not in dynamic.ids(), dynamic.findings
 
 
+def _trials(run: Path) -> dict:
+    result = invoke("analyze", run, "--format", "json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    return (document["runs"][0] if "runs" in document else document)["trials"]
+
+
+def test_the_trials_measure_what_trimming_the_padding_buys(record):
+    trials = ("--try-workers", "2", "--trial-rounds", "1")
+    padded = record("padding-trials", "padding.py", "--steps", "100000", window=WINDOW + trials)
+    segments = padded.manifest["trials"]["segments"]
+    assert [s["trim_padding"] for s in segments] == [False, True] and segments[1]["num_workers"] == 2
+    assert padded.manifest["trials"]["trim_refused"] is None and padded.manifest["trials"]["trim_checked"] > 0
+    measured = _trials(padded.run)["padding"]
+    # Samples of ~130 tokens padded to 512: trimming drops most of the positions, and the steps get faster.
+    assert measured["num_workers"] == 2 and 10 < measured["trimmed_pct"] < 95, measured
+    assert measured["trimmed_steps_per_s"] > 0 and measured["padded_steps_per_s"] > 0
+    finding = padded.finding(ids.FINDING_PADDING)
+    assert "batches trimmed to their longest sequence" in finding["evidence"], finding
+    assert finding["gain_basis"] == (ids.GAIN_MEASURED if measured["trusted"] else ids.GAIN_UP_TO), (finding, measured)
+    # Padded to the longest already: nothing to trim, no such segment.
+    dynamic = record("padding-fixed-trials", "padding.py", "--fixed", "--steps", "100000", window=WINDOW + trials)
+    assert not any(s["trim_padding"] for s in dynamic.manifest["trials"]["segments"])
+    assert _trials(dynamic.run)["padding"] is None and _trials(dynamic.run)["padding_not_measured"] is None
+
+
 def test_slow_tokenizer_in_the_loop_is_priced(record):
     in_loop = record("pretokenize", "pretokenize.py")
     finding = in_loop.finding(ids.FINDING_PRETOKENIZE)

@@ -1,7 +1,7 @@
 """Faults of the input pipeline beyond the DataLoader's settings, from the run's evidence
 (:class:`~dlprof.results.findings.PipelineFacts`): each a :class:`~dlprof.results.findings.Finding` with its numbers,
-its fix in one line and what the fix buys where that can be told (predicted by the throughput model, or an upper
-bound).
+its fix in one line and what the fix buys where that can be told (measured by the trials, predicted by the throughput
+model, or an upper bound).
 
 Thresholds are named constants; :func:`input_findings` returns the findings that fire, the largest gain first.
 """
@@ -23,6 +23,7 @@ from dlprof.results.findings import (
     FINDING_SHARED_MEMORY,
     FINDING_THREADS,
     FINDING_UNSHARDED_ITERABLE,
+    GAIN_MEASURED,
     GAIN_NONE,
     GAIN_PREDICTED,
     GAIN_UP_TO,
@@ -38,6 +39,7 @@ from dlprof.results.findings import (
     SharedMemoryFacts,
     ThreadFacts,
 )
+from dlprof.results.trials import PaddingTrial, TrialsResult
 
 #: Padding is worth naming when at least this share of the positions computed on is padding ...
 PADDING_MIN_PCT = 20.0
@@ -81,16 +83,18 @@ def input_findings(
     num_workers: int | None,
     candidates: list[int],
     config: LoaderConfig | None,
+    trials: TrialsResult | None = None,
 ) -> tuple[Finding, ...]:
     """Every finding that fires, the largest gain first, then those without a gain by severity.
 
     Args:
+        trials: what the run's in-process trials measured (its padding segment measures the padding's gain).
         inputs: the throughput model's inputs (None: no prediction can be made).
         num_workers: the recommended count (None: no recommendation).
         candidates: the counts the recommendation considered.
     """
     found = [
-        padding_finding(facts.padding, steps) if facts.padding else None,
+        padding_finding(facts.padding, steps, trials) if facts.padding else None,
         pretokenize_finding(loader, inputs, num_workers),
         unsharded_finding(facts.duplicates) if facts.duplicates else None,
         few_shards_finding(config, num_workers),
@@ -125,15 +129,21 @@ def _token_compute(steps: StepBreakdown) -> tuple[float, str]:
     return max(0.0, rest), "the step less its data wait, optimizer and copies"
 
 
-def padding_finding(facts: PaddingFacts, steps: StepBreakdown) -> Finding | None:
-    """Batches padded beyond their longest sequence: the gain of padding to the longest, an upper bound from the tokens
-    (the work that grows with tokens shrinks with them at most in proportion, attention's quadratic term aside)."""
+def padding_finding(facts: PaddingFacts, steps: StepBreakdown, trials: TrialsResult | None = None) -> Finding | None:
+    """Batches padded beyond their longest sequence: the gain of padding to the longest, measured where the trials
+    trained a segment on trimmed batches, else an upper bound from the tokens (the work that grows with tokens shrinks
+    with them at most in proportion, attention's quadratic term aside)."""
     if facts.padded_tokens <= 0 or steps.step.mean_ms <= 0:
         return None
     compute_ms, what = _token_compute(steps)
     share = min(1.0, compute_ms / steps.step.mean_ms)
     to_longest = 1 - facts.longest_tokens / facts.padded_tokens
-    gain = _faster_pct(share * to_longest)
+    bound = _faster_pct(share * to_longest)
+    measured = trials.padding if trials is not None else None
+    if measured is not None and measured.trusted and measured.gain_pct is not None:
+        gain, basis = measured.gain_pct, GAIN_MEASURED
+    else:
+        gain, basis = bound, GAIN_UP_TO
     if facts.padding_pct < PADDING_MIN_PCT or gain < PADDING_MIN_GAIN_PCT:
         return None
     packed = _faster_pct(share * (1 - facts.real_tokens / facts.padded_tokens))
@@ -145,8 +155,8 @@ def padding_finding(facts: PaddingFacts, steps: StepBreakdown) -> Finding | None
         f" they would compute on {100 * facts.longest_tokens / facts.padded_tokens:.0f} % of the positions, packed"
         f" (or grouped by length, which comes near it) on {100 * facts.real_tokens / facts.padded_tokens:.0f} %."
         f" {what.capitalize()} take {100 * share:.0f} % of the step: padding to the longest makes it up to"
-        f" {gain:.0f} % faster, packing up to {packed:.0f} %"
-    )
+        f" {bound:.0f} % faster, packing up to {packed:.0f} %"
+    ) + _padding_measured(measured, trials.padding_not_measured if trials is not None else None)
     return Finding(
         id=FINDING_PADDING,
         severity=SEVERITY_WARNING,
@@ -156,10 +166,27 @@ def padding_finding(facts: PaddingFacts, steps: StepBreakdown) -> Finding | None
             " instead of padding='max_length' (then group_by_length=True or packing for more)"
         ),
         gain_pct=gain,
-        gain_basis=GAIN_UP_TO,
+        gain_basis=basis,
         title="pad to the longest sequence",
         reason=f"{facts.padding_pct:.0f} % of the tokens are padding",
     )
+
+
+def _padding_measured(measured: PaddingTrial | None, not_measured: str | None) -> str:
+    """What the trials' padding segment measured, for the padding finding's evidence ("" without trials)."""
+    if measured is None:
+        return f"; {not_measured}: the bound stands" if not_measured else ""
+    trimmed = measured.trimmed.steps_per_s if measured.trimmed is not None else None
+    if trimmed is None or measured.padded_steps_per_s is None or measured.gain_pct is None:
+        return "; the trials' segment with trimmed batches had no steady steps to measure: the bound stands"
+    setting = f"num_workers={measured.num_workers}{', persistent' if measured.persistent_workers else ''}"
+    dropped = f", {measured.trimmed_pct:.0f} % of the positions" if measured.trimmed_pct is not None else ""
+    said = (
+        f"; measured in this training at {setting}: batches trimmed to their longest sequence (only positions the loss"
+        f" ignores dropped{dropped}) trained at {trimmed:.2f} steps/s against {measured.padded_steps_per_s:.2f}"
+        f" padded ({measured.gain_pct:+.1f} %, inside an epoch)"
+    )
+    return said if measured.trusted else f"{said}, too short or too spread to trust: the bound stands"
 
 
 def pretokenized_inputs(inputs: ModelInputs, loader: LoaderStats) -> ModelInputs | None:

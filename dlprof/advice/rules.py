@@ -265,7 +265,7 @@ def advise(
     )
     # Counts beyond /dev/shm are worth a warning only where they bound the recommendation.
     shm_bound = [p.num_workers for p in predicted] if bound == SHARED_MEMORY else []
-    found = input_findings(facts, steps, loader, inputs, num_workers, shm_bound, loader_config)
+    found = input_findings(facts, steps, loader, inputs, num_workers, shm_bound, loader_config, trials)
     advice = replace(
         advice,
         findings=found,

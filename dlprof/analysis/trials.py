@@ -32,6 +32,10 @@ The trials trained on after the reference steps, switching the training DataLoad
      batch time measured in the loader processes; without worker spans, the switches' wait for the first batch less
      the creation of the iterator (an upper bound: a fresh worker also initialises).
 
+* **The padding segment** (``TrialSegment.trim_padding``): the last setting again with its batches trimmed to their
+  longest real sequence in the main process (no workers started, so only the refill transient of epoch starts is left
+  out); its steady speed against that setting's, padded, is :class:`~dlprof.results.trials.PaddingTrial`. It is not a
+  setting tried: the rounds, restarts and switches are measured without it.
 * **Over whole epochs**, when the epoch length is known: ``steps per epoch / (steps per epoch / rate + restart)``.
   The trials compare over whole epochs when every setting measured has that speed, else inside an epoch
   (:data:`~dlprof.results.trials.BASIS_WHOLE_EPOCHS`, :data:`~dlprof.results.trials.BASIS_IN_EPOCH`).
@@ -48,10 +52,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from dlprof.core import throughput
-from dlprof.core.manifest import EPOCH_SETTLE_STEPS, LoaderConfig, Manifest, StepClock, Trials, TrialSegment
+from dlprof.core.manifest import (
+    EPOCH_SETTLE_STEPS,
+    TRIM_MIN_PCT,
+    LoaderConfig,
+    Manifest,
+    StepClock,
+    Trials,
+    TrialSegment,
+)
 from dlprof.results.advice import Prediction
 from dlprof.results.analysis import LoaderStats, Throughput
-from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS, MeasuredSegment, TrialSetting, TrialsResult
+from dlprof.results.trials import (
+    BASIS_IN_EPOCH,
+    BASIS_WHOLE_EPOCHS,
+    MeasuredSegment,
+    PaddingTrial,
+    TrialSetting,
+    TrialsResult,
+)
 
 #: A DataLoader setting tried: (num_workers, persistent_workers).
 Setting = tuple[int, bool]
@@ -89,9 +108,12 @@ class _Piece:
     surplus_left: bool = False
 
 
-def _pieces(clock: StepClock, segment: TrialSegment, queues: tuple[int, int], busy_at: int) -> list[_Piece]:
+def _pieces(
+    clock: StepClock, segment: TrialSegment, queues: tuple[int, int], busy_at: int, started: bool = True
+) -> list[_Piece]:
     """``queues``: the queue after the switch, and after an epoch start; ``busy_at``: ready batches at or below which
-    every worker is busy (:func:`dlprof.core.throughput.all_busy_below`)."""
+    every worker is busy (:func:`dlprof.core.throughput.all_busy_below`); ``started``: the segment began by starting
+    workers (a switch; not the padding segment, which keeps the workers it follows)."""
     stop = min(segment.first_step + segment.steps, len(clock))
     if segment.first_step >= stop:
         return []
@@ -107,7 +129,7 @@ def _pieces(clock: StepClock, segment: TrialSegment, queues: tuple[int, int], bu
             busy_at,
         )
         left, surplus_left = throughput.transient(*args)
-        if segment.num_workers and (k == 0 or not segment.persistent_workers):
+        if segment.num_workers and ((k == 0 and started) or (k > 0 and not segment.persistent_workers)):
             left = max(left, min(EPOCH_SETTLE_STEPS, b - a))  # workers were started: forking slows the next steps
         pieces.append(_Piece(start=a, stop=b, left_out=left, boundary=k > 0, surplus_left=surplus_left))
     return pieces
@@ -306,7 +328,9 @@ def trials_result(
     """
     if manifest is None or manifest.trials is None or not len(manifest.step_clock):
         return None
-    trials = manifest.trials
+    # The padding segment is not a setting tried: it is measured against its setting's own segments.
+    padding_segments = [s for s in manifest.trials.segments if s.trim_padding]
+    trials = replace(manifest.trials, segments=tuple(s for s in manifest.trials.segments if not s.trim_padding))
     clock = manifest.step_clock
     config = switched_loader(manifest)
     prefetch = config.prefetch_factor if config else None
@@ -352,14 +376,69 @@ def trials_result(
     basis = BASIS_WHOLE_EPOCHS if whole else BASIS_IN_EPOCH
     rounds = _complete_rounds(trials)
     notes = _notes(trials, settings, sources, rounds, basis)
+    padding, padding_speeds = _padding_trial(clock, trials, padding_segments, settings, prefetch, batches_per_step)
+    speed_of = {id(s): segment_speeds.get(i) for i, s in enumerate(trials.segments)}
+    speed_of.update((id(s), speed) for s, speed in zip(padding_segments, padding_speeds))
     return TrialsResult(
         rounds=rounds,
         rounds_planned=trials.rounds,
         basis=basis,
         settings=tuple(settings),
         notes=tuple(notes),
-        segments=tuple(MeasuredSegment(s, segment_speeds.get(i)) for i, s in enumerate(trials.segments)),
+        segments=tuple(MeasuredSegment(s, speed_of.get(id(s))) for s in manifest.trials.segments),
+        padding=padding,
+        padding_not_measured=None if padding is not None else _padding_not_measured(trials),
     )
+
+
+def _padding_trial(
+    clock: StepClock,
+    trials: Trials,
+    segments: list[TrialSegment],
+    settings: list[TrialSetting],
+    prefetch: int | None,
+    batches_per_step: float,
+) -> tuple[PaddingTrial | None, list[Throughput | None]]:
+    """The padding segment's speed against its setting's, padded (steady steps inside an epoch, both); and each
+    padding segment's own speed."""
+    if not segments:
+        return None, []
+    first = segments[0]
+    setting = (first.num_workers, first.persistent_workers)
+    queue = throughput.queue_steps(setting[0], prefetch, batches_per_step)
+    busy_at = throughput.all_busy_below(setting[0], prefetch)
+    pieces = [_pieces(clock, s, (0, queue), busy_at, started=False) for s in segments]
+    speeds = [_speed(clock, p, batches_per_step, setting[0]) for p in pieces]
+    trimmed = throughput.combine([s for s in speeds if s is not None])
+    padded = next((r for r in settings if (r.num_workers, r.persistent_workers) == setting), None)
+    padded_rate = padded.steps_per_s if padded is not None else None
+    gain = 100 * (trimmed.steps_per_s / padded_rate - 1) if trimmed is not None and padded_rate else None
+    trusted = (
+        trimmed is not None
+        and padded is not None
+        and padded.speed is not None
+        and all(throughput.enough(s.steps, s.seconds) for s in (trimmed, padded.speed))
+        and padded.speed.spread_pct <= throughput.MAX_SPREAD_PCT
+    )
+    measured = PaddingTrial(
+        num_workers=setting[0],
+        persistent_workers=setting[1],
+        trimmed_pct=trials.trimmable_pct,
+        trimmed=trimmed,
+        padded_steps_per_s=padded_rate,
+        gain_pct=gain,
+        trusted=trusted,
+    )
+    return measured, speeds
+
+
+def _padding_not_measured(trials: Trials) -> str | None:
+    """Why the trials measured no padding segment (None: its batches were not checked, or nothing calls for one)."""
+    if trials.trim_refused is not None:
+        return f"the trials did not trim the batches: {trials.trim_refused}"
+    if trials.incomplete and trials.trimmable_pct is not None and trials.trimmable_pct >= TRIM_MIN_PCT:
+        return "the trials ended before the segment with trimmed batches"
+    return None
 
 
 def predicted_on_basis(

@@ -363,6 +363,8 @@ class Recorder:
             iterable=bool(config.get("iterable_dataset")),
             epoch_steps=epoch_steps,
             last_epoch_start=starts[-1] if starts else None,
+            # A batch that cannot be trimmed without changing the loss rules the padding segment out.
+            trimmable_pct=training.trim.droppable_pct if training.trim.refused is None else 0.0,
         )
 
     def _export(self, profiler: torch.profiler.profile) -> None:

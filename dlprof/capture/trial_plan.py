@@ -26,7 +26,7 @@ from pathlib import Path
 from dlprof.core import throughput
 from dlprof.core.errors import UsageError
 from dlprof.core.lenient import parse_dataclass
-from dlprof.core.manifest import EPOCH_SETTLE_STEPS
+from dlprof.core.manifest import EPOCH_SETTLE_STEPS, TRIM_MIN_PCT
 from dlprof.results.record import TrialRequest
 
 #: The plan, in the session directory.
@@ -150,7 +150,9 @@ def steps_bound(request: TrialRequest, prefetch_factor: int | None = None, batch
     # Whatever came before a segment, at most the largest count's queue was in flight.
     most = max(queue_of(n, prefetch_factor, batches_per_step) for n in request.counts)
     segments = sum(allowance_steps(n, prefetch_for(n, prefetch_factor), batches_per_step, most) for _, n, _ in order)
-    return RANK_MARGIN_STEPS + segments + len(order) * trial_steps
+    # ... and the padding segment, when the batches turn out to be padded past their longest sequence.
+    padding = max(allowance_steps(n, prefetch_for(n, prefetch_factor), batches_per_step) for n in request.counts)
+    return RANK_MARGIN_STEPS + segments + padding + (len(order) + 1) * trial_steps
 
 
 def default_trial_steps(step_s: float | None, fastest_s: float | None = None, rounds: int = 1) -> int:
@@ -181,6 +183,9 @@ class LoaderFacts:
     #: Steps per epoch, when known (the loader's length, or epoch starts seen), and the last step an epoch began in.
     epoch_steps: int | None = None
     last_epoch_start: int | None = None
+    #: The share of the positions of its first batches that trimming to their longest real sequence would drop, %
+    #: (:mod:`dlprof.capture.probe.trim`; 0: none, or the batches cannot be trimmed without changing the loss).
+    trimmable_pct: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,6 +204,8 @@ class PlannedSegment:
     steps: int
     #: It switches where an epoch begins (an IterableDataset).
     at_epoch_start: bool = False
+    #: The padding segment: the previous segment's setting with batches trimmed to their longest real sequence.
+    trim_padding: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -301,6 +308,7 @@ def plan_trials(
                 skipped=planned,
             )
         epoch_segments, stop = planned
+        epoch_segments, stop = _with_padding_segment(epoch_segments, stop, facts, trial_steps)
         return Plan(
             trials_start=start,
             stop_step=stop,
@@ -327,14 +335,42 @@ def plan_trials(
             )
         )
         step, previous = step + steps, n
+    planned_segments, stop = _with_padding_segment(tuple(segments), step, facts, trial_steps)
     return Plan(
         trials_start=start,
-        stop_step=step,
+        stop_step=stop,
         decided_at=at,
         decided_by=rank,
         trial_steps=trial_steps,
-        segments=tuple(segments),
+        segments=planned_segments,
     )
+
+
+def _with_padding_segment(
+    segments: tuple[PlannedSegment, ...], stop: int, facts: LoaderFacts, trial_steps: int
+) -> tuple[tuple[PlannedSegment, ...], int]:
+    """``segments`` and the stop step, with the padding segment after the last one when the batches are padded past
+    their longest sequence (:data:`TRIM_MIN_PCT`): the last setting again, no switch of workers, as long as a segment
+    of that setting (whole epochs for an IterableDataset, so that its speed is measured as the setting's was)."""
+    if not segments or facts.trimmable_pct < TRIM_MIN_PCT:
+        return segments, stop
+    last = segments[-1]
+    steps = (
+        last.steps
+        if last.at_epoch_start
+        else allowance_steps(last.num_workers, last.prefetch_factor, facts.batches_per_step) + trial_steps
+    )
+    padding = PlannedSegment(
+        num_workers=last.num_workers,
+        persistent_workers=last.persistent_workers,
+        prefetch_factor=last.prefetch_factor,
+        round=last.round,
+        request_step=stop,
+        first_step=stop,
+        steps=steps,
+        trim_padding=True,
+    )
+    return (*segments, padding), stop + steps
 
 
 def describe(request: TrialRequest, plan: Plan, step_s: float | None) -> str:
@@ -347,9 +383,14 @@ def describe(request: TrialRequest, plan: Plan, step_s: float | None) -> str:
     seconds = f": ~{_duration(steps * step_s)}" if step_s else ""
     rounds = f"{request.rounds} round{'s' if request.rounds != 1 else ''}"
     where = ", switching where epochs start" if any(s.at_epoch_start for s in plan.segments) else ""
+    padding = (
+        ", then one with batches trimmed to their longest sequence (they are padded past it)"
+        if any(s.trim_padding for s in plan.segments)
+        else ""
+    )
     return (
         f"dlprof: trying num_workers {','.join(map(str, request.counts))}{also} in {rounds} of {per_round}"
-        f" segment{'s' if per_round != 1 else ''}, about {each} steps each{where}{seconds}"
+        f" segment{'s' if per_round != 1 else ''}, about {each} steps each{where}{padding}{seconds}"
     )
 
 

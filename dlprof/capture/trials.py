@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from dlprof.capture import probe
-from dlprof.capture.probe import switch
+from dlprof.capture.probe import switch, trim
 from dlprof.capture.trial_plan import Plan, PlannedSegment
 from dlprof.core.manifest import Trials, TrialSegment
 from dlprof.results.record import TrialRequest
@@ -101,6 +101,8 @@ class TrialProgress:
 
 def _label(segment: PlannedSegment) -> str:
     persistent = ", persistent" if segment.persistent_workers else ""
+    if segment.trim_padding:
+        return f"num_workers {segment.num_workers}{persistent}, batches trimmed to their longest sequence"
     return f"num_workers {segment.num_workers}{persistent} (round {segment.round + 1})"
 
 
@@ -150,6 +152,14 @@ class TrialRunner:
     def _request(self, index: int) -> None:
         self.requested.add(index)
         segment = self.plan.segments[index]
+        if segment.trim_padding:  # the same workers: the main process trims the batches from the next one on
+            trim.TRIMMING.add(self.record.loader_id)
+            current = switch.Setting(
+                segment.num_workers, segment.prefetch_factor, segment.persistent_workers, self.own.timeout_s
+            )
+            self.applied[index] = _Applied(self._step_in_progress(), switch.SwitchReport(setting=current))
+            return
+        trim.TRIMMING.discard(self.record.loader_id)
         setting = switch.Setting(
             segment.num_workers, segment.prefetch_factor, segment.persistent_workers, self.own.timeout_s
         )
@@ -168,7 +178,9 @@ class TrialRunner:
         self.applied[index] = _Applied(self._step_in_progress(), report)
 
     def restore(self) -> None:
-        """Give the DataLoader its own settings back for the epochs that follow (a switch still pending is dropped)."""
+        """Give the DataLoader its own settings back for the epochs that follow (a switch still pending is dropped), and
+        its batches untrimmed."""
+        trim.TRIMMING.discard(self.record.loader_id)
         switch.restore(self.record.loader_id, self.own)
 
     def finish(self) -> None:
@@ -186,7 +198,7 @@ class TrialRunner:
             steps_run: steps in the step clock.
             ended: why the training ended before the plan did (None: it did not, or dlprof stopped it).
         """
-        plan = self.plan
+        plan, checked = self.plan, self.record.trim
         order = sorted(self.applied.items(), key=lambda item: item[1].first_step)
         end = min(steps_run, plan.stop_step)
         segments = []
@@ -205,6 +217,7 @@ class TrialRunner:
                     start_ms=report.start_ms,
                     first_batch_ms=report.first_batch_ms,
                     at_epoch_start=report.at_epoch_start,
+                    trim_padding=planned.trim_padding,
                 )
             )
         incomplete = self.failed or ended
@@ -220,6 +233,9 @@ class TrialRunner:
             segments=tuple(segments),
             incomplete=incomplete,
             notes=tuple(self.notes),
+            trim_checked=checked.batches,
+            trimmable_pct=checked.droppable_pct if checked.positions else None,
+            trim_refused=checked.refused,
         )
 
 

@@ -30,7 +30,8 @@ from dlprof.core.version import MANIFEST_VERSION
 # 3: adds ``trials`` (``dlprof record --try-workers``: candidate settings trained in turn in the same process) and
 # the step phase ``trial``. 4: adds ``job`` (the key the nodes of a job over several machines share).
 # 5: adds ``batches`` (what the probe measured of each batch: tokens, padding, bytes, fingerprint), the host's
-# ``/dev/shm`` and thread settings, the processes' threads and CPU time, and a loader's ``dataset_shards``.
+# ``/dev/shm`` and thread settings, the processes' threads and CPU time, a loader's ``dataset_shards``, and the
+# trials' padding segment (``trim_padding``, ``trim_checked``, ``trimmable_pct``, ``trim_refused``).
 
 #: Versions this dlprof can read: older ones lack fields, which are then unknown.
 READABLE_VERSIONS = (1, 2, 3, 4, 5)
@@ -50,6 +51,10 @@ PHASES = (PHASE_BEFORE, PHASE_PROFILED, PHASE_AFTER, PHASE_TRIAL)
 #: for a few steps (copy-on-write page faults), besides the wait for the first batch. The recorder times
 #: this many steps after a boundary; the analysis counts their excess as the restart's cost.
 EPOCH_SETTLE_STEPS = 5
+#: The trials' padding segment (batches trimmed to their longest real sequence) is planned when trimming drops at least
+#: this share of the positions of the batches checked, %: below it the gain is within the trials' spread, not worth a
+#: segment.
+TRIM_MIN_PCT = 10.0
 #: The reference steps end at the latest after this many times ``--reference-steps`` (a run whose steps never
 #: settle, or too short to make throughput.MIN_SECONDS, still stops; its speed is then flagged untrusted).
 MAX_REFERENCE_FACTOR = 4
@@ -221,6 +226,9 @@ class TrialSegment:
     first_batch_ms: float | None = None
     #: The switch came where an epoch began (an IterableDataset switches only there), not inside an epoch.
     at_epoch_start: bool = False
+    #: The padding segment: the previous segment's setting, its batches trimmed to their longest real sequence in the
+    #: main process (no switch of workers); not one of the settings tried.
+    trim_padding: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -242,6 +250,11 @@ class Trials:
     #: What else the analysis should know: a rank that followed rank 0's plan late, a switch that waited for an epoch
     #: start.
     notes: tuple[str, ...] = ()
+    #: The training loader's first batches checked for padding past their longest real sequence: how many, the share
+    #: of their positions trimming would drop (%), and why a batch could not be trimmed without changing the loss.
+    trim_checked: int = 0
+    trimmable_pct: float | None = None
+    trim_refused: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

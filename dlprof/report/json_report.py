@@ -18,7 +18,7 @@ from dlprof.results.analysis import (
 )
 from dlprof.results.findings import Finding
 from dlprof.results.report import Report, RunReport
-from dlprof.results.trials import TrialsResult
+from dlprof.results.trials import PaddingTrial, TrialsResult
 
 
 def _summary(summary: Summary) -> dict:
@@ -268,6 +268,20 @@ def _trials(trials: TrialsResult) -> dict:
             for r in trials.settings
         ],
         "notes": list(trials.notes),
+        "padding": _padding_trial(trials.padding) if trials.padding is not None else None,
+        "padding_not_measured": trials.padding_not_measured,
+    }
+
+
+def _padding_trial(padding: PaddingTrial) -> dict:
+    return {
+        "num_workers": padding.num_workers,
+        "persistent_workers": padding.persistent_workers,
+        "trimmed_pct": rounded(padding.trimmed_pct, 2),
+        "trimmed_steps_per_s": rounded(padding.trimmed.steps_per_s if padding.trimmed else None),
+        "padded_steps_per_s": rounded(padding.padded_steps_per_s),
+        "gain_pct": rounded(padding.gain_pct, 2),
+        "trusted": padding.trusted,
     }
 
 

@@ -51,6 +51,23 @@ class MeasuredSegment:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PaddingTrial:
+    """The padding segment: the training at one tried setting with its batches trimmed to their longest real sequence
+    (only positions the loss ignores dropped), against that setting as padded, both steady steps inside an epoch."""
+
+    num_workers: int
+    persistent_workers: bool
+    #: The share of the positions of the checked batches that trimming drops, %.
+    trimmed_pct: float | None
+    trimmed: Throughput | None
+    padded_steps_per_s: float | None
+    #: How much faster trimmed than padded, % (None: either was not measured).
+    gain_pct: float | None
+    #: Whether both speeds are trustworthy (enough steps and seconds, the padded one's spread within bounds).
+    trusted: bool
+
+
+@dataclass(frozen=True, kw_only=True)
 class TrialsResult:
     """The trials of one run, and the basis they compare on."""
 
@@ -66,6 +83,10 @@ class TrialsResult:
     mode: str = MODE_IN_PROCESS
     #: Every segment that ran, in the order the manifest lists them.
     segments: tuple[MeasuredSegment, ...] = ()
+    #: The padding segment's measurement (None: none ran), or why none was planned (None: the batches were not
+    #: checked, or it ran).
+    padding: PaddingTrial | None = None
+    padding_not_measured: str | None = None
 
     def measured(self, setting: TrialSetting) -> float | None:
         """``setting``'s measured speed on this result's basis."""

@@ -105,12 +105,14 @@ def trials_ran(result: RecordResult) -> str:
     trials = next((m.trials for m in result.manifests if m.trials is not None), None)
     if trials is None:
         return ""
-    rounds = len({segment.round for segment in trials.segments})
+    tried = [segment for segment in trials.segments if not segment.trim_padding]
+    rounds = len({segment.round for segment in tried})
     persistent = " (and persistent workers)" if trials.persistent else ""
+    trimmed = ", and one with batches trimmed to their longest sequence" if len(tried) < len(trials.segments) else ""
     return (
         f", then tried num_workers {','.join(map(str, trials.counts))}{persistent} in the training"
-        f" ({len(trials.segments)} segment{'s' if len(trials.segments) != 1 else ''} in {rounds}"
-        f" round{'s' if rounds != 1 else ''})"
+        f" ({len(tried)} segment{'s' if len(tried) != 1 else ''} in {rounds} round{'s' if rounds != 1 else ''}"
+        f"{trimmed})"
     )
 
 

@@ -26,7 +26,7 @@ from dlprof.advice.model import ModelInputs, predict
 from dlprof.advice.rules import SHARED_MEMORY, _choose, advise
 from dlprof.analysis.pipeline import pipeline_facts
 from dlprof.core.manifest import BatchFacts, Host, LoaderConfig, MemorySummary, ProcessMemory
-from dlprof.results.analysis import CATEGORIES, LoaderStats, StepBreakdown, Summary
+from dlprof.results.analysis import CATEGORIES, LoaderStats, StepBreakdown, Summary, Throughput
 from dlprof.results.findings import (
     FINDING_COPY_ON_READ,
     FINDING_PADDING,
@@ -34,6 +34,7 @@ from dlprof.results.findings import (
     FINDING_SHARED_MEMORY,
     FINDING_THREADS,
     FINDING_UNSHARDED_ITERABLE,
+    GAIN_MEASURED,
     GAIN_NONE,
     GAIN_PREDICTED,
     GAIN_UP_TO,
@@ -50,6 +51,7 @@ from dlprof.results.findings import (
     WorkerGrowth,
     WorkerThreads,
 )
+from dlprof.results.trials import BASIS_IN_EPOCH, PaddingTrial, TrialsResult
 from dlprof.trace.discover import load_run
 from dlprof.workflows.analyze import analyze_run
 
@@ -122,6 +124,49 @@ def test_padding_beyond_the_longest_bounds_the_gain_from_the_tokens():
     # Without forward and backward spans, the step less its data wait, optimizer and copies: (100 - 30 - 30) / 100.
     bare = padding_finding(FIXED, breakdown(data_wait_ms=30.0, optimizer_ms=30.0))
     assert bare is not None and bare.gain_pct == pytest.approx(100 / 0.85 - 100)
+
+
+def _trials_with_padding(gain_pct, trusted=True, not_measured=None):
+    rate = 20.0 * (1 + (gain_pct or 0) / 100)
+    trimmed = None if gain_pct is None else Throughput(steps_per_s=rate, steps=80, seconds=3.0, spread_pct=0.0)
+    padding = PaddingTrial(
+        num_workers=2,
+        persistent_workers=False,
+        trimmed_pct=37.5,
+        trimmed=trimmed,
+        padded_steps_per_s=20.0,
+        gain_pct=gain_pct,
+        trusted=trusted,
+    )
+    return TrialsResult(
+        rounds=2,
+        rounds_planned=2,
+        basis=BASIS_IN_EPOCH,
+        settings=(),
+        padding=padding if not_measured is None else None,
+        padding_not_measured=not_measured,
+    )
+
+
+def test_padding_measured_by_the_trials_replaces_the_bound():
+    step = breakdown(forward_ms=15.0, backward_ms=25.0, optimizer_ms=30.0)
+    found = padding_finding(FIXED, step, _trials_with_padding(12.5))
+    assert (found.gain_pct, found.gain_basis) == (12.5, GAIN_MEASURED)
+    assert found.evidence.endswith(
+        "padding to the longest makes it up to 18 % faster, packing up to 25 %; measured in this training at"
+        " num_workers=2: batches trimmed to their longest sequence (only positions the loss ignores dropped, 38 % of"
+        " the positions) trained at 22.50 steps/s against 20.00 padded (+12.5 %, inside an epoch)"
+    )
+    # Measured at no gain worth naming: the finding stays quiet, though the bound said up to 18 %.
+    assert padding_finding(FIXED, step, _trials_with_padding(3.0)) is None
+    # Not to be trusted: the bound stands, and the measurement is shown as such.
+    shaky = padding_finding(FIXED, step, _trials_with_padding(3.0, trusted=False))
+    assert (shaky.gain_basis, shaky.gain_pct) == (GAIN_UP_TO, pytest.approx(100 / 0.85 - 100))
+    assert shaky.evidence.endswith("(+3.0 %, inside an epoch), too short or too spread to trust: the bound stands")
+    # Not measured: why, and the bound.
+    refused = padding_finding(FIXED, step, _trials_with_padding(None, not_measured="the trials did not trim: x"))
+    assert refused.gain_basis == GAIN_UP_TO
+    assert refused.evidence.endswith("; the trials did not trim: x: the bound stands")
 
 
 def test_padding_stays_quiet_below_its_thresholds():

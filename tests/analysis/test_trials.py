@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from conftest import DATA_DIR
 
@@ -248,3 +250,50 @@ def test_the_hand_written_trace_with_trials():
     assert runs[(2, False)].restart_ms > 170.0
     assert trials.basis == BASIS_WHOLE_EPOCHS and trials.rounds == 2
     assert all(r.predicted_steps_per_s is not None and r.error_pct is not None for r in trials.settings)
+
+
+def _with_padding_segment(plan: Plan, steps, persistent: bool = True) -> Manifest:
+    """``plan``'s trials ending with the padding segment at 0 workers (the last setting), its batches trimmed."""
+    plan.add(0, False, 1, steps, trim_padding=True)
+    manifest = plan.manifest(persistent=persistent)
+    return replace(manifest, trials=replace(manifest.trials, trim_checked=64, trimmable_pct=62.5))
+
+
+def test_the_padding_segment_is_measured_against_its_setting_padded_and_is_not_a_setting():
+    plan = Plan()
+    plan.add(0, False, 0, [(40.0, 20.0)] * 48)
+    plan.add(2, False, 0, START_2 + BURSTY * 24, start_ms=50.0, first_batch_ms=300.0)
+    plan.add(2, False, 1, START_2 + BURSTY * 24, start_ms=50.0, first_batch_ms=300.0)
+    plan.add(0, False, 1, KEPT + [(40.0, 20.0)] * 48, shutdown_ms=30.0)
+    without = trials_result(plan.manifest(persistent=False), 1.0)
+    # No workers started for it: nothing left out but its own transient (none, without workers): 80 steps of 30 ms.
+    result = trials_result(_with_padding_segment(plan, [(30.0, 0.1)] * 80, persistent=False), 1.0)
+    assert result.settings == without.settings and result.rounds == 2 and result.notes == without.notes
+    padding = result.padding
+    assert (padding.num_workers, padding.persistent_workers, padding.trimmed_pct) == (0, False, 62.5)
+    assert padding.trimmed.steps_per_s == pytest.approx(1000 / 30) and padding.trimmed.transient_steps == 0
+    # Padded: 96 steady steps of 40 ms over the two rounds (the 4 kept batches after the switch from 2 left out).
+    assert padding.padded_steps_per_s == pytest.approx(25.0)
+    assert padding.gain_pct == pytest.approx(100 * (1000 / 30 / 25 - 1)) and padding.trusted
+    assert result.padding_not_measured is None
+    # Every segment is listed in the manifest's order, the padding segment with its own speed.
+    assert [m.segment.trim_padding for m in result.segments] == [False] * 4 + [True]
+    assert result.segments[-1].speed == padding.trimmed
+
+
+def test_a_short_padding_segment_is_not_trusted():
+    result = trials_result(_with_padding_segment(two_rounds(), [(30.0, 0.1)] * 20), 1.0)
+    assert result.padding.gain_pct is not None and not result.padding.trusted
+
+
+def test_why_no_padding_segment_was_measured():
+    plan = two_rounds()
+    manifest = plan.manifest()
+    refused = replace(manifest.trials, trim_checked=64, trim_refused="the batches carry no labels: ...")
+    result = trials_result(replace(manifest, trials=refused), 1.0)
+    assert result.padding is None
+    assert result.padding_not_measured == "the trials did not trim the batches: the batches carry no labels: ..."
+    cut = replace(manifest.trials, trim_checked=64, trimmable_pct=40.0, incomplete="the training ended")
+    assert "ended before" in trials_result(replace(manifest, trials=cut), 1.0).padding_not_measured
+    little = replace(manifest.trials, trim_checked=64, trimmable_pct=2.0)
+    assert trials_result(replace(manifest, trials=little), 1.0).padding_not_measured is None

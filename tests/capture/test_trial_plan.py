@@ -13,7 +13,7 @@ from dlprof.capture.trial_plan import LoaderFacts, Plan, plan_trials
 from dlprof.capture.trials import TrialProgress
 from dlprof.core import throughput
 from dlprof.core.errors import UsageError
-from dlprof.core.manifest import EPOCH_SETTLE_STEPS
+from dlprof.core.manifest import EPOCH_SETTLE_STEPS, TRIM_MIN_PCT
 from dlprof.results.record import RecordRequest, TrialRequest
 
 
@@ -119,6 +119,45 @@ def test_an_iterable_dataset_is_tried_a_whole_epoch_at_a_time():
     assert "epochs of 1000000 steps" in plan_trials(TrialRequest((0, 1)), endless, 100, 0.05, (100, 0)).skipped
 
 
+def test_padded_batches_add_a_segment_of_trimmed_batches_at_the_last_setting():
+    padded = LoaderFacts(num_workers=2, prefetch_factor=4, batches_per_step=2.0, trimmable_pct=TRIM_MIN_PCT)
+    plan = plan_trials(TrialRequest((0, 3), rounds=2, trial_steps=10), padded, 100, 0.05, (97, 0))
+    *tried, padding = plan.segments
+    assert not any(s.trim_padding for s in tried) and padding.trim_padding
+    last = tried[-1]
+    assert (padding.num_workers, padding.persistent_workers, padding.prefetch_factor, padding.round) == (
+        0,
+        False,
+        None,
+        1,
+    )
+    # No switch: its allowance is its own (empty) queue's, the settling steps and the trial steps.
+    assert padding.request_step == padding.first_step == last.first_step + last.steps
+    assert padding.steps == EPOCH_SETTLE_STEPS + 10 and plan.stop_step == padding.first_step + padding.steps
+    said = trial_plan.describe(TrialRequest((0, 3), rounds=2), plan, None)
+    assert said.endswith("then one with batches trimmed to their longest sequence (they are padded past it)")
+    # Below the threshold, no such segment.
+    barely = LoaderFacts(num_workers=2, prefetch_factor=4, batches_per_step=2.0, trimmable_pct=TRIM_MIN_PCT - 0.1)
+    plan = plan_trials(TrialRequest((0, 3), rounds=2, trial_steps=10), barely, 100, 0.05, (97, 0))
+    assert len(plan.segments) == 4 and not any(s.trim_padding for s in plan.segments)
+
+
+def test_an_iterable_datasets_padding_segment_is_as_long_as_its_other_segments():
+    facts = LoaderFacts(
+        num_workers=0,
+        prefetch_factor=None,
+        batches_per_step=1.0,
+        iterable=True,
+        epoch_steps=20,
+        last_epoch_start=87,
+        trimmable_pct=50.0,
+    )
+    plan = plan_trials(TrialRequest((0, 1), trial_steps=10), facts, 100, 0.05, (100, 0))
+    padding = plan.segments[-1]
+    assert padding.trim_padding and (padding.num_workers, padding.first_step, padding.steps) == (0, 187, 20)
+    assert not padding.at_epoch_start and plan.stop_step == 207
+
+
 def test_the_plan_is_published_whole_and_read_back(tmp_path):
     assert not trial_plan.plan_published(tmp_path) and trial_plan.read_plan(tmp_path) is None
     facts = LoaderFacts(num_workers=2, prefetch_factor=None, batches_per_step=1.0)
@@ -159,8 +198,8 @@ def test_what_the_trials_will_cost_is_said_before_they_start():
 def test_the_built_in_workload_gets_room_for_the_trials():
     request = TrialRequest((0, 2), trial_steps=10)
     # Two rounds of (2 x 4 + 5 + 10) and (2 x (4 + 4) + 5 + 10) steps (after the largest queue, 2 workers' 4 steps),
-    # and the ranks' margin.
-    assert trial_plan.steps_bound(request) == trial_plan.RANK_MARGIN_STEPS + 2 * (23 + 31)
+    # the padding segment should the batches be padded (2 x 4 + 5 + 10 at most), and the ranks' margin.
+    assert trial_plan.steps_bound(request) == trial_plan.RANK_MARGIN_STEPS + 2 * (23 + 31) + 23
     assert trial_plan.steps_bound(TrialRequest((0,))) >= throughput.MIN_SECONDS / trial_plan.SHORTEST_STEP_S
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dlprof.capture import spanfile
-from dlprof.capture.probe import settings, switch, timing, worker
+from dlprof.capture.probe import settings, switch, timing, trim, worker
 from dlprof.capture.probe.settings import EpochRecord
 from dlprof.capture.probe.timing import LoaderContext, SpanLog, TimedCollate
 
@@ -158,7 +158,12 @@ def _wrap_next(original: Callable) -> Callable:
         t1 = _time_ns()
         st.log.records.append((spanfile.KIND_NEXT, 0, t0, t1, 0, 0, ctx.loader_id, ctx.epoch, batch, -1))
         st.log.flush()
-        settings.LOADERS[ctx.loader_id].batches += 1
+        record = settings.LOADERS[ctx.loader_id]
+        record.batches += 1
+        if trim.TRIMMING and ctx.loader_id in trim.TRIMMING:
+            data = _trimmed(data)
+        elif record.trim.batches < trim.CHECKED_BATCHES:
+            _check(data, record.trim)
         if epoch is not None:
             epoch.batches += 1
             if epoch.first_batch_ns is None:
@@ -170,6 +175,21 @@ def _wrap_next(original: Callable) -> Callable:
         return data
 
     return __next__
+
+
+def _trimmed(data: Any) -> Any:
+    try:
+        return trim.trimmed(data)
+    except Exception:  # an odd batch goes to the training as it came: the trials' measurement must not break it
+        return data
+
+
+def _check(data: Any, found: trim.TrimCheck) -> None:
+    try:
+        trim.check(data, found)
+    except Exception as error:  # never raise into the training's loop
+        found.refused = found.refused or f"checking a batch failed ({type(error).__name__})"
+        found.batches = trim.CHECKED_BATCHES
 
 
 def _wrap_single_process_next_data(original: Callable) -> Callable:
@@ -236,6 +256,7 @@ def uninstall() -> None:
                 setattr(owner, name, original)
     worker.uninstall()
     switch.PENDING.clear()
+    trim.TRIMMING.clear()
     timing.set_state(timing.ProcessState())
     _LOADER_CALLBACKS.clear()
     settings.clear()

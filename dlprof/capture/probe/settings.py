@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
+from dlprof.capture.probe.trim import TrimCheck
+
 #: Training frameworks that create DataLoaders, by the module of a frame on the stack as one is built
 #: (``frame.f_globals["__name__"]``), most specific first: ms-swift and LLaMA-Factory build theirs through
 #: Hugging Face's Trainer, so their frames and the Trainer's are on the stack together.
@@ -56,6 +58,8 @@ class LoaderRecord:
     epochs: list[EpochRecord] = field(default_factory=list)
     #: The DataLoader itself, while it lives (a switch of its worker settings needs it; its iterators do not know it).
     loader_ref: Callable[[], Any] | None = field(default=None, repr=False, compare=False)
+    #: Its first batches checked for padding that trimming could drop (the trials' padding segment).
+    trim: TrimCheck = field(default_factory=TrimCheck)
 
     def loader(self) -> Any:
         """The DataLoader, or None once it is gone."""
