@@ -30,11 +30,11 @@ from dlprof.core.version import MANIFEST_VERSION
 # 3: adds ``trials`` (``dlprof record --try-workers``: candidate settings trained in turn in the same process) and
 # the step phase ``trial``. 4: adds ``job`` (the key the nodes of a job over several machines share).
 # 5: adds ``batches`` (what the probe measured of each batch: tokens, padding, bytes, fingerprint), the host's
-# ``/dev/shm`` and thread settings, the processes' threads and CPU time, a loader's ``dataset_shards``, and the
-# trials' padding segment (``trim_padding``, ``trim_checked``, ``trimmable_pct``, ``trim_refused``).
+# ``/dev/shm`` and thread settings, the processes' threads and CPU time, and a loader's ``dataset_shards``.
+# 6: adds the trials' padding segment (``trim_padding``, ``trim_checked``, ``trimmable_pct``, ``trim_refused``).
 
 #: Versions this dlprof can read: older ones lack fields, which are then unknown.
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 #: The first version with unprofiled step times (``step_clock``).
 STEP_CLOCK_VERSION = 2
 
