@@ -190,8 +190,8 @@ def test_a_non_finite_version_is_not_quoted(value):
     said = "text naming a non-finite number" if isinstance(value, str) else "a non-finite number"
     fix = "record the run again with this dlprof"
     assert manifest is None and problems == (
-        f"manifest version ({said}) is not one this dlprof reads (1, 2, 3, 4, 5, 6): analysed as a trace without dlprof's"
-        f" manifest; {fix}",
+        f"manifest version ({said}) is not one this dlprof reads (1, 2, 3, 4, 5, 6): analysed as a trace without"
+        f" dlprof's manifest; {fix}",
     )
 
 
