@@ -37,6 +37,7 @@ WORKLOAD_OPTIONS = (
     "device",
     "seed",
     "tokenizer_cost_ms",
+    "pad_to_max_length",
 )
 
 
@@ -188,6 +189,12 @@ _WORKLOAD = (
         default=0.0,
         show_default=True,
         help="Built-in workload: CPU ms added to tokenizing each sample (a slow tokenizer).",
+    ),
+    click.option(
+        "--pad-to-max-length",
+        is_flag=True,
+        default=False,
+        help="Built-in workload: pad every batch to --max-length (padding='max_length'), not to its longest example.",
     ),
 )
 

@@ -71,6 +71,8 @@ class WorkloadOptions:
     seed: int = 0
     #: CPU time added to tokenizing each sample (ms), spent inside the tokenizer calls: a slow tokenizer.
     tokenizer_cost_ms: float = 0.0
+    #: Pad every batch to ``max_length`` (``padding="max_length"``), not to its longest example.
+    pad_to_max_length: bool = False
     #: Write the measured speed here (JSON): steps/s over whole epochs and the steady median step.
     report: str | None = None
 
@@ -79,7 +81,7 @@ class WorkloadOptions:
         argv = []
         for field in fields(self):
             value = getattr(self, field.name)
-            if value is None or (field.name == "tokenizer_cost_ms" and not value):
+            if value is None or (field.name in ("tokenizer_cost_ms", "pad_to_max_length") and not value):
                 continue
             flag = "--" + field.name.replace("_", "-")
             if isinstance(value, bool):
@@ -95,6 +97,7 @@ OPTION_HELP = {
         "CPU time (ms) added to tokenizing each sample, inside the tokenizer calls: a slow tokenizer "
         "(the regime where tokenizing in the DataLoader dominates) [default: 0]"
     ),
+    "pad_to_max_length": "pad every batch to --max-length (padding='max_length'), not to its longest example",
     "report": (
         "write the measured speed to this JSON file: steps_per_s_epochs (over whole epochs after the first, worker"
         " restarts included), steps_per_s_steady (steps over time inside the epochs after the first, each epoch's"
@@ -401,7 +404,7 @@ def train(options: WorkloadOptions) -> float:
         shuffle=True,
         generator=torch.Generator().manual_seed(options.seed),
         num_workers=options.num_workers,
-        collate_fn=PadCollator(tokenizer.pad_token_id),
+        collate_fn=PadCollator(tokenizer.pad_token_id, options.max_length if options.pad_to_max_length else None),
         pin_memory=pin_memory,
         **loader_kwargs,
     )

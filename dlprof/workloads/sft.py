@@ -94,13 +94,14 @@ class SupervisedDataset(Dataset):
 
 
 class PadCollator:
-    """Pads a batch to its longest example (dynamic padding) and builds the attention mask."""
+    """Pads a batch to its longest example (dynamic padding), or to ``width`` positions (``padding="max_length"``), and
+    builds the attention mask."""
 
-    def __init__(self, pad_token_id: int):
-        self.pad_token_id = pad_token_id
+    def __init__(self, pad_token_id: int, width: int | None = None):
+        self.pad_token_id, self.width = pad_token_id, width
 
     def __call__(self, features: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
-        longest = max(len(f["input_ids"]) for f in features)
+        longest = max(self.width or 0, max(len(f["input_ids"]) for f in features))
         input_ids = torch.full((len(features), longest), self.pad_token_id, dtype=torch.long)
         labels = torch.full((len(features), longest), IGNORE_INDEX, dtype=torch.long)
         attention_mask = torch.zeros((len(features), longest), dtype=torch.long)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from dlprof.core.errors import UsageError
 from dlprof.workloads.lora import DEFAULT_DATASET, WorkloadOptions, load_tokenizer, parse_args, plan
@@ -109,3 +110,9 @@ def test_data_path_tokenizes_masks_and_pads():
         n = len(item["input_ids"])
         assert batch["input_ids"][row, :n].tolist() == item["input_ids"]
         assert batch["attention_mask"][row].sum().item() == n
+    # --pad-to-max-length: every batch as wide as max_length, the padding masked and ignored alike.
+    fixed = PadCollator(tokenizer.pad_token_id, 512)(items[:2])
+    assert {tuple(v.shape) for v in fixed.values()} == {(2, 512)}
+    assert torch.equal(fixed["input_ids"][:, :longest], batch["input_ids"][:2])
+    assert fixed["attention_mask"][:, longest:].sum().item() == 0
+    assert set(fixed["labels"][:, longest:].unique().tolist()) == {IGNORE_INDEX}

@@ -15,10 +15,10 @@ REPORT_KEYS = {"steps_per_s_epochs", "steps_per_s_steady", "epochs", "steps_per_
 
 
 def test_new_options_round_trip_and_stay_out_of_default_argv():
-    options = WorkloadOptions(tokenizer_cost_ms=60.5, report="speed.json", num_workers=0)
+    options = WorkloadOptions(tokenizer_cost_ms=60.5, report="speed.json", num_workers=0, pad_to_max_length=True)
     assert parse_args(options.to_argv()) == options
     argv = WorkloadOptions().to_argv()
-    assert "--report" not in argv and "--tokenizer-cost-ms" not in argv
+    assert "--report" not in argv and "--tokenizer-cost-ms" not in argv and "--pad-to-max-length" not in argv
     assert parse_args(["--tokenizer-cost-ms", "60"]).tokenizer_cost_ms == 60.0
 
 
