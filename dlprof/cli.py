@@ -74,14 +74,16 @@ def _trial_request(options: dict):
 
     counts = options.pop("try_workers")
     persistent, steps, rounds = options.pop("try_persistent"), options.pop("trial_steps"), options.pop("trial_rounds")
+    memory = options.pop("max_worker_memory")
     if counts is None:
         given = trial_lengths_given(steps, rounds)
-        if persistent or given:
-            given = given or ["--try-persistent"]
+        given += ["--try-persistent"] if persistent else []
+        given += ["--max-worker-memory"] if memory is not None else []
+        if given:
             raise click.UsageError(f"{given[0]}: only with --try-workers; add --try-workers 0,1,2,4 or drop it")
         return None
     workload_steps = None if options["command"] else options.get("steps")
-    return trial_request(counts, rounds, persistent, steps, options["run_to_end"], workload_steps)
+    return trial_request(counts, rounds, persistent, steps, options["run_to_end"], workload_steps, memory)
 
 
 def _check_command(ctx: click.Context, command: tuple[str, ...]) -> None:

@@ -6,6 +6,7 @@ built-in workload, the in-process trials) and the output options of every report
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import click
@@ -230,6 +231,13 @@ def _parse_try_workers(ctx: click.Context, param: click.Parameter, value: str | 
         raise click.BadParameter(str(error).removeprefix("--try-workers ")) from None
 
 
+def _parse_mib(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """A memory size in MiB: a number > 0 (not NaN)."""
+    if value is not None and not (0 < value < math.inf):
+        raise click.BadParameter(f"{value}: give the MiB as a number > 0, e.g. 4096")
+    return value
+
+
 def trial_length_options(condition: str) -> tuple:
     """``--trial-steps`` and ``--trial-rounds`` (``record``'s and ``sweep``'s), their help starting with
     ``condition`` (e.g. ``"With --try-workers: "``)."""
@@ -266,6 +274,17 @@ _TRIAL_OPTIONS = (
         is_flag=True,
         default=False,
         help="With --try-workers: also try persistent_workers=True at the counts with workers.",
+    ),
+    click.option(
+        "--max-worker-memory",
+        type=float,
+        callback=_parse_mib,
+        default=None,
+        metavar="MIB",
+        help=(
+            "With --try-workers: recommend no setting whose workers take more memory than this together (PSS, MiB,"
+            " measured in its trial; predicted for counts not tried); the report says which were ruled out."
+        ),
     ),
     *trial_length_options("With --try-workers: "),
 )

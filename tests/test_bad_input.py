@@ -176,6 +176,9 @@ def test_bad_option_with_user_script(out, script, args, names, fix):
         (["--try-workers", "0,2", "--trial-rounds", "0"], "--trial-rounds", "x>=1"),
         (["--try-persistent"], "--try-persistent", "add --try-workers"),
         (["--trial-steps", "10"], "--trial-steps", "add --try-workers"),
+        (["--max-worker-memory", "2048"], "--max-worker-memory", "add --try-workers"),
+        (["--try-workers", "0,2", "--max-worker-memory", "0"], "--max-worker-memory", "a number > 0"),
+        (["--try-workers", "0,2", "--max-worker-memory", "nan"], "--max-worker-memory", "a number > 0"),
     ],
     ids=[
         "not-numbers",
@@ -186,6 +189,9 @@ def test_bad_option_with_user_script(out, script, args, names, fix):
         "rounds-0",
         "persistent-alone",
         "steps-alone",
+        "memory-alone",
+        "memory-0",
+        "memory-nan",
     ],
 )
 def test_bad_trial_option(out, script, args, names, fix):

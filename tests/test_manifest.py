@@ -123,6 +123,7 @@ def _full_manifest() -> dict:
     document["batches"] = {name: [1] for name in columns} | {"fingerprint": ["ab"]}
     document["host"]["gpu"] = {"name": "GPU"}
     segment = {"num_workers": 0, "persistent_workers": False, "round": 0, "first_step": 8, "steps": 3}
+    segment["worker_pids"] = [7]
     document["trials"] = {"counts": [0, 2], "rounds": 1, "trial_steps": 3, "segments": [segment]}
     steps = len(document["step_clock"]["phase"])
     document["step_clock"].update(ready=[1] * steps, faults=[2_000] * steps, sys_ms=[4.5] * steps)

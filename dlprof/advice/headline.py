@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dlprof.advice.measured import candidates
-from dlprof.advice.rules import CHOOSE_WITHIN, SHARED_MEMORY, close_enough
+from dlprof.advice.rules import CHOOSE_WITHIN, SHARED_MEMORY, WORKER_MEMORY_LIMIT, close_enough
 from dlprof.analysis.trials import predicted_on_basis
 from dlprof.results.advice import (
     HEADLINE_CHANGE,
@@ -264,6 +264,7 @@ def _keep(advice: Advice, speeds: _Speeds, was: tuple[int, bool] | None) -> Head
             "memory": "more workers would not fit in memory",
             "cpu": "loading is CPU-bound: no more workers than the usable cores",
             SHARED_MEMORY: "their batches in flight would not fit in /dev/shm",
+            WORKER_MEMORY_LIMIT: "its workers would take more memory than --max-worker-memory",
         }.get(advice.bound or "", f"the recommendation keeps num_workers={was[0]} (bound by {advice.bound})")
         text = f"keep your settings: num_workers={count} is {how} {_pct(gain)} % faster, but {limit}"
     return Headline(text=text, change=None, gain_pct=None, basis=advice.rests_on, kind=HEADLINE_KEEP)

@@ -5,6 +5,7 @@ Thresholds are named constants; what the model needs from the run is :mod:`dlpro
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 
 from dlprof.advice.findings import input_findings
@@ -45,6 +46,8 @@ CHOOSE_WITHIN = 0.02
 MEMORY_BUDGET_FRACTION = 0.5
 #: The bound that names /dev/shm: no more workers than those whose batches in flight fit in its free space.
 SHARED_MEMORY = "shared memory"
+#: The bound of ``--max-worker-memory``: settings whose workers take more memory together are not recommended.
+WORKER_MEMORY_LIMIT = "worker memory limit"
 #: Fewer recorded steps than this make percentiles (and the bursty-wait rule) unreliable.
 MIN_STEPS_FOR_PERCENTILES = 5
 
@@ -64,11 +67,16 @@ def verdict_of(data_wait_pct: float) -> str:
 
 
 def _choose(
-    inputs: ModelInputs, predicted: list[Prediction], cpu_bound_loading: bool, shm_cap: int | None = None
+    inputs: ModelInputs,
+    predicted: list[Prediction],
+    cpu_bound_loading: bool,
+    shm_cap: int | None = None,
+    ruled_out: Collection[int] = (),
 ) -> tuple[int, str]:
     """The fewest workers within CHOOSE_WITHIN of the best throughput training gets (over whole epochs when known), no
-    more than ``shm_cap`` (the most whose batches in flight fit in /dev/shm; None: unknown)."""
-    allowed = predicted
+    more than ``shm_cap`` (the most whose batches in flight fit in /dev/shm; None: unknown), none of ``ruled_out``
+    (``--max-worker-memory``)."""
+    allowed = [p for p in predicted if p.num_workers not in ruled_out]
     limits = []
     memory_cap = memory_limit(inputs, MEMORY_BUDGET_FRACTION)
     if memory_cap is not None:
@@ -87,6 +95,8 @@ def _choose(
         for name, cap in limits:
             if chosen.num_workers >= cap:
                 return chosen.num_workers, name
+        if ruled_out:
+            return chosen.num_workers, WORKER_MEMORY_LIMIT
     steady_best = min(allowed, key=lambda p: p.step_ms)
     if chosen.epoch_steps_per_s is not None and steady_best.steps_per_s > chosen.steps_per_s * (1 + WITHIN_BEST):
         return (
@@ -125,7 +135,8 @@ def _choose_with_trials(
     does over a training); the bound of CPU-bound loading at the usable cores only for predicted counts (a measured
     count's speed has the contention for cores in it).
     """
-    found = candidates(trials, predicted, recorded_persistent)
+    over = over_memory_limit(trials, inputs, [p.num_workers for p in predicted])
+    found = [c for c in candidates(trials, predicted, recorded_persistent) if c.num_workers not in over]
     if not any(c.measured for c in found):
         return None
     memory_cap = memory_limit(inputs, MEMORY_BUDGET_FRACTION) if inputs is not None else None
@@ -148,6 +159,9 @@ def _choose_with_trials(
             if cap is not None and chosen.num_workers >= cap:
                 bound = name
                 break
+    everyone = candidates(trials, predicted, recorded_persistent)
+    if over and max(c.steps_per_s for c in everyone) > best.steps_per_s * (1 + WITHIN_BEST):
+        bound = WORKER_MEMORY_LIMIT  # a faster setting was ruled out by --max-worker-memory
     if chosen.setting is not None and not chosen.setting.persistent_workers and trials.basis == BASIS_WHOLE_EPOCHS:
         steady = max((r.steps_per_s for r in trials.settings if r.steps_per_s is not None), default=None)
         in_epoch = chosen.setting.steps_per_s
@@ -162,6 +176,36 @@ def _choose_with_trials(
         chosen=chosen,
         best=best,
     )
+
+
+def over_memory_limit(
+    trials: TrialsResult, inputs: ModelInputs | None, counts: Collection[int]
+) -> dict[int, tuple[float, bool]]:
+    """The ``counts`` (and the counts tried) whose workers take more memory together than the trials'
+    ``--max-worker-memory``, each with that
+    memory (PSS, MiB) and whether it was measured (in its trial) or predicted (the most a worker took in any trial, or
+    in the recorded run, times the count). Empty without a limit."""
+    limit = trials.max_worker_memory_mib
+    if limit is None:
+        return {}
+    measured: dict[int, float] = {}
+    for setting in trials.settings:
+        if setting.workers_pss_mib is not None:
+            measured[setting.num_workers] = max(setting.workers_pss_mib, measured.get(setting.num_workers, 0.0))
+    each = [pss / n for n, pss in measured.items() if n > 0]
+    if not each and inputs is not None and inputs.worker_pss_mib:
+        each = [inputs.worker_pss_mib]
+    per_worker = max(each, default=None)
+    over: dict[int, tuple[float, bool]] = {}
+    for count in sorted(set(counts) | set(measured)):
+        if count == 0:
+            continue
+        if count in measured:
+            if measured[count] > limit:
+                over[count] = (measured[count], True)
+        elif per_worker is not None and count * per_worker > limit:
+            over[count] = (count * per_worker, False)
+    return over
 
 
 def _choice(
@@ -179,7 +223,8 @@ def _choice(
             return choice
     if inputs is None:
         return None
-    num_workers, bound = _choose(inputs, predicted, cpu_bound_loading, shm_cap)
+    ruled_out = over_memory_limit(trials, inputs, [p.num_workers for p in predicted]) if trials is not None else {}
+    num_workers, bound = _choose(inputs, predicted, cpu_bound_loading, shm_cap, ruled_out)
     basis = BASIS_WHOLE_EPOCHS if predicted[0].epoch_steps_per_s is not None else BASIS_IN_EPOCH
     return _Choice(num_workers=num_workers, bound=bound, rests_on=RESTS_ON_PREDICTED, compared_on=basis)
 
@@ -232,6 +277,8 @@ def advise(
     if choice is not None and choice.chosen is not None:
         assert trials is not None and choice.best is not None  # a choice among the trials names the best one too
         evidence += measured_evidence(trials, choice.chosen, choice.best, CHOOSE_WITHIN, trials_tried(manifest))
+    if trials is not None and (ruled_out := over_memory_limit(trials, inputs, [p.num_workers for p in predicted])):
+        evidence.append(_ruled_out_line(trials, ruled_out))
     if loader is not None:
         evidence.append(
             f"per batch: fetch {loader.fetch.mean_ms:.2f} ms, tokenizer {loader.tokenize.mean_ms:.2f} ms, collate"
@@ -274,6 +321,21 @@ def advise(
         model_num_workers=model.num_workers if model else None,
     )
     return replace(advice, trainer_arguments=trainer_arguments(advice, loader_config)), trials
+
+
+def _ruled_out_line(trials: TrialsResult, ruled_out: dict[int, tuple[float, bool]]) -> str:
+    """Which counts ``--max-worker-memory`` ruled out, with their workers' memory."""
+    measured = [f"num_workers={n} ({mib:,.0f} MiB measured)" for n, (mib, tried) in ruled_out.items() if tried]
+    predicted = sorted(n for n, (_, tried) in ruled_out.items() if not tried)
+    if predicted:
+        span = len(predicted) > 2 and predicted[-1] - predicted[0] == len(predicted) - 1
+        counts = f"{predicted[0]}-{predicted[-1]}" if span else ", ".join(map(str, predicted))
+        first = ruled_out[predicted[0]][0]
+        measured.append(f"num_workers={counts} (from {first:,.0f} MiB, predicted)")
+    return (
+        f"--max-worker-memory {trials.max_worker_memory_mib:,.0f} MiB rules out {', '.join(measured)}: their workers'"
+        " memory together (PSS) is more"
+    )
 
 
 def trials_tried(manifest: Manifest | None) -> tuple[int, ...]:

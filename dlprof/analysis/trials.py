@@ -32,10 +32,9 @@ The trials trained on after the reference steps, switching the training DataLoad
      batch time measured in the loader processes; without worker spans, the switches' wait for the first batch less
      the creation of the iterator (an upper bound: a fresh worker also initialises).
 
-* **The padding segment** (``TrialSegment.trim_padding``): the last setting again with its batches trimmed to their
-  longest real sequence in the main process (no workers started, so only the refill transient of epoch starts is left
-  out); its steady speed against that setting's, padded, is :class:`~dlprof.results.trials.PaddingTrial`. It is not a
-  setting tried: the rounds, restarts and switches are measured without it.
+* **The padding segment** (``TrialSegment.trim_padding``: the last setting again, its batches trimmed to their longest
+  real sequence; no workers started) is not a setting tried: :class:`~dlprof.results.trials.PaddingTrial` sets its
+  steady speed against that setting's own; the rounds, restarts and switches are measured without it.
 * **Over whole epochs**, when the epoch length is known: ``steps per epoch / (steps per epoch / rate + restart)``.
   The trials compare over whole epochs when every setting measured has that speed, else inside an epoch
   (:data:`~dlprof.results.trials.BASIS_WHOLE_EPOCHS`, :data:`~dlprof.results.trials.BASIS_IN_EPOCH`).
@@ -339,6 +338,7 @@ def trials_result(
     shutdowns = _shutdowns(trials, recorded)
     steps_per_epoch = config.length / batches_per_step if config and config.length else None
     settings, sources = [], {}
+    limit = trials.max_worker_memory_mib
     segment_speeds: dict[int, Throughput | None] = {}
     for setting in _settings(trials):
         mine = [i for i, s in enumerate(trials.segments) if (s.num_workers, s.persistent_workers) == setting]
@@ -369,6 +369,8 @@ def trials_result(
                 predicted_steps_per_s=None,
                 error_pct=None,
                 data_wait_pct=_wait_pct(clock, pieces) if speed is not None else None,
+                workers_pss_mib=(pss := _workers_pss(manifest, [trials.segments[i] for i in mine])),
+                over_memory_limit=pss is not None and limit is not None and pss > limit,
             )
         )
     measured = [r for r in settings if r.speed is not None]
@@ -388,7 +390,22 @@ def trials_result(
         segments=tuple(MeasuredSegment(s, speed_of.get(id(s))) for s in manifest.trials.segments),
         padding=padding,
         padding_not_measured=None if padding is not None else _padding_not_measured(trials),
+        max_worker_memory_mib=limit,
     )
+
+
+def _workers_pss(manifest: Manifest, segments: list[TrialSegment]) -> float | None:
+    """The most a setting's workers took together (PSS, MiB) over its segments: each worker's peak, summed over the
+    workers the switch to the segment started; 0 without workers; None where no segment had all its workers sampled."""
+    if all(s.num_workers == 0 for s in segments):
+        return 0.0
+    peaks = {p.pid: p.pss_mib_peak for p in manifest.memory.processes}
+    totals = []
+    for segment in segments:
+        found = [peak for pid in segment.worker_pids if (peak := peaks.get(pid)) is not None]
+        if segment.worker_pids and len(found) == len(segment.worker_pids):
+            totals.append(sum(found))
+    return max(totals) if totals else None
 
 
 def _padding_trial(

@@ -218,6 +218,7 @@ class TrialRunner:
                     first_batch_ms=report.first_batch_ms,
                     at_epoch_start=report.at_epoch_start,
                     trim_padding=planned.trim_padding,
+                    worker_pids=report.worker_pids,
                 )
             )
         incomplete = self.failed or ended
@@ -236,6 +237,7 @@ class TrialRunner:
             trim_checked=checked.batches,
             trimmable_pct=checked.droppable_pct if checked.positions else None,
             trim_refused=checked.refused,
+            max_worker_memory_mib=self.request.max_worker_memory_mib,
         )
 
 
@@ -248,4 +250,5 @@ def not_run(request: TrialRequest, plan: Plan | None, why: str, loader: int | No
         persistent=request.persistent,
         loader=loader,
         incomplete=why,
+        max_worker_memory_mib=request.max_worker_memory_mib,
     )

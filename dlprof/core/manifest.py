@@ -31,7 +31,8 @@ from dlprof.core.version import MANIFEST_VERSION
 # the step phase ``trial``. 4: adds ``job`` (the key the nodes of a job over several machines share).
 # 5: adds ``batches`` (what the probe measured of each batch: tokens, padding, bytes, fingerprint), the host's
 # ``/dev/shm`` and thread settings, the processes' threads and CPU time, and a loader's ``dataset_shards``.
-# 6: adds the trials' padding segment (``trim_padding``, ``trim_checked``, ``trimmable_pct``, ``trim_refused``).
+# 6: adds the trials' padding segment (``trim_padding``, ``trim_checked``, ``trimmable_pct``, ``trim_refused``), each
+# segment's ``worker_pids`` and the trials' ``max_worker_memory_mib``.
 
 #: Versions this dlprof can read: older ones lack fields, which are then unknown.
 READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
@@ -229,6 +230,8 @@ class TrialSegment:
     #: The padding segment: the previous segment's setting, its batches trimmed to their longest real sequence in the
     #: main process (no switch of workers); not one of the settings tried.
     trim_padding: bool = False
+    #: The process ids of the workers its switch started (``MemorySummary.processes`` has their memory).
+    worker_pids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -255,6 +258,8 @@ class Trials:
     trim_checked: int = 0
     trimmable_pct: float | None = None
     trim_refused: str | None = None
+    #: ``--max-worker-memory``: no setting whose workers take more memory together (PSS, MiB) is recommended.
+    max_worker_memory_mib: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -219,6 +219,7 @@ TRIALS_HEADER = [
     "spread %",
     "steps/s over epochs",
     "restart ms",
+    "workers MiB",
     "steps timed",
     "predicted",
     "error %",
@@ -226,10 +227,13 @@ TRIALS_HEADER = [
 
 
 def trials_heading(trials) -> str:
-    """What the trials table shows: how many rounds ran, and the basis the settings were compared on."""
+    """What the trials table shows: how many rounds ran, the basis the settings were compared on, and what the workers'
+    memory column is."""
+    limit = trials.max_worker_memory_mib
     return (
         f"Measured in this training: in-process trials, {trials.rounds} of {trials.rounds_planned} round(s); settings"
-        f" compared {trials.basis} (the predictions too)"
+        f" compared {trials.basis} (the predictions too); workers MiB: the workers' memory together (PSS)"
+        + (f", at most {limit:,.0f} MiB allowed (--max-worker-memory)" if limit is not None else "")
     )
 
 
@@ -253,6 +257,7 @@ def trials_rows(run: RunReport, mark: str = "") -> list[list[str]]:
             fixed(r.speed.spread_pct if r.speed else None, ".1f"),
             fixed(r.epoch_steps_per_s),
             fixed(r.restart_ms, ".0f"),
+            fixed(r.workers_pss_mib, ".0f") + (" (over the limit)" if r.over_memory_limit else ""),
             str(r.speed.steps if r.speed else 0),
             fixed(r.predicted_steps_per_s, ".2f", NOT_APPLICABLE),
             fixed(r.error_pct, "+.1f", NOT_APPLICABLE),

@@ -264,9 +264,12 @@ def _trials(trials: TrialsResult) -> dict:
                 "predicted_steps_per_s": rounded(r.predicted_steps_per_s),
                 "error_pct": rounded(r.error_pct, 2),
                 "data_wait_pct": rounded(r.data_wait_pct, 2),
+                "workers_pss_mib": rounded(r.workers_pss_mib, 1),
+                "over_memory_limit": r.over_memory_limit,
             }
             for r in trials.settings
         ],
+        "max_worker_memory_mib": rounded(trials.max_worker_memory_mib, 1),
         "notes": list(trials.notes),
         "padding": _padding_trial(trials.padding) if trials.padding is not None else None,
         "padding_not_measured": trials.padding_not_measured,

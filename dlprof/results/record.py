@@ -22,7 +22,7 @@ DEFAULT_MEMORY_INTERVAL_MS = 100
 DEFAULT_TRIAL_ROUNDS = 2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrialRequest:
     """The in-process trials asked for (``--try-workers``, ``--try-persistent``, ``--trial-steps``,
     ``--trial-rounds``): after the reference steps, the training DataLoader trains at each setting in turn."""
@@ -34,6 +34,8 @@ class TrialRequest:
     persistent: bool = False
     #: Steps timed per segment, after its refill transient (None: from the measured step time).
     trial_steps: int | None = None
+    #: ``--max-worker-memory``: settings whose workers take more memory together (PSS, MiB) are not recommended.
+    max_worker_memory_mib: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

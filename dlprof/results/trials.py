@@ -35,6 +35,11 @@ class TrialSetting:
     error_pct: float | None
     #: Share of its steady steps' time spent waiting for data, %; None when nothing was measured.
     data_wait_pct: float | None = None
+    #: Its workers' memory together (PSS, MiB: each worker's peak, summed over the workers a switch to it started;
+    #: the most over its segments); 0 without workers, None where the workers' memory was not sampled.
+    workers_pss_mib: float | None = None
+    #: Ruled out of the recommendation: its workers took more than ``--max-worker-memory``.
+    over_memory_limit: bool = False
 
     @property
     def steps_per_s(self) -> float | None:
@@ -87,6 +92,8 @@ class TrialsResult:
     #: checked, or it ran).
     padding: PaddingTrial | None = None
     padding_not_measured: str | None = None
+    #: ``--max-worker-memory`` (MiB, None: no limit): settings whose workers take more are not recommended.
+    max_worker_memory_mib: float | None = None
 
     def measured(self, setting: TrialSetting) -> float | None:
         """``setting``'s measured speed on this result's basis."""

@@ -23,6 +23,7 @@ def trial_request(
     steps: int | None,
     run_to_end: bool,
     workload_steps: int | None = None,
+    max_worker_memory_mib: float | None = None,
 ) -> TrialRequest:
     """The in-process trials of ``counts``, checked against the options they cannot go with.
 
@@ -30,10 +31,17 @@ def trial_request(
         rounds: ``--trial-rounds`` (None: :data:`~dlprof.results.record.DEFAULT_TRIAL_ROUNDS`).
         steps: ``--trial-steps`` (None: chosen from the measured step time).
         workload_steps: the built-in workload's ``--steps`` (None with the user's command).
+        max_worker_memory_mib: ``--max-worker-memory`` (None: no limit).
     """
     from dlprof.capture.trial_plan import check_request
 
-    request = TrialRequest(counts, rounds or DEFAULT_TRIAL_ROUNDS, persistent, steps)
+    request = TrialRequest(
+        counts=counts,
+        rounds=rounds or DEFAULT_TRIAL_ROUNDS,
+        persistent=persistent,
+        trial_steps=steps,
+        max_worker_memory_mib=max_worker_memory_mib,
+    )
     check_request(request, run_to_end, workload_steps)
     return request
 

@@ -183,3 +183,26 @@ def test_a_choice_resting_on_measurements_not_to_be_trusted_says_so():
     steady = result(trial(0, 20.0, 21.0), trial(2, 40.0, 44.0))
     choice = _choose_with_trials(None, predictions(21.0, 30.0, 44.0), False, steady, False)
     assert not any(line.startswith("caution") for line in evidence(steady, choice.chosen, choice.best, 0.05, (0, 2)))
+
+
+def test_max_worker_memory_rules_out_the_settings_over_it_measured_or_predicted():
+    from dlprof.advice.rules import WORKER_MEMORY_LIMIT, _choice, _ruled_out_line, over_memory_limit
+
+    # 2 workers took 700 MiB together in their trial (350 each), 4 workers 1,500 (375 each): at most 1,000 MiB.
+    two = dataclasses.replace(trial(2, 40.0, 40.0), workers_pss_mib=700.0)
+    four = dataclasses.replace(trial(4, 48.0, 48.0), workers_pss_mib=1500.0, over_memory_limit=True)
+    trials = dataclasses.replace(result(trial(0, 20.0, 20.0), two, four), max_worker_memory_mib=1000.0)
+    predicted = predictions(20.0, 30.0, 40.0, 47.0, 48.0, 48.0)
+    over = over_memory_limit(trials, None, [p.num_workers for p in predicted])
+    # 3 and 5 were not tried: at the most a worker took in a trial (375 MiB), 3 x 375 and 5 x 375 are over too.
+    assert over == {3: (1125.0, False), 4: (1500.0, True), 5: (1875.0, False)}
+    choice = _choice(None, predicted, False, trials, False)
+    assert (choice.num_workers, choice.rests_on, choice.bound) == (2, RESTS_ON_MEASURED, WORKER_MEMORY_LIMIT)
+    assert _ruled_out_line(trials, over) == (
+        "--max-worker-memory 1,000 MiB rules out num_workers=4 (1,500 MiB measured), num_workers=3, 5 (from 1,125"
+        " MiB, predicted): their workers' memory together (PSS) is more"
+    )
+    # Without a limit, nothing is ruled out and the fastest measured count wins.
+    unlimited = dataclasses.replace(trials, max_worker_memory_mib=None)
+    assert over_memory_limit(unlimited, None, range(6)) == {}
+    assert _choice(None, predicted, False, unlimited, False).num_workers == 4

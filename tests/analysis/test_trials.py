@@ -8,7 +8,7 @@ import pytest
 from conftest import DATA_DIR
 
 from dlprof.analysis.trials import trials_result, with_predictions
-from dlprof.core.manifest import LoaderConfig, Manifest, StepClock, Trials, TrialSegment
+from dlprof.core.manifest import LoaderConfig, Manifest, MemorySummary, ProcessMemory, StepClock, Trials, TrialSegment
 from dlprof.results.advice import Prediction
 from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS
 from dlprof.trace.discover import load_run
@@ -297,3 +297,24 @@ def test_why_no_padding_segment_was_measured():
     assert "ended before" in trials_result(replace(manifest, trials=cut), 1.0).padding_not_measured
     little = replace(manifest.trials, trim_checked=64, trimmable_pct=2.0)
     assert trials_result(replace(manifest, trials=little), 1.0).padding_not_measured is None
+
+
+def test_each_settings_workers_memory_is_the_most_its_segments_workers_took_together():
+    plan = Plan()
+    plan.add(0, False, 0, [(40.0, 20.0)] * 48)
+    plan.add(2, False, 0, START_2 + BURSTY * 24, worker_pids=(11, 12))
+    plan.add(2, False, 1, START_2 + BURSTY * 24, worker_pids=(21, 22))
+    plan.add(0, False, 1, KEPT + [(40.0, 20.0)] * 48)
+    plan.add(4, False, 1, START_2 + BURSTY * 24, worker_pids=(31, 32, 33, 34))
+    peaks = {11: 300.0, 12: 310.0, 21: 320.0, 22: 330.0, 31: 300.0, 32: 300.0, 33: 300.0}  # 34 was never sampled
+    memory = MemorySummary(
+        processes=tuple(ProcessMemory(pid=pid, role="worker", pss_mib_peak=mib) for pid, mib in peaks.items())
+    )
+    manifest = replace(plan.manifest(counts=(0, 2, 4), persistent=False), memory=memory)
+    limited = replace(manifest, trials=replace(manifest.trials, max_worker_memory_mib=640.0))
+    for result, over in ((trials_result(manifest, 1.0), False), (trials_result(limited, 1.0), True)):
+        runs = {r.num_workers: r for r in result.settings}
+        assert runs[0].workers_pss_mib == 0.0 and not runs[0].over_memory_limit
+        assert runs[2].workers_pss_mib == pytest.approx(650.0) and runs[2].over_memory_limit == over
+        assert runs[4].workers_pss_mib is None and not runs[4].over_memory_limit  # a worker's memory is unknown
+    assert trials_result(limited, 1.0).max_worker_memory_mib == 640.0

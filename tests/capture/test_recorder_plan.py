@@ -108,7 +108,7 @@ def test_a_rank_that_reads_the_plan_late_switches_at_once_and_says_so(tmp_path):
         loader = DataLoader(torch.arange(400.0), batch_size=4)
         iterator = iter(loader)
         next(iterator)
-        request = TrialRequest((0, 1), rounds=1, trial_steps=10)
+        request = TrialRequest(counts=(0, 1), rounds=1, trial_steps=10)
         facts = trial_plan.LoaderFacts(num_workers=0, prefetch_factor=None, batches_per_step=1.0)
         plan = trial_plan.plan_trials(request, facts, 30, 0.05, (27, 0))
         trial_plan.write_plan(tmp_path, plan)

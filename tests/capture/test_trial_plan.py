@@ -33,14 +33,14 @@ def test_bad_counts_say_what_is_wrong(text, problem):
 
 
 def test_options_that_cannot_go_with_the_trials():
-    request = TrialRequest((0, 2))
+    request = TrialRequest(counts=(0, 2))
     trial_plan.check_request(request, run_to_end=False)
     with pytest.raises(UsageError, match="--try-workers with --run-to-end"):
         trial_plan.check_request(request, run_to_end=True)
     with pytest.raises(UsageError, match="--try-workers with --steps 100: .*drop --steps"):
         trial_plan.check_request(request, run_to_end=False, workload_steps=100)
     with pytest.raises(UsageError, match="--trial-steps 0"):
-        trial_plan.check_request(TrialRequest((0,), trial_steps=0), run_to_end=False)
+        trial_plan.check_request(TrialRequest(counts=(0,), trial_steps=0), run_to_end=False)
 
 
 def test_rounds_alternate_their_order():
@@ -56,7 +56,7 @@ def test_rounds_alternate_their_order():
 
 def test_a_segment_is_its_refill_allowance_and_the_trial_steps():
     facts = LoaderFacts(num_workers=2, prefetch_factor=4, batches_per_step=2.0)
-    plan = plan_trials(TrialRequest((0, 3), rounds=2, trial_steps=10), facts, 100, 0.05, (97, 0))
+    plan = plan_trials(TrialRequest(counts=(0, 3), rounds=2, trial_steps=10), facts, 100, 0.05, (97, 0))
     # 3 workers keep 3 x 4 batches queued, 6 steps at 2 batches a step; the recorded 2 workers, 4 steps. A segment's
     # allowance is the settling steps and twice the surplus its switch leaves: the previous setting's queue, kept and
     # served first, and its own.
@@ -89,15 +89,16 @@ def test_trial_steps_default_to_enough_steps_and_seconds():
     assert trial_plan.default_trial_steps(0.14, 0.021, rounds=2) == 48
     assert trial_plan.default_trial_steps(0.01, 0.01, rounds=2) == 200  # never fewer than at the measured step time
     facts = LoaderFacts(num_workers=0, prefetch_factor=None, batches_per_step=1.0)
-    assert plan_trials(TrialRequest((0,)), facts, 10, 0.01, (10, 0)).trial_steps == 200
-    assert plan_trials(TrialRequest((0, 2), rounds=2), facts, 10, 0.14, (10, 0), fastest_s=0.021).trial_steps == 48
+    assert plan_trials(TrialRequest(counts=(0,)), facts, 10, 0.01, (10, 0)).trial_steps == 200
+    two_rounds = TrialRequest(counts=(0, 2), rounds=2)
+    assert plan_trials(two_rounds, facts, 10, 0.14, (10, 0), fastest_s=0.021).trial_steps == 48
     # Deciding by step counts alone (several machines): the clocks are not used.
-    assert plan_trials(TrialRequest((0,)), facts, 10, 0.01, (10, 0), deterministic=True).trial_steps == 40
+    assert plan_trials(TrialRequest(counts=(0,)), facts, 10, 0.01, (10, 0), deterministic=True).trial_steps == 40
 
 
 def test_no_trials_asked_or_none_possible():
     assert plan_trials(None, None, 50, 0.1, (47, 0)) == Plan(trials_start=50, stop_step=50, decided_at=47, decided_by=0)
-    plan = plan_trials(TrialRequest((0, 2)), None, 50, 0.1, (50, 0))
+    plan = plan_trials(TrialRequest(counts=(0, 2)), None, 50, 0.1, (50, 0))
     assert plan.stop_step == 50 and not plan.segments and "no DataLoader" in plan.skipped
 
 
@@ -106,22 +107,22 @@ def test_an_iterable_dataset_is_tried_a_whole_epoch_at_a_time():
     facts = LoaderFacts(
         num_workers=0, prefetch_factor=None, batches_per_step=1.0, iterable=True, epoch_steps=20, last_epoch_start=87
     )
-    plan = plan_trials(TrialRequest((0, 1), trial_steps=10), facts, 100, 0.05, (100, 0))
+    plan = plan_trials(TrialRequest(counts=(0, 1), trial_steps=10), facts, 100, 0.05, (100, 0))
     assert [s.first_step for s in plan.segments] == [107, 127, 147, 167] and plan.stop_step == 187
     assert all(s.at_epoch_start and s.steps == 20 for s in plan.segments)
     # The first switch is asked for at once, the others in the middle of the epoch before theirs.
     assert [s.request_step for s in plan.segments] == [100, 117, 137, 157]
     unknown = LoaderFacts(num_workers=0, prefetch_factor=None, batches_per_step=1.0, iterable=True)
-    assert "no epoch ended" in plan_trials(TrialRequest((0, 1)), unknown, 100, 0.05, (100, 0)).skipped
+    assert "no epoch ended" in plan_trials(TrialRequest(counts=(0, 1)), unknown, 100, 0.05, (100, 0)).skipped
     endless = LoaderFacts(
         num_workers=0, prefetch_factor=None, batches_per_step=1.0, iterable=True, epoch_steps=10**6, last_epoch_start=3
     )
-    assert "epochs of 1000000 steps" in plan_trials(TrialRequest((0, 1)), endless, 100, 0.05, (100, 0)).skipped
+    assert "epochs of 1000000 steps" in plan_trials(TrialRequest(counts=(0, 1)), endless, 100, 0.05, (100, 0)).skipped
 
 
 def test_padded_batches_add_a_segment_of_trimmed_batches_at_the_last_setting():
     padded = LoaderFacts(num_workers=2, prefetch_factor=4, batches_per_step=2.0, trimmable_pct=TRIM_MIN_PCT)
-    plan = plan_trials(TrialRequest((0, 3), rounds=2, trial_steps=10), padded, 100, 0.05, (97, 0))
+    plan = plan_trials(TrialRequest(counts=(0, 3), rounds=2, trial_steps=10), padded, 100, 0.05, (97, 0))
     *tried, padding = plan.segments
     assert not any(s.trim_padding for s in tried) and padding.trim_padding
     last = tried[-1]
@@ -134,11 +135,11 @@ def test_padded_batches_add_a_segment_of_trimmed_batches_at_the_last_setting():
     # No switch: its allowance is its own (empty) queue's, the settling steps and the trial steps.
     assert padding.request_step == padding.first_step == last.first_step + last.steps
     assert padding.steps == EPOCH_SETTLE_STEPS + 10 and plan.stop_step == padding.first_step + padding.steps
-    said = trial_plan.describe(TrialRequest((0, 3), rounds=2), plan, None)
+    said = trial_plan.describe(TrialRequest(counts=(0, 3), rounds=2), plan, None)
     assert said.endswith("then one with batches trimmed to their longest sequence (they are padded past it)")
     # Below the threshold, no such segment.
     barely = LoaderFacts(num_workers=2, prefetch_factor=4, batches_per_step=2.0, trimmable_pct=TRIM_MIN_PCT - 0.1)
-    plan = plan_trials(TrialRequest((0, 3), rounds=2, trial_steps=10), barely, 100, 0.05, (97, 0))
+    plan = plan_trials(TrialRequest(counts=(0, 3), rounds=2, trial_steps=10), barely, 100, 0.05, (97, 0))
     assert len(plan.segments) == 4 and not any(s.trim_padding for s in plan.segments)
 
 
@@ -152,7 +153,7 @@ def test_an_iterable_datasets_padding_segment_is_as_long_as_its_other_segments()
         last_epoch_start=87,
         trimmable_pct=50.0,
     )
-    plan = plan_trials(TrialRequest((0, 1), trial_steps=10), facts, 100, 0.05, (100, 0))
+    plan = plan_trials(TrialRequest(counts=(0, 1), trial_steps=10), facts, 100, 0.05, (100, 0))
     padding = plan.segments[-1]
     assert padding.trim_padding and (padding.num_workers, padding.first_step, padding.steps) == (0, 187, 20)
     assert not padding.at_epoch_start and plan.stop_step == 207
@@ -161,14 +162,14 @@ def test_an_iterable_datasets_padding_segment_is_as_long_as_its_other_segments()
 def test_the_plan_is_published_whole_and_read_back(tmp_path):
     assert not trial_plan.plan_published(tmp_path) and trial_plan.read_plan(tmp_path) is None
     facts = LoaderFacts(num_workers=2, prefetch_factor=None, batches_per_step=1.0)
-    plan = plan_trials(TrialRequest((0, 2), persistent=True, trial_steps=7), facts, 30, 0.02, (27, 0))
+    plan = plan_trials(TrialRequest(counts=(0, 2), persistent=True, trial_steps=7), facts, 30, 0.02, (27, 0))
     trial_plan.write_plan(tmp_path, plan)
     assert trial_plan.plan_published(tmp_path) and trial_plan.read_plan(tmp_path) == plan
     assert [p.name for p in tmp_path.iterdir()] == [trial_plan.PLAN_FILE]  # no temporary file left
 
 
 def test_the_request_travels_in_the_session_config(tmp_path):
-    request = TrialRequest((4, 0), rounds=3, persistent=True, trial_steps=12)
+    request = TrialRequest(counts=(4, 0), rounds=3, persistent=True, trial_steps=12)
     config = write_session_config(
         tmp_path,
         RecordRequest(
@@ -181,7 +182,7 @@ def test_the_request_travels_in_the_session_config(tmp_path):
 
 def test_what_the_trials_will_cost_is_said_before_they_start():
     facts = LoaderFacts(num_workers=2, prefetch_factor=None, batches_per_step=1.0)
-    request = TrialRequest((0, 1, 2, 4), trial_steps=40)
+    request = TrialRequest(counts=(0, 1, 2, 4), trial_steps=40)
     plan = plan_trials(request, facts, 10, 0.1, (10, 0))
     # Queues of 0, 2, 4 and 8 steps; each segment 40 steps, 5 settling, twice its queue and the one before it's
     # (from the recorded 2 workers first): 53 + 49 + 57 + 69 + 77 + 69 + 57 + 49 = 480 steps of 0.1 s.
@@ -191,16 +192,16 @@ def test_what_the_trials_will_cost_is_said_before_they_start():
         "dlprof: trying num_workers 0,1,2,4 in 2 rounds of 4 segments, about 60 steps each: ~48 s"
     )
     assert steps == 480 and trial_plan.describe(request, plan, 0.5).endswith("~4 min")
-    both = trial_plan.describe(TrialRequest((0, 2), rounds=1, persistent=True), plan, None)
+    both = trial_plan.describe(TrialRequest(counts=(0, 2), rounds=1, persistent=True), plan, None)
     assert both.startswith("dlprof: trying num_workers 0,2 (and 2 with persistent workers) in 1 round of 3 segments")
 
 
 def test_the_built_in_workload_gets_room_for_the_trials():
-    request = TrialRequest((0, 2), trial_steps=10)
+    request = TrialRequest(counts=(0, 2), trial_steps=10)
     # Two rounds of (2 x 4 + 5 + 10) and (2 x (4 + 4) + 5 + 10) steps (after the largest queue, 2 workers' 4 steps),
     # the padding segment should the batches be padded (2 x 4 + 5 + 10 at most), and the ranks' margin.
     assert trial_plan.steps_bound(request) == trial_plan.RANK_MARGIN_STEPS + 2 * (23 + 31) + 23
-    assert trial_plan.steps_bound(TrialRequest((0,))) >= throughput.MIN_SECONDS / trial_plan.SHORTEST_STEP_S
+    assert trial_plan.steps_bound(TrialRequest(counts=(0,))) >= throughput.MIN_SECONDS / trial_plan.SHORTEST_STEP_S
 
 
 class _Terminal(io.StringIO):
@@ -210,7 +211,7 @@ class _Terminal(io.StringIO):
 
 def test_progress_is_a_line_per_segment_or_a_bar_on_a_terminal():
     facts = LoaderFacts(num_workers=0, prefetch_factor=None, batches_per_step=1.0)
-    plan = plan_trials(TrialRequest((0, 2), rounds=1, trial_steps=5), facts, 10, 0.1, (10, 0))
+    plan = plan_trials(TrialRequest(counts=(0, 2), rounds=1, trial_steps=5), facts, 10, 0.1, (10, 0))
     log = io.StringIO()
     progress = TrialProgress(plan, log)
     for step in range(10, plan.stop_step + 1):

@@ -97,9 +97,15 @@ def test_the_built_in_workload_tries_each_count_in_rounds(tmp_path):
         assert segment["drain_ms"] >= 0 and segment["shutdown_ms"] >= 0
     # The loader keeps its own settings as recorded; the trials' workers show among the run's workers.
     assert manifest["loader"]["num_workers"] == 2
+    # Each switch names the workers it started, and the memory sampler read them: the setting's workers' memory.
+    assert [len(s["worker_pids"]) for s in trials["segments"]] == [0, 2, 2, 0]
+    sampled = {p["pid"] for p in manifest["memory"]["processes"]}
+    assert all(set(s["worker_pids"]) <= sampled for s in trials["segments"])
     # The reference steps the report uses are the ones before the trials.
     (run,) = analyze(tmp_path / "tried").runs
     assert 0 < run.unprofiled.reference_steps < trials["segments"][0]["first_step"]
+    memory = {s.num_workers: s.workers_pss_mib for s in run.trials.settings}
+    assert memory[0] == 0.0 and memory[2] > 50, memory  # two workers holding torch and the tokenizer
     assert leftover_processes(str(dataset)) == []
 
 

@@ -164,7 +164,10 @@ def test_json_trials_follow_the_documented_schema(reports):
         "predicted_steps_per_s",
         "error_pct",
         "data_wait_pct",
+        "workers_pss_mib",
+        "over_memory_limit",
     }
+    assert trials["max_worker_memory_mib"] is None and trials["padding"] is None
     assert [(r["num_workers"], r["persistent_workers"]) for r in trials["runs"]] == [
         (0, False),
         (1, False),

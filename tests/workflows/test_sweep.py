@@ -634,7 +634,7 @@ def in_process(tmp_path, monkeypatch):
         active=4,
         reference_steps=5,
         run_to_end=False,
-        trials=TrialRequest((9,), rounds=3, persistent=True, trial_steps=50),
+        trials=TrialRequest(counts=(9,), rounds=3, persistent=True, trial_steps=50),
     )
     return SimpleNamespace(calls=calls, base=base, root=tmp_path, state=state)
 

@@ -79,6 +79,8 @@ class SwitchReport:
     first_batch_ms: float | None = None
     #: Why the loader could not be switched (it goes on at its old settings, or its own).
     error: str | None = None
+    #: The process ids of the workers the new iterator started (their memory, sampled from outside, is the setting's).
+    worker_pids: tuple[int, ...] = ()
 
 
 Done = Callable[[SwitchReport], None]
@@ -263,8 +265,15 @@ def _switch_inside_epoch(
     t4 = _time_ns()
     if report.error is None:
         report.start_ms, report.first_batch_ms = _ms(t2, t3), _ms(t2, t4)
+        report.worker_pids = worker_pids(inner)
     outer.__dict__["_dlprof_delegate"] = _Delegate(buffered, inner)
     return report
+
+
+def worker_pids(iterator: Any) -> tuple[int, ...]:
+    """The process ids of an iterator's workers (none without workers)."""
+    workers = getattr(iterator, "_workers", None) or ()
+    return tuple(pid for pid in (getattr(w, "pid", None) for w in workers) if isinstance(pid, int))
 
 
 def _drain(current: Any, buffered: deque) -> None:
@@ -389,6 +398,7 @@ def after_iter(iterator: Any, switched: tuple[SwitchReport, Done], start_ns: int
     """``iterator`` was made at the new setting, from ``start_ns``: time its first batch (:func:`first_batch`)."""
     iterator.__dict__.pop("_dlprof_delegate", None)  # a persistent iterator reset for a new epoch delegates no more
     switched[0].start_ms = _ms(start_ns, _time_ns())
+    switched[0].worker_pids = worker_pids(iterator)
     iterator.__dict__["_dlprof_switched"] = (switched, start_ns)
 
 

@@ -162,6 +162,7 @@ def test_the_old_workers_are_shut_down(installed):
     assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in old)
     new = [w.pid for w in iterator._dlprof_delegate.inner._workers]
     assert len(new) == 1 and new[0] not in old and loader.num_workers == 1
+    assert report.worker_pids == tuple(new)  # the setting's memory is that of these workers
     list(iterator)  # the epoch ends: the new worker is shut down with it, as torch does
     assert not psutil.pid_exists(new[0]) or psutil.Process(new[0]).status() == psutil.STATUS_ZOMBIE
 
@@ -225,6 +226,7 @@ def test_an_iterable_dataset_switches_at_epoch_starts(installed):
     assert all(sorted(epoch) == list(range(SIZE)) for epoch in seen)  # sharded: each sample once per epoch
     assert [r.setting for r in reports] == list(plan.values()) and all(r.at_epoch_start for r in reports)
     assert all(r.first_batch_ms >= r.start_ms >= 0 for r in reports)
+    assert [len(r.worker_pids) for r in reports] == [0, 3, 1, 2, 1]  # each switch's new workers
 
 
 def test_restore_gives_the_loader_its_own_settings(installed):

@@ -186,7 +186,7 @@ def test_the_trials_padding_segment_trims_from_its_first_step_to_the_plans_end(i
     )
     plan = Plan(trials_start=3, stop_step=14, decided_at=3, decided_by=0, trial_steps=1, segments=(tried, padding))
     step = [0]
-    runner = TrialRunner(plan, TrialRequest((0,), rounds=1), record, lambda: step[0])
+    runner = TrialRunner(plan, TrialRequest(counts=(0,), rounds=1), record, lambda: step[0])
     widths = []
     for batch in loader:
         widths.append(batch["input_ids"].shape[1])
