@@ -88,6 +88,11 @@ def shared_cores(cores: int, threads: int, workers: int) -> tuple[float, float]:
     threads run: at the least of their shares if the scheduler kept them in step, at the product of their shares if
     it ran them independently. Threads waiting at a region's barrier are woken ahead of the workers, which keeps them
     partly in step, so the speed is taken between the two bounds: their geometric mean (equal for one thread).
+
+    Not priced: before they sleep, threads waiting at a barrier spin on their cores (OpenMP's default wait policy), so
+    the training holds its share of the cores for as long as its compute is stretched. With more busy workers than
+    cores its CPU per step then grows beyond this term, by an amount set by how the scheduler places the threads,
+    which a run does not measure.
     """
     free = cores - threads
     overflow = workers - free
