@@ -19,9 +19,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dlprof.analysis.trials import label, predicted_on_basis
+from dlprof.analysis.trials import Setting, label, predicted_on_basis
+from dlprof.core.manifest import StepClock
 from dlprof.results.advice import Prediction
-from dlprof.results.trials import BASIS_WHOLE_EPOCHS, TrialSetting, TrialsResult
+from dlprof.results.analysis import UnprofiledStats
+from dlprof.results.trials import BASIS_WHOLE_EPOCHS, TrialSetting, TrialsResult, TuningCost
 
 
 @dataclass(frozen=True)
@@ -171,3 +173,44 @@ def persistent_comparison(
     if gain <= -threshold_pct:
         return False, f"{measured}: persistent_workers=False"
     return None, f"{measured}: within {threshold_pct:g} %, keep the setting as it is"
+
+
+def tuning_cost(
+    trials: TrialsResult,
+    chosen: Candidate,
+    clock: StepClock,
+    own: Setting,
+    unprofiled: UnprofiledStats | None,
+) -> TuningCost | None:
+    """What the trials took (their steps in the step clock) against what ``chosen`` saves over the run's own setting
+    ``own`` (its speed measured in the trials where tried, else the reference steps'), both on the trials' basis.
+
+    None when no segment ran.
+    """
+    segments = [m.segment for m in trials.segments]
+    if not segments:
+        return None
+    start = min(s.first_step for s in segments)
+    stop = min(len(clock), max(s.first_step + s.steps for s in segments))
+    steps, seconds = stop - start, sum(clock.wall_ms[start:stop]) / 1000
+    own_rate = next(
+        (trials.measured(r) for r in trials.settings if (r.num_workers, r.persistent_workers) == own),
+        None,
+    )
+    if own_rate is None and unprofiled is not None:
+        whole = trials.basis == BASIS_WHOLE_EPOCHS and unprofiled.epoch_steps_per_s is not None
+        own_rate = unprofiled.epoch_steps_per_s if whole else unprofiled.steps_per_s
+    own_seconds = steps / own_rate if own_rate else None
+    saved = 1000 / own_rate - 1000 / chosen.steps_per_s if own_rate and chosen.steps_per_s > 0 else None
+    extra = seconds - own_seconds if own_seconds is not None else None
+    payback = 1000 * extra / saved if extra is not None and extra > 0 and saved is not None and saved > 0 else None
+    return TuningCost(
+        steps=steps,
+        seconds=seconds,
+        own_seconds=own_seconds,
+        num_workers=chosen.num_workers,
+        chosen_steps_per_s=chosen.steps_per_s,
+        own_steps_per_s=own_rate,
+        saved_s_per_1000=saved,
+        payback_steps=payback,
+    )

@@ -91,8 +91,8 @@ def shared_cores(cores: int, threads: int, workers: int) -> tuple[float, float]:
 
     Not priced: before they sleep, threads waiting at a barrier spin on their cores (OpenMP's default wait policy), so
     the training holds its share of the cores for as long as its compute is stretched. With more busy workers than
-    cores its CPU per step then grows beyond this term, by an amount set by how the scheduler places the threads,
-    which a run does not measure.
+    cores its CPU per step then grows beyond this term, by an amount set by how often the scheduler runs its threads
+    together, which a run does not measure.
     """
     free = cores - threads
     overflow = workers - free
@@ -112,18 +112,35 @@ def _contended_at(inputs: ModelInputs, num_workers: int, cores: int, threads: in
     if speed >= 1 or work <= 0:
         return consumer
     computing = consumer / speed  # the training's compute with every worker running beside it
-    if workers_rate * computing >= work:
-        # The workers' CPU fits inside the training's compute: slowed only while they run, the rest runs alone.
-        return consumer + work * (1 - speed) / workers_rate
-    # The training waits for the rest of the batches, made on the cores it leaves.
-    return computing + (work - workers_rate * computing) / min(num_workers, cores)
+    if workers_rate * computing < work:
+        # The training waits for the rest of the batches, made on the cores it leaves.
+        return computing + (work - workers_rate * computing) / min(num_workers, cores)
+    # The workers keep up. A worker is sent its next batch only when the training takes one (prefetching), so in a
+    # steady step only as many are busy as its batches need: the fewest whose CPU fits inside the compute, busy part of
+    # the step, one fewer the rest; the others wait for work, neither helping nor slowing the training.
+    busy = next(n for n in range(1, num_workers + 1) if _fits(consumer, work, *shared_cores(cores, threads, n)))
+    fewer_speed, fewer_rate = shared_cores(cores, threads, busy - 1)
+    busy_speed, busy_rate = shared_cores(cores, threads, busy)
+    # The share of the step with ``busy`` workers at which the training's compute and the batches' CPU end together.
+    share = (work * fewer_speed - consumer * fewer_rate) / (
+        consumer * (busy_rate - fewer_rate) + work * (fewer_speed - busy_speed)
+    )
+    return consumer / (fewer_speed + share * (busy_speed - fewer_speed))
+
+
+def _fits(consumer_ms: float, work_ms: float, speed: float, workers_rate: float) -> bool:
+    """Whether workers running at ``workers_rate`` beside the training's compute (slowed to ``speed``) make its
+    batches' CPU time ``work_ms`` within it."""
+    return workers_rate * consumer_ms >= work_ms * speed
 
 
 def contended_ms(inputs: ModelInputs, num_workers: int) -> float | None:
     """The step with ``num_workers`` workers sharing the cores with the training's threads (:func:`shared_cores`):
-    the training's compute slowed while the workers' CPU time runs beside it, and the batches it still waits for;
-    None without workers, where the cores or the training's threads are unknown, or where the training keeps at most
-    one core busy (no parallel region to hold back: the cores' bound in :func:`_raw` covers a single thread).
+    the training's compute slowed while the workers' CPU time runs beside it, and the batches it still waits for.
+    Workers that keep up are no more busy at once than its batches need (the rest wait for work), so beyond that count
+    the step stays as it is. None without workers, where the cores or the training's threads are unknown, or where the
+    training keeps at most one core busy (no parallel region to hold back: the cores' bound in :func:`_raw` covers a
+    single thread).
 
     A fractional thread count (the training's CPU over its wall) is interpolated between its whole neighbours, from
     one thread's unslowed consumer up to two threads' term.

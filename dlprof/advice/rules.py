@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from dlprof.advice.findings import input_findings
 from dlprof.advice.inputs import model_inputs
-from dlprof.advice.measured import Candidate, candidates
+from dlprof.advice.measured import Candidate, candidates, tuning_cost
 from dlprof.advice.measured import evidence as measured_evidence
 from dlprof.advice.model import ModelInputs, candidate_counts, memory_limit, predict
 from dlprof.advice.settings import (
@@ -276,7 +276,10 @@ def advise(
         )
     if choice is not None and choice.chosen is not None:
         assert trials is not None and choice.best is not None  # a choice among the trials names the best one too
+        assert manifest is not None  # trials come from a manifest
         evidence += measured_evidence(trials, choice.chosen, choice.best, CHOOSE_WITHIN, trials_tried(manifest))
+        own = ((loader_config.num_workers or 0) if loader_config else 0, recorded_persistent)
+        trials = replace(trials, cost=tuning_cost(trials, choice.chosen, manifest.step_clock, own, unprofiled))
     if trials is not None and (ruled_out := over_memory_limit(trials, inputs, [p.num_workers for p in predicted])):
         evidence.append(_ruled_out_line(trials, ruled_out))
     if loader is not None:

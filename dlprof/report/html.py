@@ -48,6 +48,7 @@ from dlprof.report.common import (
     summarized,
     trials_heading,
     trials_rows,
+    tuning_cost_line,
     unprofiled_line,
 )
 from dlprof.report.findings import FINDINGS_HEADING, finding_fix, finding_gain
@@ -338,6 +339,9 @@ def _throughput(run: RunReport, rid: str) -> list[str]:
         classes = ["chosen" if is_recommended_trial(run, r) else "" for r in trials.settings]
         parts.append(f"<h3>Measured in this training</h3><p>{esc(trials_heading(trials))}.</p>")
         parts.append(page.table(TRIALS_HEADER, trials_rows(run), classes, cls="trials"))
+        cost = tuning_cost_line(trials)
+        if cost:
+            parts.append(f"<p>{esc(cost[0].upper() + cost[1:])}.</p>")
         if trials.notes:
             parts.append("<ul>" + "".join(f"<li>{esc(n)}</li>" for n in trials.notes) + "</ul>")
     measured = trials is not None and any(r.speed is not None for r in trials.settings)

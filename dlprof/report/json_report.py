@@ -18,7 +18,7 @@ from dlprof.results.analysis import (
 )
 from dlprof.results.findings import Finding
 from dlprof.results.report import Report, RunReport
-from dlprof.results.trials import PaddingTrial, TrialsResult
+from dlprof.results.trials import PaddingTrial, TrialsResult, TuningCost
 
 
 def _summary(summary: Summary) -> dict:
@@ -270,9 +270,23 @@ def _trials(trials: TrialsResult) -> dict:
             for r in trials.settings
         ],
         "max_worker_memory_mib": rounded(trials.max_worker_memory_mib, 1),
+        "cost": _tuning_cost(trials.cost) if trials.cost is not None else None,
         "notes": list(trials.notes),
         "padding": _padding_trial(trials.padding) if trials.padding is not None else None,
         "padding_not_measured": trials.padding_not_measured,
+    }
+
+
+def _tuning_cost(cost: TuningCost) -> dict:
+    return {
+        "steps": cost.steps,
+        "seconds": rounded(cost.seconds),
+        "own_seconds": rounded(cost.own_seconds),
+        "num_workers": cost.num_workers,
+        "chosen_steps_per_s": rounded(cost.chosen_steps_per_s),
+        "own_steps_per_s": rounded(cost.own_steps_per_s),
+        "saved_s_per_1000": rounded(cost.saved_s_per_1000),
+        "payback_steps": rounded(cost.payback_steps, 0),
     }
 
 

@@ -37,6 +37,7 @@ from dlprof.report.common import (
     summarized,
     trials_heading,
     trials_rows,
+    tuning_cost_line,
     unprofiled_line,
 )
 from dlprof.report.findings import FINDINGS_HEADING, finding_fix, finding_title
@@ -204,6 +205,8 @@ def _trials(run: RunReport) -> list[str]:
         return []
     lines = ["", f"**{trials_heading(run.trials)}:**", ""]
     lines += _table(TRIALS_HEADER, trials_rows(run, " ←"))
+    cost = tuning_cost_line(run.trials)
+    lines += ["", cost[0].upper() + cost[1:] + "."] if cost else []
     if run.trials.notes:
         lines += [""] + [f"- {note}" for note in run.trials.notes]
     return lines

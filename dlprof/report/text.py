@@ -37,6 +37,7 @@ from dlprof.report.common import (
     summarized,
     trials_heading,
     trials_rows,
+    tuning_cost_line,
     unprofiled_line,
 )
 from dlprof.report.findings import FINDINGS_HEADING, finding_fix, finding_title
@@ -132,6 +133,8 @@ def _run(run: RunReport) -> list[str]:
     if run.trials is not None:
         lines += ["", trials_heading(run.trials)]
         lines += _table(trials_rows(run, " <"), TRIALS_HEADER)
+        cost = tuning_cost_line(run.trials)
+        lines += [f"  {cost}"] if cost else []
         lines += [f"  - {note}" for note in run.trials.notes]
     if advice.predicted:
         lines += ["", "Predicted"]

@@ -73,6 +73,25 @@ class PaddingTrial:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TuningCost:
+    """What the trials cost the training, against what the setting chosen from them saves."""
+
+    #: The trials' steps and their time (s), and what those steps take at the run's own setting (None: unknown).
+    steps: int
+    seconds: float
+    own_seconds: float | None
+    #: The chosen ``num_workers``, its speed and the run's own setting's (steps/s, on the trials' basis), and the
+    #: seconds the chosen setting saves per 1,000 steps (negative: it is slower; None: unknown).
+    num_workers: int
+    chosen_steps_per_s: float
+    own_steps_per_s: float | None
+    saved_s_per_1000: float | None
+    #: The steps after which the chosen setting has made up what the trials took beyond the run's own setting (None:
+    #: they took nothing extra, or the chosen setting saves nothing).
+    payback_steps: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
 class TrialsResult:
     """The trials of one run, and the basis they compare on."""
 
@@ -94,6 +113,8 @@ class TrialsResult:
     padding_not_measured: str | None = None
     #: ``--max-worker-memory`` (MiB, None: no limit): settings whose workers take more are not recommended.
     max_worker_memory_mib: float | None = None
+    #: What tuning cost against what it saves (set by the advice once it has chosen; None: nothing chosen).
+    cost: TuningCost | None = None
 
     def measured(self, setting: TrialSetting) -> float | None:
         """``setting``'s measured speed on this result's basis."""

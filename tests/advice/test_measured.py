@@ -11,7 +11,7 @@ from conftest import DATA_DIR
 from dlprof.advice.measured import candidates, error_scale, persistent_comparison
 from dlprof.advice.rules import CHOOSE_WITHIN, WITHIN_BEST, _choose_with_trials
 from dlprof.results.advice import RESTS_ON_MEASURED, RESTS_ON_PREDICTED, Prediction
-from dlprof.results.analysis import Throughput
+from dlprof.results.analysis import Throughput, UnprofiledStats
 from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS, TrialSetting, TrialsResult
 from dlprof.trace.discover import load_run
 from dlprof.workflows.analyze import analyze_run
@@ -206,3 +206,44 @@ def test_max_worker_memory_rules_out_the_settings_over_it_measured_or_predicted(
     unlimited = dataclasses.replace(trials, max_worker_memory_mib=None)
     assert over_memory_limit(unlimited, None, range(6)) == {}
     assert _choice(None, predicted, False, unlimited, False).num_workers == 4
+
+
+def test_the_cost_of_tuning_against_what_the_chosen_setting_saves():
+    from dlprof.advice.measured import Candidate, tuning_cost
+    from dlprof.core.manifest import StepClock, TrialSegment
+    from dlprof.results.trials import MeasuredSegment
+
+    # 10 reference steps, then two segments of 50 steps of 20 ms: the trials took 2 s for 100 steps.
+    clock = StepClock(phase=("trial",) * 110, wall_ms=(5.0,) * 10 + (20.0,) * 100)
+    segments = tuple(
+        MeasuredSegment(
+            TrialSegment(num_workers=n, persistent_workers=False, round=0, first_step=first, steps=50), None
+        )
+        for n, first in ((0, 10), (2, 60))
+    )
+    own_tried = dataclasses.replace(result(trial(0, 60.0, None), trial(2, 80.0, None)), segments=segments)
+    cost = tuning_cost(own_tried, Candidate(2, 80.0), clock, (0, False), None)
+    # Your own setting (0 workers, tried: 60 steps/s) would take 100 / 60 s; 2 workers save 1000/60 - 1000/80 s per
+    # 1,000 steps, making up the trials' extra 1/3 s after 80 steps.
+    assert (cost.steps, cost.seconds, cost.num_workers, cost.own_steps_per_s) == (100, pytest.approx(2.0), 2, 60.0)
+    assert cost.own_seconds == pytest.approx(100 / 60)
+    assert cost.saved_s_per_1000 == pytest.approx(1000 / 60 - 1000 / 80)
+    assert cost.payback_steps == pytest.approx(80.0)
+    # Not tried at its own setting: the reference steps' speed (40 steps/s); the trials then took less: nothing to
+    # make up.
+    unprofiled = UnprofiledStats(
+        reference_steps=50,
+        step_ms=25.0,
+        profiled_steps=20,
+        step_ms_p50=25.0,
+        profiled_step_ms=None,
+        consumer_ms=20.0,
+        wait_ms=5.0,
+        cpu_ms=20.0,
+        runq_ms=0.0,
+        epoch=None,
+    )
+    cheap = tuning_cost(own_tried, Candidate(2, 80.0), clock, (1, False), unprofiled)
+    assert (cheap.own_steps_per_s, cheap.own_seconds, cheap.payback_steps) == (40.0, 2.5, None)
+    assert cheap.saved_s_per_1000 == pytest.approx(12.5)
+    assert tuning_cost(result(trial(0, 60.0, None)), Candidate(0, 60.0), clock, (0, False), None) is None

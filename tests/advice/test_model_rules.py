@@ -97,9 +97,19 @@ def test_contention_term():
     # n=2: the compute takes 10 * sqrt(8) = 28.3 ms beside both workers, who make 28.3 ms of the 30 meanwhile; the
     # rest on both cores: 10 sqrt(8) + (30 - 10 sqrt(8)) / 2 = 15 + 10 sqrt(2).
     assert contended_ms(model, 2) == pytest.approx(15 + 10 * math.sqrt(2))
-    # n=4: at 1/sqrt(27) the compute would outlast the workers' 30 ms (at 4/3 cores): slowed only while they run,
-    # 10 + 30 * (1 - 1/sqrt(27)) / (4/3).
-    assert contended_ms(model, 4) == pytest.approx(10 + 22.5 * (1 - 1 / math.sqrt(27)))
+    # n=4: the workers keep up, and a worker gets a batch to make only when the training takes one, so no more are busy
+    # than the batches need: 2 workers make 28.3 of the 30 ms inside the compute, 3 (at 1/sqrt(18) and 7/6 cores) make
+    # them with room to spare. A share x of the step with 3 busy, the rest with 2, where the compute and the 30 ms end
+    # together: 10 * (1 + x/6) = 30 * (1/sqrt(8) - x (1/sqrt(8) - 1/sqrt(18))); the extra workers change nothing.
+    two, three = 1 / math.sqrt(8), 1 / math.sqrt(18)
+    share = (30 * two - 10) / (10 / 6 + 30 * (two - three))
+    assert contended_ms(model, 4) == pytest.approx(10 / (two - share * (two - three)))
+    assert contended_ms(model, 8) == pytest.approx(contended_ms(model, 3))
+    assert contended_ms(model, 4) > contended_ms(model, 2)
+    # With the batches' CPU well inside the compute (3 ms), fewer than one worker is busy on average, however many
+    # there are: the step is the compute beside one worker part of the time, 10 + 3 ms, at 1 worker as at 4.
+    light = dataclasses.replace(model, batch_cpu_ms=3.0)
+    assert contended_ms(light, 1) == pytest.approx(13.0) and contended_ms(light, 4) == pytest.approx(13.0)
     # One busy training thread has no parallel region to hold back: no term (the cores' bound covers it); 1.5 busy
     # cores: halfway between its unslowed consumer and two threads' term.
     assert contended_ms(dataclasses.replace(model, training_threads=1.0), 2) is None
