@@ -50,6 +50,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from dlprof.analysis.trial_memory import segment_pss, workers_pss
 from dlprof.core import throughput
 from dlprof.core.manifest import (
     EPOCH_SETTLE_STEPS,
@@ -369,7 +370,7 @@ def trials_result(
                 predicted_steps_per_s=None,
                 error_pct=None,
                 data_wait_pct=_wait_pct(clock, pieces) if speed is not None else None,
-                workers_pss_mib=(pss := _workers_pss(manifest, [trials.segments[i] for i in mine])),
+                workers_pss_mib=(pss := workers_pss(manifest, [trials.segments[i] for i in mine])),
                 over_memory_limit=pss is not None and limit is not None and pss > limit,
             )
         )
@@ -387,25 +388,13 @@ def trials_result(
         basis=basis,
         settings=tuple(settings),
         notes=tuple(notes),
-        segments=tuple(MeasuredSegment(s, speed_of.get(id(s))) for s in manifest.trials.segments),
+        segments=tuple(
+            MeasuredSegment(s, speed_of.get(id(s)), segment_pss(manifest, s)) for s in manifest.trials.segments
+        ),
         padding=padding,
         padding_not_measured=None if padding is not None else _padding_not_measured(trials),
         max_worker_memory_mib=limit,
     )
-
-
-def _workers_pss(manifest: Manifest, segments: list[TrialSegment]) -> float | None:
-    """The most a setting's workers took together (PSS, MiB) over its segments: each worker's peak, summed over the
-    workers the switch to the segment started; 0 without workers; None where no segment had all its workers sampled."""
-    if all(s.num_workers == 0 for s in segments):
-        return 0.0
-    peaks = {p.pid: p.pss_mib_peak for p in manifest.memory.processes}
-    totals = []
-    for segment in segments:
-        found = [peak for pid in segment.worker_pids if (peak := peaks.get(pid)) is not None]
-        if segment.worker_pids and len(found) == len(segment.worker_pids):
-            totals.append(sum(found))
-    return max(totals) if totals else None
 
 
 def _padding_trial(

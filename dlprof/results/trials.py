@@ -53,6 +53,9 @@ class MeasuredSegment:
 
     segment: TrialSegment
     speed: Throughput | None
+    #: Its workers' memory together (PSS, MiB: each worker's peak, over the workers its switch started); 0 without
+    #: workers, None where one of them was not sampled (or the padding segment, which started none).
+    workers_pss_mib: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

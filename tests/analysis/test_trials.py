@@ -318,3 +318,5 @@ def test_each_settings_workers_memory_is_the_most_its_segments_workers_took_toge
         assert runs[2].workers_pss_mib == pytest.approx(650.0) and runs[2].over_memory_limit == over
         assert runs[4].workers_pss_mib is None and not runs[4].over_memory_limit  # a worker's memory is unknown
     assert trials_result(limited, 1.0).max_worker_memory_mib == 640.0
+    # Each segment's own: its workers' peaks together.
+    assert [m.workers_pss_mib for m in trials_result(manifest, 1.0).segments] == [0.0, 610.0, 650.0, 0.0, None]

@@ -128,8 +128,12 @@ def _assert_trial_segments(segments: pd.DataFrame, trials: dict, manifest) -> No
         mine = segments[
             (segments["num_workers"] == setting["num_workers"])
             & (segments["persistent_workers"] == setting["persistent_workers"])
+            & ~segments["trim_padding"]  # the padding segment is measured apart
         ]
         assert len(mine) == setting["segments"]
+        # A setting's workers' memory is the most its segments' workers took together.
+        known = mine["workers_pss_mib"].dropna()
+        assert _same(known.max() if len(known) else None, setting["workers_pss_mib"])
         timed = mine.dropna(subset=["steps_per_s"])
         assert int(timed["steps_timed"].sum()) == setting["steps_timed"]
         if timed.empty:
