@@ -126,8 +126,10 @@ def _choose_with_trials(
     trials: TrialsResult,
     recorded_persistent: bool,
     shm_cap: int | None = None,
+    ruled_out: Collection[int] = (),
 ) -> _Choice | None:
-    """The fewest workers within CHOOSE_WITHIN of the best speed on the trials' basis: measured where tried,
+    """The fewest workers within CHOOSE_WITHIN of the best speed on the trials' basis, none of ``ruled_out``
+    (``--max-worker-memory``): measured where tried,
     the scaled prediction elsewhere (:mod:`dlprof.advice.measured`). None when nothing was measured or predicted on
     that basis.
 
@@ -135,8 +137,8 @@ def _choose_with_trials(
     does over a training); the bound of CPU-bound loading at the usable cores only for predicted counts (a measured
     count's speed has the contention for cores in it).
     """
-    over = over_memory_limit(trials, inputs, [p.num_workers for p in predicted])
-    found = [c for c in candidates(trials, predicted, recorded_persistent) if c.num_workers not in over]
+    everyone = candidates(trials, predicted, recorded_persistent)
+    found = [c for c in everyone if c.num_workers not in ruled_out]
     if not any(c.measured for c in found):
         return None
     memory_cap = memory_limit(inputs, MEMORY_BUDGET_FRACTION) if inputs is not None else None
@@ -159,8 +161,7 @@ def _choose_with_trials(
             if cap is not None and chosen.num_workers >= cap:
                 bound = name
                 break
-    everyone = candidates(trials, predicted, recorded_persistent)
-    if over and max(c.steps_per_s for c in everyone) > best.steps_per_s * (1 + WITHIN_BEST):
+    if ruled_out and max(c.steps_per_s for c in everyone) > best.steps_per_s * (1 + WITHIN_BEST):
         bound = WORKER_MEMORY_LIMIT  # a faster setting was ruled out by --max-worker-memory
     if chosen.setting is not None and not chosen.setting.persistent_workers and trials.basis == BASIS_WHOLE_EPOCHS:
         steady = max((r.steps_per_s for r in trials.settings if r.steps_per_s is not None), default=None)
@@ -217,13 +218,15 @@ def _choice(
     shm_cap: int | None = None,
 ) -> _Choice | None:
     """The recommended count: on the trials' measurements when the run has some, else on the predictions alone."""
+    ruled_out = over_memory_limit(trials, inputs, [p.num_workers for p in predicted]) if trials is not None else {}
     if trials is not None:
-        choice = _choose_with_trials(inputs, predicted, cpu_bound_loading, trials, recorded_persistent, shm_cap)
+        choice = _choose_with_trials(
+            inputs, predicted, cpu_bound_loading, trials, recorded_persistent, shm_cap, ruled_out
+        )
         if choice is not None:
             return choice
     if inputs is None:
         return None
-    ruled_out = over_memory_limit(trials, inputs, [p.num_workers for p in predicted]) if trials is not None else {}
     num_workers, bound = _choose(inputs, predicted, cpu_bound_loading, shm_cap, ruled_out)
     basis = BASIS_WHOLE_EPOCHS if predicted[0].epoch_steps_per_s is not None else BASIS_IN_EPOCH
     return _Choice(num_workers=num_workers, bound=bound, rests_on=RESTS_ON_PREDICTED, compared_on=basis)
