@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import SCRIPTS_DIR, check_recorded_traces, invoke, load_trace, run_dlprof
 
+from dlprof.advice.findings import PRETOKENIZE_MIN_GAIN_PCT
 from dlprof.core import schema
 from dlprof.results import findings as ids
 
@@ -278,9 +279,12 @@ def worker_growth_mib(recorded: Recorded) -> float:
     return max((p["uss_mib_last"] or 0) - (p["uss_mib_first"] or 0) for p in workers(recorded))
 
 
-#: Two workers reading batches of 16 of the script's 300k strings for 30 s: the sampler's readings of a worker come
-#: seconds apart and the finding needs four, while the pages the workers copy still grow with the samples read.
-COPY_ON_READ_SCRIPT = ("copy_on_read.py", "--seconds", "30")
+#: Two workers reading batches of 16 of the script's 300k strings for 50 s: a reading of this script's processes takes
+#: ~20 ms, so the sampler's duty limit puts each process's readings ~12 s apart, and the finding needs four after a
+#: worker's first batch (30 s gave two or three), while the pages the workers copy still grow with the samples read.
+COPY_ON_READ_SCRIPT = ("copy_on_read.py", "--seconds", "50")
+#: Without the copy, growth stays small however long the run: 30 s shows it.
+COPY_ON_READ_FIXED_SCRIPT = ("copy_on_read.py", "--seconds", "30", "--fixed")
 
 
 def test_python_objects_copied_on_read_are_found(record):
@@ -292,10 +296,16 @@ def test_python_objects_copied_on_read_are_found(record):
 
 
 def test_numpy_buffer_is_not_copied_on_read(record):
-    buffer = record("copy-on-read-fixed", *COPY_ON_READ_SCRIPT, "--fixed", window=RUN_TO_END)
+    buffer = record("copy-on-read-fixed", *COPY_ON_READ_FIXED_SCRIPT, window=RUN_TO_END)
     assert worker_growth_mib(buffer) < 8, workers(buffer)
     assert ids.FINDING_COPY_ON_READ not in buffer.ids(), buffer.findings
 
 
 def test_the_healthy_built_in_workload_has_no_finding(workload_run_2):
-    assert analyze_findings(workload_run_2) == []
+    """Nothing is wrong with it but one honest cost: it tokenizes as it loads, which is 8-12 % of a step at the
+    0 workers the 2 cores call for, around the pre-tokenize finding's 10 % floor as the machine's speed moves. That one
+    may be reported, over its floor and under 25 % (twice what the tokenizer's share allows); nothing else may."""
+    found = analyze_findings(workload_run_2)
+    assert [f for f in found if f["id"] != ids.FINDING_PRETOKENIZE] == [], found
+    for pretokenize in (f for f in found if f["id"] == ids.FINDING_PRETOKENIZE):
+        assert PRETOKENIZE_MIN_GAIN_PCT <= pretokenize["gain_pct"] < 25, pretokenize

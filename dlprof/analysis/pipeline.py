@@ -35,8 +35,11 @@ from dlprof.results.findings import (
 DEFAULT_PREFETCH_FACTOR = 2
 #: The memory sampler's role of a DataLoader worker process (capture/merge's ``memory_summary``).
 WORKER_ROLE = "worker"
-#: Fewer memory samples than this after a worker's first batch tell no trend of its memory.
-MIN_GROWTH_POINTS = 4
+#: Fewer memory samples than this after a worker's first batch tell no trend of its memory. Three: a reading walks the
+#: process's page tables, so the sampler's duty limit spaces a worker's readings ~10 s apart in a big training (2
+#: workers), and a recording of a minute gets three or four; the finding's floor on growth (16 MiB) is what tells
+#: copying from noise, the points only that it kept on.
+MIN_GROWTH_POINTS = 3
 
 
 def pipeline_facts(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from dlprof.analysis.pipeline import (
@@ -271,3 +273,20 @@ def test_flat_memory_has_no_correlation_and_too_few_points_no_growth():
     assert (flat.samples_touched, flat.growth_mib, flat.kib_per_sample, flat.correlation) == (32, 0.0, 0.0, 0.0)
     few = batches(made[:2])
     assert copy_on_read_facts(manifest(few, memory=MemorySummary(None, (_growing_worker(11, 0, 1.0),))), [0]) is None
+
+
+def test_three_readings_after_the_first_batch_tell_a_trend_two_do_not():
+    # Batches of 4 samples at T0 + 100 ms ... 800 ms; readings every 100 ms from T0 + 50 ms, cut to the first three
+    # after the first batch (150, 250, 350 ms: 4, 8, 12 samples, USS 104, 108, 112 MiB), then to two.
+    made = [{"worker": 0, "made_ns": T0 + 100_000_000 * k, "rows": 4} for k in range(1, 9)]
+    facts = batches(made)
+    worker = _growing_worker(11, 0, 4.0)
+    for kept, expected in ((4, 3), (3, None)):
+        cut = replace(worker, sample_ms=worker.sample_ms[:kept], uss_mib=worker.uss_mib[:kept])
+        found = copy_on_read_facts(manifest(facts, memory=MemorySummary(None, (cut,))), every(facts))
+        if expected is None:
+            assert found is None
+        else:
+            assert found is not None and [(g.points, g.samples_touched, g.growth_mib) for g in found.workers] == [
+                (expected, 12, 8.0)
+            ]
