@@ -70,20 +70,24 @@ def _emit(result, fmt: str, output: Path | None, redactor=None) -> None:
 
 def _trial_request(options: dict):
     """The TrialRequest of ``record``'s trial options (taken out of ``options``), None without ``--try-workers``."""
+    from dlprof.results.record import THEN_STOP
     from dlprof.workflows.record import trial_request
 
     counts = options.pop("try_workers")
     persistent, steps, rounds = options.pop("try_persistent"), options.pop("trial_steps"), options.pop("trial_rounds")
-    memory = options.pop("max_worker_memory")
+    memory, then = options.pop("max_worker_memory"), options.pop("then")
     if counts is None:
         given = trial_lengths_given(steps, rounds)
         given += ["--try-persistent"] if persistent else []
         given += ["--max-worker-memory"] if memory is not None else []
+        given += [f"--then {then}"] if then is not None else []
         if given:
             raise click.UsageError(f"{given[0]}: only with --try-workers; add --try-workers 0,1,2,4 or drop it")
         return None
     workload_steps = None if options["command"] else options.get("steps")
-    return trial_request(counts, rounds, persistent, steps, options["run_to_end"], workload_steps, memory)
+    return trial_request(
+        counts, rounds, persistent, steps, options["run_to_end"], workload_steps, memory, then or THEN_STOP
+    )
 
 
 def _check_command(ctx: click.Context, command: tuple[str, ...]) -> None:
@@ -120,12 +124,12 @@ def record(ctx: click.Context, **options) -> None:
     """
     from dlprof.capture.record import record as record_run
     from dlprof.core import schema
-    from dlprof.workflows.record import record_request, recorded_lines, trial_scalars_line
+    from dlprof.workflows.record import record_request, recorded_lines, trial_scalars_line, trials_choice
 
     trials = _trial_request(options)
     _check_command(ctx, options["command"])
     request = record_request(trials=trials, cli_argv=tuple(sys.argv), **options)
-    result = record_run(request)
+    result = record_run(request, choose=trials_choice(trials.then) if trials is not None else None)
     for line, err in recorded_lines(result, request.out_dir, user_command=bool(options["command"])):
         click.echo(line, err=err)
     said = trial_scalars_line(result.run_dir) if trials is not None else None

@@ -286,6 +286,17 @@ _TRIAL_OPTIONS = (
             " measured in its trial; predicted for counts not tried); the report says which were ruled out."
         ),
     ),
+    click.option(
+        "--then",
+        "then",
+        type=click.Choice(["stop", "best", "keep"]),
+        default=None,
+        help=(
+            "With --try-workers, after the trials: stop the training (the default), or train on to its own end at the"
+            " setting they recommend (best) or at the script's own (keep); the trials' report comes while it trains,"
+            " and at its end whether the chosen setting's speed held."
+        ),
+    ),
     *trial_length_options("With --try-workers: "),
 )
 

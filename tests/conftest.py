@@ -64,6 +64,13 @@ def check_recorded_traces(out: Path, since_s: float = 0.0) -> None:
             assert_perfetto_clean(path)
 
 
+def unique_copy(source: Path, tmp_path: Path) -> Path:
+    """A copy of ``source`` under a path of this test's own: its processes are found by their command line."""
+    copy = tmp_path / f"{tmp_path.name}-{source.name}"
+    copy.write_bytes(source.read_bytes())
+    return copy
+
+
 def trace_files(run_dir: Path) -> list[Path]:
     return sorted(run_dir.glob("*.pt.trace.json.gz"))
 

@@ -179,6 +179,9 @@ def test_bad_option_with_user_script(out, script, args, names, fix):
         (["--max-worker-memory", "2048"], "--max-worker-memory", "add --try-workers"),
         (["--try-workers", "0,2", "--max-worker-memory", "0"], "--max-worker-memory", "a number > 0"),
         (["--try-workers", "0,2", "--max-worker-memory", "nan"], "--max-worker-memory", "a number > 0"),
+        (["--then", "best"], "--then best", "add --try-workers"),
+        (["--try-workers", "0,2", "--then", "best", "--run-to-end"], "--then best with --run-to-end", "drop --run-to"),
+        (["--try-workers", "0,2", "--then", "fastest"], "--then", "'stop', 'best', 'keep'"),
     ],
     ids=[
         "not-numbers",
@@ -192,6 +195,9 @@ def test_bad_option_with_user_script(out, script, args, names, fix):
         "memory-alone",
         "memory-0",
         "memory-nan",
+        "then-alone",
+        "then-run-to-end",
+        "then-unknown",
     ],
 )
 def test_bad_trial_option(out, script, args, names, fix):
@@ -207,6 +213,14 @@ def test_trials_with_the_built_in_workloads_steps(out):
         invoke("record", "--out", str(out), "--name", RUN, "--try-workers", "0,2", "--steps", "100"), out, "--steps 100"
     )
     assert "drop --steps" in last
+
+
+def test_then_with_the_built_in_workload_needs_its_length(out):
+    """--then trains the built-in workload on to its end, which only --steps gives."""
+    last = assert_cli_error(
+        invoke("record", "--out", str(out), "--name", RUN, "--try-workers", "0,2", "--then", "keep"), out, "--then keep"
+    )
+    assert "--steps N" in last
 
 
 # --- the command after '--' -----------------------------------------------------------------------

@@ -124,7 +124,8 @@ def _full_manifest() -> dict:
     document["host"]["gpu"] = {"name": "GPU"}
     segment = {"num_workers": 0, "persistent_workers": False, "round": 0, "first_step": 8, "steps": 3}
     segment["worker_pids"] = [7]
-    document["trials"] = {"counts": [0, 2], "rounds": 1, "trial_steps": 3, "segments": [segment]}
+    then = {"mode": "best", "trials_end_step": 11, "num_workers": 2, "prefetch_factor": 2, "first_step": 12}
+    document["trials"] = {"counts": [0, 2], "rounds": 1, "trial_steps": 3, "segments": [segment], "then": then}
     steps = len(document["step_clock"]["phase"])
     document["step_clock"].update(ready=[1] * steps, faults=[2_000] * steps, sys_ms=[4.5] * steps)
     return document
@@ -191,7 +192,7 @@ def test_a_non_finite_version_is_not_quoted(value):
     said = "text naming a non-finite number" if isinstance(value, str) else "a non-finite number"
     fix = "record the run again with this dlprof"
     assert manifest is None and problems == (
-        f"manifest version ({said}) is not one this dlprof reads (1, 2, 3, 4, 5, 6): analysed as a trace without"
+        f"manifest version ({said}) is not one this dlprof reads (1, 2, 3, 4, 5, 6, 7): analysed as a trace without"
         f" dlprof's manifest; {fix}",
     )
 

@@ -38,7 +38,7 @@ def _manifest(rank: int, after: int) -> Manifest:
 
 
 def _recorded(monkeypatch, tmp_path, *manifests: Manifest):
-    def fake_record(request):
+    def fake_record(request, choose=None):
         run_dir = request.out_dir / request.name
         paths = tuple(run_dir / f"h_{m.rank}.1{schema.TRACE_SUFFIX}" for m in manifests)
         return RecordResult(

@@ -183,7 +183,9 @@ def tuning_cost(
     unprofiled: UnprofiledStats | None,
 ) -> TuningCost | None:
     """What the trials took (their steps in the step clock) against what ``chosen`` saves over the run's own setting
-    ``own`` (its speed measured in the trials where tried, else the reference steps'), both on the trials' basis.
+    ``own`` (its speed measured in the trials where tried, else the reference steps'), both on the trials' basis; and,
+    where the training went on at another setting after them (``trials.tuned``, measured), what that setting saved
+    over the steps it ran, its speed after the switch against ``own``'s, both inside an epoch.
 
     None when no segment ran.
     """
@@ -204,6 +206,7 @@ def tuning_cost(
     saved = 1000 / own_rate - 1000 / chosen.steps_per_s if own_rate and chosen.steps_per_s > 0 else None
     extra = seconds - own_seconds if own_seconds is not None else None
     payback = 1000 * extra / saved if extra is not None and extra > 0 and saved is not None and saved > 0 else None
+    tuned_steps, tuned_saved = _tuned_saving(trials, own, unprofiled)
     return TuningCost(
         steps=steps,
         seconds=seconds,
@@ -213,4 +216,22 @@ def tuning_cost(
         own_steps_per_s=own_rate,
         saved_s_per_1000=saved,
         payback_steps=payback,
+        tuned_steps=tuned_steps,
+        tuned_saved_s=tuned_saved,
     )
+
+
+def _tuned_saving(
+    trials: TrialsResult, own: Setting, unprofiled: UnprofiledStats | None
+) -> tuple[int | None, float | None]:
+    """The steps run after the switch, and the seconds the setting switched to saved over them against ``own`` (both
+    speeds inside an epoch: the speed after the switch is measured on no other basis); (None, None) when not known."""
+    tuned = trials.tuned
+    if tuned is None or not tuned.steps_per_s or (tuned.num_workers, tuned.persistent_workers) == own:
+        return None, None
+    own_rate = next((r.steps_per_s for r in trials.settings if (r.num_workers, r.persistent_workers) == own), None)
+    if own_rate is None and unprofiled is not None:
+        own_rate = unprofiled.steps_per_s
+    if not own_rate:
+        return None, None
+    return tuned.steps_at_setting, tuned.steps_at_setting * (1 / own_rate - 1 / tuned.steps_per_s)

@@ -39,6 +39,9 @@ The trials trained on after the reference steps, switching the training DataLoad
   The trials compare over whole epochs when every setting measured has that speed, else inside an epoch
   (:data:`~dlprof.results.trials.BASIS_WHOLE_EPOCHS`, :data:`~dlprof.results.trials.BASIS_IN_EPOCH`).
 
+* **The training after the trials** (``--then best|keep``): :mod:`dlprof.analysis.tuned`, its speed at the chosen
+  setting measured as a segment is, beside that setting's trial.
+
 :func:`trials_result` measures; :func:`with_predictions` sets the model's predictions beside the measurements once the
 advice has made them. Torch-free.
 """
@@ -50,12 +53,12 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from dlprof.analysis.segments import Piece, segment_pieces, steady_speed, switched_loader
 from dlprof.analysis.trial_memory import segment_pss, workers_pss
+from dlprof.analysis.tuned import tuned_run
 from dlprof.core import throughput
 from dlprof.core.manifest import (
-    EPOCH_SETTLE_STEPS,
     TRIM_MIN_PCT,
-    LoaderConfig,
     Manifest,
     StepClock,
     Trials,
@@ -81,79 +84,17 @@ def label(num_workers: int, persistent_workers: bool) -> str:
     return f"num_workers={num_workers}" + (" (persistent)" if persistent_workers else "")
 
 
-def switched_loader(manifest: Manifest) -> LoaderConfig | None:
-    """The DataLoader the trials switched (``Trials.loader``), else the run's training loader."""
-    trials = manifest.trials
-    loaders = [c for c in (manifest.loader, *manifest.loaders) if c is not None]
-    if trials is not None and trials.loader is not None:
-        found = next((c for c in loaders if c.id == trials.loader), None)
-        if found is not None:
-            return found
-    return manifest.loader
-
-
 # ------------------------------------------------------------------------------------ one segment
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Piece:
-    """A stretch of a segment between two pauses: steps ``start`` to ``stop`` of the step clock, ``left_out`` of them
-    the transient after the pause at ``start`` (an epoch start when ``boundary``, else the switch)."""
-
-    start: int
-    stop: int
-    left_out: int
-    boundary: bool
-    #: The transient ended where every worker was busy again, not after their waits: a surplus may be left, measured.
-    surplus_left: bool = False
-
-
-def _pieces(
-    clock: StepClock, segment: TrialSegment, queues: tuple[int, int], busy_at: int, started: bool = True
-) -> list[_Piece]:
-    """``queues``: the queue after the switch, and after an epoch start; ``busy_at``: ready batches at or below which
-    every worker is busy (:func:`dlprof.core.throughput.all_busy_below`); ``started``: the segment began by starting
-    workers (a switch; not the padding segment, which keeps the workers it follows)."""
-    stop = min(segment.first_step + segment.steps, len(clock))
-    if segment.first_step >= stop:
-        return []
-    starts = [segment.first_step] + [i for i in range(segment.first_step + 1, stop) if clock.epoch_start[i]]
-    pieces = []
-    for k, (a, b) in enumerate(zip(starts, [*starts[1:], stop])):
-        args = (
-            clock.wall_ms[a:b],
-            clock.wait_ms[a:b],
-            queues[0] if k == 0 else queues[1],
-            segment.num_workers,
-            clock.ready[a:b],
-            busy_at,
-        )
-        left, surplus_left = throughput.transient(*args)
-        if segment.num_workers and ((k == 0 and started) or (k > 0 and not segment.persistent_workers)):
-            left = max(left, min(EPOCH_SETTLE_STEPS, b - a))  # workers were started: forking slows the next steps
-        pieces.append(_Piece(start=a, stop=b, left_out=left, boundary=k > 0, surplus_left=surplus_left))
-    return pieces
-
-
-def _speed(clock: StepClock, pieces: list[_Piece], batches_per_step: float, workers: int) -> Throughput | None:
-    steady = [ms for p in pieces for ms in clock.wall_ms[p.start + p.left_out : p.stop]]
-    surplus = sum(
-        throughput.surplus_steps(clock.ready, p.start + p.left_out, p.stop - 1, batches_per_step, max(1, workers))
-        for p in pieces
-        if p.surplus_left
-    )
-    measured = throughput.measure(steady, surplus=surplus)
-    return None if measured is None else replace(measured, transient_steps=sum(p.left_out for p in pieces))
-
-
-def _wait_pct(clock: StepClock, pieces: list[list[_Piece]]) -> float | None:
+def _wait_pct(clock: StepClock, pieces: list[list[Piece]]) -> float | None:
     """Share of the steady steps' time (every segment's) spent waiting for data, %."""
     steady = [i for ps in pieces for p in ps for i in range(p.start + p.left_out, p.stop)]
     wall = sum(clock.wall_ms[i] for i in steady)
     return 100 * sum(clock.wait_ms[i] for i in steady) / wall if wall > 0 else None
 
 
-def _excess_ms(clock: StepClock, piece: _Piece, steady_ms: float) -> float:
+def _excess_ms(clock: StepClock, piece: Piece, steady_ms: float) -> float:
     """What the pause that starts ``piece`` cost (an epoch boundary, or a switch): its left-out steps (at least the
     first) beyond as many steady ones."""
     window = max(1, piece.left_out)
@@ -345,8 +286,8 @@ def trials_result(
         mine = [i for i, s in enumerate(trials.segments) if (s.num_workers, s.persistent_workers) == setting]
         queue = throughput.queue_steps(setting[0], prefetch, batches_per_step)
         busy_at = throughput.all_busy_below(setting[0], prefetch)
-        pieces = [_pieces(clock, trials.segments[i], (first_queues[i], queue), busy_at) for i in mine]
-        speeds = [_speed(clock, p, batches_per_step, setting[0]) for p in pieces]
+        pieces = [segment_pieces(clock, trials.segments[i], (first_queues[i], queue), busy_at) for i in mine]
+        speeds = [steady_speed(clock, p, batches_per_step, setting[0]) for p in pieces]
         segment_speeds.update(zip(mine, speeds))
         speed = throughput.combine([s for s in speeds if s is not None])
         pauses: tuple[list[float], list[float]] = ([], [])
@@ -394,6 +335,7 @@ def trials_result(
         padding=padding,
         padding_not_measured=None if padding is not None else _padding_not_measured(trials),
         max_worker_memory_mib=limit,
+        tuned=tuned_run(manifest, settings, batches_per_step),
     )
 
 
@@ -413,8 +355,8 @@ def _padding_trial(
     setting = (first.num_workers, first.persistent_workers)
     queue = throughput.queue_steps(setting[0], prefetch, batches_per_step)
     busy_at = throughput.all_busy_below(setting[0], prefetch)
-    pieces = [_pieces(clock, s, (0, queue), busy_at, started=False) for s in segments]
-    speeds = [_speed(clock, p, batches_per_step, setting[0]) for p in pieces]
+    pieces = [segment_pieces(clock, s, (0, queue), busy_at, started=False) for s in segments]
+    speeds = [steady_speed(clock, p, batches_per_step, setting[0]) for p in pieces]
     trimmed = throughput.combine([s for s in speeds if s is not None])
     padded = next((r for r in settings if (r.num_workers, r.persistent_workers) == setting), None)
     padded_rate = padded.steps_per_s if padded is not None else None

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -150,7 +151,7 @@ def _trainer_saw_signal(scratch: Path) -> bool:
     return any(scratch.glob(SIGNALLED_PREFIX + "*"))
 
 
-def _wait(child: subprocess.Popen, signals: _Signals, scratch: Path) -> int:
+def _wait(child: subprocess.Popen, signals: _Signals, scratch: Path, tick: Callable[[], None] | None = None) -> int:
     """Wait for the command; after SIGINT or SIGTERM, make sure it got the signal, give it INTERRUPT_GRACE_S, then stop
     it.
 
@@ -167,6 +168,8 @@ def _wait(child: subprocess.Popen, signals: _Signals, scratch: Path) -> int:
             return child.wait(timeout=0.2)
         except subprocess.TimeoutExpired:
             pass
+        if tick is not None and not signals.received:
+            tick()
         if not signals.received:
             continue
         signum, since = signals.received[0]
@@ -189,10 +192,14 @@ def _wait(child: subprocess.Popen, signals: _Signals, scratch: Path) -> int:
 
 
 def run_child(
-    argv: list[str], env: dict, memory_interval_ms: int, scratch: Path
+    argv: list[str],
+    env: dict,
+    memory_interval_ms: int,
+    scratch: Path,
+    tick: Callable[[list[MemoryReading]], None] | None = None,
 ) -> tuple[int, list[MemoryReading], int | None]:
     """Run the command to its end; returns its exit code (as a shell reports it), the memory samples, and the signal
-    that stopped dlprof, if one did."""
+    that stopped dlprof, if one did. ``tick`` is called about every 0.2 s while it runs, with the samples so far."""
     _become_subreaper()
     earlier = _children()
     # The training process turns SIGINT and SIGTERM into a partial trace, and this process must live on
@@ -204,7 +211,7 @@ def run_child(
         child = subprocess.Popen(argv, env=env)
         sampler = MemorySampler(child.pid, memory_interval_ms)
         sampler.start()
-        exit_code = _wait(child, signals, scratch)
+        exit_code = _wait(child, signals, scratch, None if tick is None else lambda: tick(list(sampler.samples)))
         samples = sampler.stop()
         if exit_code < 0:  # killed by a signal: report it as a shell does (SIGINT -> 130)
             exit_code = 128 - exit_code

@@ -86,7 +86,7 @@ def read_rank_result(path: Path) -> RankResult:
     return result
 
 
-def _read_results(scratch: Path) -> list[RankResult]:
+def read_results(scratch: Path) -> list[RankResult]:
     """The recorded processes' recordings, one per rank (by rank).
 
     Every process that trained recorded itself. Where several share a rank (a helper that iterated a
@@ -164,10 +164,10 @@ def _traced_results(
     if (scratch / ERROR_FILE).exists():
         raise _fail(run_dir, (scratch / ERROR_FILE).read_text().strip(), failed, scratch)
     try:
-        results = _read_results(scratch)
+        results = read_results(scratch)
     except RecordError as error:
         raise _fail(run_dir, str(error), 2, scratch) from None
-    how = _how_it_ended(inputs.exit_code, stopped_by)
+    how = _how_it_ended(inputs.exit_code or 0, stopped_by)
     # A provisional recording was written when the window was exported; its process never finished.
     unfinished = f"the training process {how} before dlprof finished its recording"
     results = [replace(r, error=unfinished) if r.provisional else r for r in results]
@@ -234,6 +234,55 @@ def _free_trace_path(run_dir: Path, host: str, pid: int) -> Path:
     return path
 
 
+def _merged(
+    result: RankResult, inputs: merge.MergeInputs, redactor: redact.Redactor | None
+) -> tuple[dict, Manifest, str]:
+    """One rank's trace document (redacted when asked), its manifest and its host's label.
+
+    Raises:
+        OSError, orjson.JSONDecodeError: its Kineto trace cannot be read (written in part).
+    """
+    assert result.trace_file is not None  # only ranks that exported a trace are written (_traced_results)
+    kineto = orjson.loads((inputs.session_dir / result.trace_file).read_bytes())
+    kineto, manifest = merge.merge_rank(kineto, result, inputs)
+    host = result.host.hostname or socket.gethostname()
+    if redactor is not None:  # the one redaction step of every trace dlprof writes
+        redactor.redact_value(kineto)  # in place: process and thread names, event names and args
+        manifest = replace(redactor.redact_fields(manifest), job=inputs.job)  # the job's digest, as every node has it
+        host = redactor.host_label(host)
+    return merge.trace_document(kineto, manifest), manifest, host
+
+
+def write_interim(run_dir: Path, inputs: merge.MergeInputs, results: list[RankResult]) -> RecordResult:
+    """The trials' traces while the training goes on (``--then best|keep``): every rank's recording so far, status
+    ``training``, the session directory left as it is (:func:`write_traces` replaces them at the training's end).
+
+    Raises:
+        OSError, orjson.JSONDecodeError: a rank's trace could not be read or written; none is left.
+    """
+    so_far = [
+        replace(r, status=schema.STATUS_TRAINING, provisional=False, error=None)
+        for r in results
+        if r.trace_file is not None
+    ]
+    if not so_far:
+        raise OSError("no rank's recorded steps were saved")
+    so_far = _share_calibration(so_far)
+    redactor = _redactor(so_far, inputs) if inputs.redact else None
+    traces: list[tuple[Path, Manifest]] = []
+    try:
+        for result in so_far:
+            document, manifest, host = _merged(result, inputs, redactor)
+            path = _free_trace_path(run_dir, host, result.pid)
+            merge.write_gzip_json_atomically(document, path, inputs.session_dir)
+            traces.append((path, manifest))
+    except (OSError, orjson.JSONDecodeError):
+        for path, _ in traces:
+            path.unlink(missing_ok=True)
+        raise
+    return _record_result(run_dir, traces, 0)
+
+
 def _write_rank(
     run_dir: Path,
     result: RankResult,
@@ -244,9 +293,8 @@ def _write_rank(
 ) -> tuple[Path, Manifest]:
     """Merge one rank's recording into its trace file (redacted when asked), and return the file and its manifest."""
     scratch = inputs.session_dir
-    assert result.trace_file is not None  # only ranks that exported a trace are written (_traced_results)
     try:
-        kineto = orjson.loads((scratch / result.trace_file).read_bytes())
+        document, manifest, host = _merged(result, inputs, redactor)
     except (OSError, orjson.JSONDecodeError) as error:  # written in part: the disk filled up during the export
         raise _fail(
             run_dir,
@@ -255,15 +303,9 @@ def _write_rank(
             2,
             scratch,
         ) from None
-    kineto, manifest = merge.merge_rank(kineto, result, inputs)
-    host = result.host.hostname or socket.gethostname()
-    if redactor is not None:  # the one redaction step of every trace dlprof writes
-        redactor.redact_value(kineto)  # in place: process and thread names, event names and args
-        manifest = replace(redactor.redact_fields(manifest), job=inputs.job)  # the job's digest, as every node has it
-        host = redactor.host_label(host)
     trace_path = _free_trace_path(run_dir, host, result.pid)
     try:
-        merge.write_gzip_json_atomically(merge.trace_document(kineto, manifest), trace_path, scratch)
+        merge.write_gzip_json_atomically(document, trace_path, scratch)
     except OSError as error:
         for path in written:  # all ranks or none: a run is never half there
             path.unlink(missing_ok=True)
@@ -296,7 +338,11 @@ def _record_result(run_dir: Path, traces: list[tuple[Path, Manifest]], exit_code
 
 
 def write_traces(
-    run_dir: Path, inputs: merge.MergeInputs, wording: Wording, stopped_by: int | None = None
+    run_dir: Path,
+    inputs: merge.MergeInputs,
+    wording: Wording,
+    stopped_by: int | None = None,
+    replaces: tuple[Path, ...] = (),
 ) -> RecordResult:
     """Turn what the processes left in the session directory into ``run_dir``'s traces, one per rank, and remove the
     session.
@@ -305,6 +351,7 @@ def write_traces(
         wording: how messages name the training and its schedule.
         stopped_by: the signal (SIGINT, SIGTERM) that stopped ``dlprof record``, if one did: the exit
             code is then 130 or 143, recorded or not.
+        replaces: the traces :func:`write_interim` wrote, removed once these are all written (kept otherwise).
 
     Raises:
         RecordError: nothing was recorded; the run directory is removed.
@@ -314,5 +361,8 @@ def write_traces(
     traces: list[tuple[Path, Manifest]] = []
     for result in results:
         traces.append(_write_rank(run_dir, result, inputs, wording, redactor, [path for path, _ in traces]))
+    for path in replaces:
+        path.unlink(missing_ok=True)
     shutil.rmtree(inputs.session_dir, ignore_errors=True)
-    return _record_result(run_dir, traces, 128 + stopped_by if stopped_by is not None else inputs.exit_code)
+    exit_code = inputs.exit_code if inputs.exit_code is not None else 0
+    return _record_result(run_dir, traces, 128 + stopped_by if stopped_by is not None else exit_code)

@@ -306,7 +306,8 @@ class MergeInputs:
     session_dir: Path
     command: tuple[str, ...]
     script: tuple[str, ...]
-    exit_code: int
+    #: None while the training goes on (the trials' traces of ``--then best|keep``).
+    exit_code: int | None
     memory_samples: list[MemoryReading]
     memory_interval_ms: int
     overrides: dict | None = None

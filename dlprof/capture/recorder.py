@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from dlprof.capture import probe, spanfile, step_clock, trial_plan
+from dlprof.capture import probe, spanfile, step_clock, trial_plan, tuned
 from dlprof.capture.facts import calibrate, host_facts, loader_config, shm_space, versions
 from dlprof.capture.rank_env import RankEnv
 from dlprof.capture.step_clock import StepRow
@@ -28,7 +28,7 @@ from dlprof.capture.trials import TrialProgress, TrialRunner, not_run
 from dlprof.core import manifest, schema, throughput
 from dlprof.core.manifest import Schedule, StepClock, Trials
 from dlprof.results.analysis import Throughput
-from dlprof.results.record import ClockReading, RankResult, TrialRequest
+from dlprof.results.record import THEN_STOP, ClockReading, RankResult, TrialRequest
 
 #: Batches returned with no optimizer step in between before the profiler steps per batch instead:
 #: a few, so that gradient accumulation over a handful of micro-batches is not mistaken for
@@ -92,6 +92,7 @@ class Recorder:
         self.decider = rank_env.local_rank == 0 if self.deterministic else rank_env.rank == 0
         self.plan: Plan | None = None
         self.trial_runner: TrialRunner | None = None
+        self.after_trials: tuned.AfterTrials | None = None
         self.stopped_early = False
         self.trace_path = session_dir / f"kineto-rank{self.rank}-{os.getpid()}.json"
         self.steps = 0
@@ -177,6 +178,8 @@ class Recorder:
         assert profiler is not None  # steps are counted from start() on
         if profiler.current_action != torch.profiler.ProfilerAction.NONE:
             phase = manifest.PHASE_PROFILED
+        elif self.after_trials is not None:
+            phase = manifest.PHASE_TUNED
         elif self.trial_runner is not None and self.trial_runner.applied:  # from the step its first switch landed in
             phase = manifest.PHASE_TRIAL
         else:
@@ -233,11 +236,28 @@ class Recorder:
             self._start(plan, completed)
         if self.trial_runner is not None:
             self.trial_runner.at_boundary(completed)
-        if completed >= plan.stop_step:
+        if self.after_trials is not None:
+            self.after_trials.at_boundary(completed)
+        elif completed >= plan.stop_step:
             if self.trial_runner is not None:
                 self.trial_runner.finish()
+                if self.trial_request is not None and self.trial_request.then != THEN_STOP:
+                    self._train_on(completed)
+                    return
             self.stopped_early = True
             raise TrainingStopped()
+
+    def _train_on(self, completed: int) -> None:
+        """``--then best|keep``: the trials are over and the training goes on; write the recording so far (for the
+        report while it trains, and kept should the process die), then switch when the choice comes."""
+        assert self.trial_runner is not None and self.trial_request is not None
+        ranks = self.rank_env.local_world_size if self.deterministic else self.rank_env.world_size
+        runner, then = self.trial_runner, self.trial_request.then
+        self.after_trials = tuned.AfterTrials(then, self.session_dir, self.decider, ranks, runner, completed)
+        probe.flush()
+        self._write_result(replace(self._result(schema.STATUS_PARTIAL, None), provisional=True))
+        tuned.mark_done(self.session_dir, self.rank)
+        self.after_trials.at_boundary(completed)
 
     def _decide(self, completed: int) -> Plan | None:
         """The plan, once the reference phase is done (None before): published for the other ranks."""
@@ -271,9 +291,8 @@ class Recorder:
 
     def _read_plan(self) -> Plan | None:
         """The deciding rank's plan, once it is published (one stat a step until then)."""
-        if not trial_plan.plan_published(self.session_dir):
-            return None
-        return trial_plan.read_plan(self.session_dir)
+        published = trial_plan.plan_published(self.session_dir)
+        return trial_plan.read_plan(self.session_dir) if published else None
 
     def _start(self, plan: Plan, completed: int) -> None:
         """Follow ``plan`` from the ``completed``-th step boundary on."""
@@ -464,6 +483,8 @@ class Recorder:
         if self.trial_runner is None:
             return not_run(request, plan, "no DataLoader was iterated in this process, so none could be switched")
         ended = None
+        if self.after_trials is not None:  # the trials ran to their end; the training went on
+            return replace(self.trial_runner.manifest(steps, None), then=self.after_trials.then())
         if not self.stopped_early:
             how = f"failed ({error})" if status != schema.STATUS_COMPLETE else "ended by itself"
             ended = f"the training {how} after {steps} steps, before the trials' end at step {plan.stop_step}"

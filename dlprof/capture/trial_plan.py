@@ -27,7 +27,7 @@ from dlprof.core import throughput
 from dlprof.core.errors import UsageError
 from dlprof.core.lenient import parse_dataclass
 from dlprof.core.manifest import EPOCH_SETTLE_STEPS, TRIM_MIN_PCT
-from dlprof.results.record import TrialRequest
+from dlprof.results.record import THEN_STOP, TrialRequest
 
 #: The plan, in the session directory.
 PLAN_FILE = "plan.json"
@@ -80,11 +80,16 @@ def check_request(request: TrialRequest, run_to_end: bool, workload_steps: int |
         UsageError: one line naming the options and the fix.
     """
     if run_to_end:
+        if request.then != THEN_STOP:
+            raise UsageError(
+                f"--then {request.then} with --run-to-end: --then {request.then} already trains to the end, after the"
+                " trials; drop --run-to-end"
+            )
         raise UsageError(
             "--try-workers with --run-to-end: the trials run after the reference steps, in the steps dlprof would"
             " stop; drop --run-to-end to try counts, or --try-workers to let your script train to its end"
         )
-    if workload_steps is not None:
+    if workload_steps is not None and request.then == THEN_STOP:
         raise UsageError(
             f"--try-workers with --steps {workload_steps}: the built-in workload then trains to its end; drop --steps"
             " (dlprof stops it once the trials are done)"

@@ -127,7 +127,7 @@ class TrialRunner:
         self.request = request
         self.record = record
         self.own = own_setting(record)
-        self._step_in_progress = step_in_progress
+        self.step_in_progress = step_in_progress
         self.progress = progress
         self.requested: set[int] = set()
         self.applied: dict[int, _Applied] = {}
@@ -157,7 +157,7 @@ class TrialRunner:
             current = switch.Setting(
                 segment.num_workers, segment.prefetch_factor, segment.persistent_workers, self.own.timeout_s
             )
-            self.applied[index] = _Applied(self._step_in_progress(), switch.SwitchReport(setting=current))
+            self.applied[index] = _Applied(self.step_in_progress(), switch.SwitchReport(setting=current))
             return
         trim.TRIMMING.discard(self.record.loader_id)
         setting = switch.Setting(
@@ -175,7 +175,7 @@ class TrialRunner:
             )
             self.restore()
             return
-        self.applied[index] = _Applied(self._step_in_progress(), report)
+        self.applied[index] = _Applied(self.step_in_progress(), report)
 
     def restore(self) -> None:
         """Give the DataLoader its own settings back for the epochs that follow (a switch still pending is dropped), and

@@ -21,6 +21,11 @@ from typing import Any
 
 from dlprof.core.errors import UsageError
 from dlprof.core.lenient import Invalid, build, why_unfit
+
+# The trials' types are the manifest's own, defined apart (re-exported: ``manifest.Trials``, ...).
+from dlprof.core.trial_manifest import Then as Then
+from dlprof.core.trial_manifest import Trials as Trials
+from dlprof.core.trial_manifest import TrialSegment as TrialSegment
 from dlprof.core.version import MANIFEST_VERSION
 
 # The manifest's versions (this dlprof writes MANIFEST_VERSION, kept beside dlprof's own version in
@@ -33,9 +38,11 @@ from dlprof.core.version import MANIFEST_VERSION
 # ``/dev/shm`` and thread settings, the processes' threads and CPU time, and a loader's ``dataset_shards``.
 # 6: adds the trials' padding segment (``trim_padding``, ``trim_checked``, ``trimmable_pct``, ``trim_refused``), each
 # segment's ``worker_pids`` and the trials' ``max_worker_memory_mib``.
+# 7: adds what the training did after its trials (``--then best|keep``: ``Trials.then``), the step phase ``tuned``
+# and the run status ``training`` (the trials' traces, written while the training goes on).
 
 #: Versions this dlprof can read: older ones lack fields, which are then unknown.
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 #: The first version with unprofiled step times (``step_clock``).
 STEP_CLOCK_VERSION = 2
 
@@ -46,7 +53,10 @@ PHASE_AFTER = "after"  # after the window: unprofiled, what the user's training 
 #: During the in-process trials (``--try-workers``, after the reference steps): unprofiled, but at the DataLoader
 #: settings being tried, not the script's own (``Manifest.trials`` says which step ran which).
 PHASE_TRIAL = "trial"
-PHASES = (PHASE_BEFORE, PHASE_PROFILED, PHASE_AFTER, PHASE_TRIAL)
+#: After the trials, with ``--then best`` or ``--then keep``: unprofiled, the training going on at the last segment's
+#: setting until the chosen one is switched to, then at it (``Trials.then`` says from which step).
+PHASE_TUNED = "tuned"
+PHASES = (PHASE_BEFORE, PHASE_PROFILED, PHASE_AFTER, PHASE_TRIAL, PHASE_TUNED)
 
 #: Steps from an epoch's start over which restarting workers shows: forking slows the training process
 #: for a few steps (copy-on-write page faults), besides the wait for the first batch. The recorder times
@@ -205,61 +215,6 @@ class WorkerStart:
     loader: int
     epoch: int
     start_ns: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrialSegment:
-    """One stretch of training at one DataLoader setting during the in-process trials (``--try-workers``)."""
-
-    num_workers: int
-    persistent_workers: bool
-    #: The round it belongs to (0, 1, ...): every setting once per round, the order reversed every other round.
-    round: int
-    #: Its steps in the step clock: ``step_clock[first_step : first_step + steps]``, its refill transient included.
-    first_step: int
-    steps: int
-    #: Switching to it in the main process, ms (None: not measured): waiting for the batches the previous setting
-    #: had in flight (they are kept, none is lost), shutting that setting's workers down, creating this setting's
-    #: iterator (its workers started), and from that creation to its first batch.
-    drain_ms: float | None = None
-    shutdown_ms: float | None = None
-    start_ms: float | None = None
-    first_batch_ms: float | None = None
-    #: The switch came where an epoch began (an IterableDataset switches only there), not inside an epoch.
-    at_epoch_start: bool = False
-    #: The padding segment: the previous segment's setting, its batches trimmed to their longest real sequence in the
-    #: main process (no switch of workers); not one of the settings tried.
-    trim_padding: bool = False
-    #: The process ids of the workers its switch started (``MemorySummary.processes`` has their memory).
-    worker_pids: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True, kw_only=True)
-class Trials:
-    """The in-process trials of one run: candidate DataLoader settings trained in turn, in the same process."""
-
-    #: The ``num_workers`` tried, as asked (``--try-workers``).
-    counts: tuple[int, ...]
-    #: Rounds asked for, and steps timed per segment (after its transient).
-    rounds: int
-    trial_steps: int
-    #: ``persistent_workers=True`` was tried too, at the counts with workers (``--try-persistent``).
-    persistent: bool = False
-    #: The DataLoader that was switched (``LoaderConfig.id``).
-    loader: int | None = None
-    segments: tuple[TrialSegment, ...] = ()
-    #: Why the trials ended before every planned segment ran (None: they did not).
-    incomplete: str | None = None
-    #: What else the analysis should know: a rank that followed rank 0's plan late, a switch that waited for an epoch
-    #: start.
-    notes: tuple[str, ...] = ()
-    #: The training loader's first batches checked for padding past their longest real sequence: how many, the share
-    #: of their positions trimming would drop (%), and why a batch could not be trimmed without changing the loss.
-    trim_checked: int = 0
-    trimmable_pct: float | None = None
-    trim_refused: str | None = None
-    #: ``--max-worker-memory``: no setting whose workers take more memory together (PSS, MiB) is recommended.
-    max_worker_memory_mib: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

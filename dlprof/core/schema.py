@@ -55,6 +55,9 @@ ARG_ORIGINAL_CATEGORY = "dlprof_original_cat"
 
 STATUS_COMPLETE = "complete"
 STATUS_PARTIAL = "partial"
+#: The trials' traces of a ``--then best|keep`` recording, written while the training goes on: rewritten complete (or
+#: partial) when it ends.
+STATUS_TRAINING = "training"
 
 #: Sub-folder of a run directory for scratch files while recording; gone when the run is complete. A record of a job
 #: over several machines (dlprof.capture.job) uses ``<SCRATCH_DIR>-<node>`` instead: one per node, in one run directory.

@@ -6,7 +6,7 @@ from dlprof.report.format import NOT_APPLICABLE, UNKNOWN, fixed, ms, pct
 from dlprof.results.advice import HEADLINE_CHANGE, HEADLINE_KEEP, HEADLINE_NONE, RESTS_ON_MEASURED
 from dlprof.results.analysis import CATEGORIES, DATA_REASON_SHARE
 from dlprof.results.report import RunReport
-from dlprof.results.trials import TrialSetting, TrialsResult
+from dlprof.results.trials import TrialSetting
 
 CATEGORY_LABELS = {
     "data_wait": "data wait",
@@ -264,27 +264,6 @@ def trials_rows(run: RunReport, mark: str = "") -> list[list[str]]:
         ]
         for r in run.trials.settings
     ]
-
-
-def tuning_cost_line(trials: TrialsResult) -> str | None:
-    """What the trials cost against what the chosen setting saves, in one line; None without it."""
-    cost = trials.cost
-    if cost is None:
-        return None
-    took = f"the trials took {cost.seconds:.1f} s ({cost.steps} steps"
-    if cost.own_seconds is None:
-        return f"cost of tuning: {took}); your own setting's speed is unknown, so what it saves is too"
-    extra = cost.seconds - cost.own_seconds
-    took += f"; {cost.own_seconds:.1f} s at your own setting, {abs(extra):.1f} s {'more' if extra > 0 else 'less'})"
-    saved = cost.saved_s_per_1000
-    if saved is None or saved <= 0 or cost.own_steps_per_s is None:
-        return f"cost of tuning: {took}; num_workers={cost.num_workers} is no faster than your own setting"
-    saves = (
-        f"num_workers={cost.num_workers} saves {saved:.1f} s per 1,000 steps over your own setting"
-        f" ({cost.own_steps_per_s:.2f} -> {cost.chosen_steps_per_s:.2f} steps/s, {trials.basis})"
-    )
-    made_up = f": made up after ~{cost.payback_steps:,.0f} steps" if cost.payback_steps is not None else ""
-    return f"cost of tuning: {took}; {saves}{made_up}"
 
 
 def rests_on_line(run: RunReport) -> str | None:

@@ -48,13 +48,13 @@ from dlprof.report.common import (
     summarized,
     trials_heading,
     trials_rows,
-    tuning_cost_line,
     unprofiled_line,
 )
 from dlprof.report.findings import FINDINGS_HEADING, finding_fix, finding_gain
 from dlprof.report.format import ms, per_s
 from dlprof.report.page import esc
 from dlprof.report.rank_pictures import heat_map_svg, histogram_svg
+from dlprof.report.tuning import status_note, tuned_line, tuning_cost_line
 from dlprof.results.analysis import CATEGORIES
 from dlprof.results.report import Report, RunReport
 
@@ -213,8 +213,8 @@ def _run(run: RunReport, index: int) -> str:
         parts.append(f'<p class="input-bound {VERDICT_CLASS.get(advice.verdict, "warn")}">{esc(evidence)}</p>')
     if advice.findings:
         parts.append(_findings(run))
-    if info.incomplete:
-        parts.append(f'<p class="note">Note: the recording is {esc(info.status)}.</p>')
+    if note := status_note(info):
+        parts.append(f'<p class="note">Note: {esc(note)}.</p>')
     if missing := missing_ranks_line(run):
         parts.append(f'<p class="note missing-ranks">Note: {esc(missing)}.</p>')
     parts.append(_facts(run))
@@ -339,8 +339,9 @@ def _throughput(run: RunReport, rid: str) -> list[str]:
         classes = ["chosen" if is_recommended_trial(run, r) else "" for r in trials.settings]
         parts.append(f"<h3>Measured in this training</h3><p>{esc(trials_heading(trials))}.</p>")
         parts.append(page.table(TRIALS_HEADER, trials_rows(run), classes, cls="trials"))
-        cost = tuning_cost_line(trials)
-        if cost:
+        if tuned := tuned_line(trials):
+            parts.append(f'<p class="tuned">{esc(tuned[0].upper() + tuned[1:])}.</p>')
+        if cost := tuning_cost_line(trials):
             parts.append(f"<p>{esc(cost[0].upper() + cost[1:])}.</p>")
         if trials.notes:
             parts.append("<ul>" + "".join(f"<li>{esc(n)}</li>" for n in trials.notes) + "</ul>")

@@ -18,7 +18,7 @@ from dlprof.results.analysis import (
 )
 from dlprof.results.findings import Finding
 from dlprof.results.report import Report, RunReport
-from dlprof.results.trials import PaddingTrial, TrialsResult, TuningCost
+from dlprof.results.trials import PaddingTrial, TrialsResult, TunedRun, TuningCost
 
 
 def _summary(summary: Summary) -> dict:
@@ -271,6 +271,7 @@ def _trials(trials: TrialsResult) -> dict:
         ],
         "max_worker_memory_mib": rounded(trials.max_worker_memory_mib, 1),
         "cost": _tuning_cost(trials.cost) if trials.cost is not None else None,
+        "tuned": _tuned(trials.tuned) if trials.tuned is not None else None,
         "notes": list(trials.notes),
         "padding": _padding_trial(trials.padding) if trials.padding is not None else None,
         "padding_not_measured": trials.padding_not_measured,
@@ -287,6 +288,28 @@ def _tuning_cost(cost: TuningCost) -> dict:
         "own_steps_per_s": rounded(cost.own_steps_per_s),
         "saved_s_per_1000": rounded(cost.saved_s_per_1000),
         "payback_steps": rounded(cost.payback_steps, 0),
+        "tuned_steps": cost.tuned_steps,
+        "tuned_saved_s": rounded(cost.tuned_saved_s),
+    }
+
+
+def _tuned(tuned: TunedRun) -> dict:
+    speed = tuned.speed
+    return {
+        "mode": tuned.mode,
+        "num_workers": tuned.num_workers,
+        "persistent_workers": tuned.persistent_workers,
+        "first_step": tuned.first_step,
+        "steps": tuned.steps,
+        "steps_at_setting": tuned.steps_at_setting,
+        "steps_per_s": rounded(tuned.steps_per_s),
+        "spread_pct": rounded(speed.spread_pct if speed else None, 2),
+        "steps_timed": speed.steps if speed else 0,
+        "trusted": speed.trusted if speed else False,
+        "trial_steps_per_s": rounded(tuned.trial_steps_per_s),
+        "change_pct": rounded(tuned.change_pct, 2),
+        "held": tuned.held,
+        "error": tuned.error,
     }
 
 

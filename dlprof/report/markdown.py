@@ -37,11 +37,11 @@ from dlprof.report.common import (
     summarized,
     trials_heading,
     trials_rows,
-    tuning_cost_line,
     unprofiled_line,
 )
 from dlprof.report.findings import FINDINGS_HEADING, finding_fix, finding_title
 from dlprof.report.format import ms, per_s, rate
+from dlprof.report.tuning import status_note, tuned_line, tuning_cost_line
 from dlprof.results.report import Report, RunReport
 
 
@@ -59,6 +59,8 @@ def _run(run: RunReport) -> list[str]:
     lines += [f"{e}", ""] if (e := evidence_line(run)) else []
     lines += _findings(run)
     lines += [f"### dlprof: `{info.name}`", ""]
+    if note := status_note(info):
+        lines += [f"**Note:** {note}.", ""]
     if missing := missing_ranks_line(run):
         lines += [f"**Note:** {missing}.", ""]
     lines += _table(
@@ -205,8 +207,8 @@ def _trials(run: RunReport) -> list[str]:
         return []
     lines = ["", f"**{trials_heading(run.trials)}:**", ""]
     lines += _table(TRIALS_HEADER, trials_rows(run, " ←"))
-    cost = tuning_cost_line(run.trials)
-    lines += ["", cost[0].upper() + cost[1:] + "."] if cost else []
+    for line in (tuned_line(run.trials), tuning_cost_line(run.trials)):
+        lines += ["", line[0].upper() + line[1:] + "."] if line else []
     if run.trials.notes:
         lines += [""] + [f"- {note}" for note in run.trials.notes]
     return lines

@@ -37,11 +37,11 @@ from dlprof.report.common import (
     summarized,
     trials_heading,
     trials_rows,
-    tuning_cost_line,
     unprofiled_line,
 )
 from dlprof.report.findings import FINDINGS_HEADING, finding_fix, finding_title
 from dlprof.report.format import ms, per_s, rate
+from dlprof.report.tuning import status_note, tuned_line, tuning_cost_line
 from dlprof.results.report import Report, RunReport
 
 
@@ -58,8 +58,8 @@ def _run(run: RunReport) -> list[str]:
     lines = [headline_line(run), *[f"  {e}" for e in (evidence_line(run),) if e], ""]
     lines += _findings(run)
     lines += [f"dlprof analyze: {info.name}  ({info.trace_file})", f"run: {run_line(info)}"]
-    if info.incomplete:
-        lines.append(f"note: the recording is {info.status}")
+    if note := status_note(info):
+        lines.append(f"note: {note}")
     if missing := missing_ranks_line(run):
         lines.append(f"note: {missing}")
     lines += [
@@ -133,8 +133,7 @@ def _run(run: RunReport) -> list[str]:
     if run.trials is not None:
         lines += ["", trials_heading(run.trials)]
         lines += _table(trials_rows(run, " <"), TRIALS_HEADER)
-        cost = tuning_cost_line(run.trials)
-        lines += [f"  {cost}"] if cost else []
+        lines += [f"  {line}" for line in (tuned_line(run.trials), tuning_cost_line(run.trials)) if line]
         lines += [f"  - {note}" for note in run.trials.notes]
     if advice.predicted:
         lines += ["", "Predicted"]

@@ -36,6 +36,14 @@ class TrialRequest:
     trial_steps: int | None = None
     #: ``--max-worker-memory``: settings whose workers take more memory together (PSS, MiB) are not recommended.
     max_worker_memory_mib: float | None = None
+    #: ``--then``: after the trials, stop the training (:data:`THEN_STOP`), or train on at the recommended setting
+    #: (:data:`THEN_BEST`) or at the script's own (:data:`THEN_KEEP`).
+    then: str = "stop"
+
+
+#: ``--then``'s choices.
+THEN_STOP, THEN_BEST, THEN_KEEP = "stop", "best", "keep"
+THEN_MODES = (THEN_STOP, THEN_BEST, THEN_KEEP)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dlprof.core.manifest import Manifest
-from dlprof.core.schema import STATUS_COMPLETE
+from dlprof.core.schema import STATUS_COMPLETE, STATUS_TRAINING
 from dlprof.core.version import REPORT_SCHEMA, __version__
 from dlprof.results.advice import Advice
 from dlprof.results.analysis import GpuStats, LoaderStats, RankComparison, StepBreakdown, UnprofiledStats
@@ -38,7 +38,13 @@ class RunInfo:
     @property
     def incomplete(self) -> bool:
         """The recording ended early (``partial``): its numbers cover the steps it kept."""
-        return self.status is not None and self.status != STATUS_COMPLETE
+        return self.status is not None and self.status not in (STATUS_COMPLETE, STATUS_TRAINING)
+
+    @property
+    def training(self) -> bool:
+        """The trials' traces of a ``--then best|keep`` recording, written while the training goes on (``training``):
+        they cover the steps to the trials' end; the rest is measured when the training ends."""
+        return self.status == STATUS_TRAINING
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,41 @@ class TuningCost:
     #: The steps after which the chosen setting has made up what the trials took beyond the run's own setting (None:
     #: they took nothing extra, or the chosen setting saves nothing).
     payback_steps: float | None
+    #: With ``--then best|keep`` once the training ended: the steps run after the switch (``TunedRun.steps_at_setting``)
+    #: and the seconds the setting switched to saved over them against the run's own setting, both speeds steady steps
+    #: inside an epoch (negative: it lost; None: not measured, or the training went on at its own setting).
+    tuned_steps: int | None = None
+    tuned_saved_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TunedRun:
+    """The training after its trials (``--then best|keep``): the setting it went on at, and whether that setting's
+    speed held beside its trial's measurement (both steady steps on the trials' in-epoch basis)."""
+
+    #: ``best`` or ``keep`` (``manifest.Then.mode``).
+    mode: str
+    #: The setting switched to, and the first step at it (None: no switch; ``error`` says why).
+    num_workers: int | None
+    persistent_workers: bool | None
+    first_step: int | None
+    #: Steps after the trials: all of them, and those at the chosen setting (its refill transient included).
+    steps: int
+    steps_at_setting: int
+    #: The chosen setting's speed over the rest of the training (None: too few steps to measure, or still training).
+    speed: Throughput | None
+    #: The same setting's speed in its trial (None: it was not tried, e.g. ``keep`` of an untried count).
+    trial_steps_per_s: float | None
+    #: (rest of the training - trial) / trial, % (None: either unknown), and whether that is within
+    #: ``analysis.tuned.HELD_PCT`` below the trial with both speeds trusted (None: not known).
+    change_pct: float | None
+    held: bool | None
+    #: Why there was no switch, or why the check could not be made.
+    error: str | None = None
+
+    @property
+    def steps_per_s(self) -> float | None:
+        return self.speed.steps_per_s if self.speed is not None else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,6 +153,8 @@ class TrialsResult:
     max_worker_memory_mib: float | None = None
     #: What tuning cost against what it saves (set by the advice once it has chosen; None: nothing chosen).
     cost: TuningCost | None = None
+    #: The training after the trials (``--then best|keep``; None: ``--then stop``).
+    tuned: TunedRun | None = None
 
     def measured(self, setting: TrialSetting) -> float | None:
         """``setting``'s measured speed on this result's basis."""

@@ -9,8 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dlprof.core.errors import DlprofError
-from dlprof.results.record import DEFAULT_TRIAL_ROUNDS, RecordRequest, RecordResult, TrialRequest
+from dlprof.core.errors import DlprofError, UsageError
+from dlprof.results.record import (
+    DEFAULT_TRIAL_ROUNDS,
+    THEN_BEST,
+    THEN_STOP,
+    RecordRequest,
+    RecordResult,
+    TrialRequest,
+)
 
 #: Steps recorded when neither ``--active`` nor ``--steps`` says how many.
 DEFAULT_ACTIVE = 20
@@ -24,6 +31,7 @@ def trial_request(
     run_to_end: bool,
     workload_steps: int | None = None,
     max_worker_memory_mib: float | None = None,
+    then: str = THEN_STOP,
 ) -> TrialRequest:
     """The in-process trials of ``counts``, checked against the options they cannot go with.
 
@@ -32,6 +40,7 @@ def trial_request(
         steps: ``--trial-steps`` (None: chosen from the measured step time).
         workload_steps: the built-in workload's ``--steps`` (None with the user's command).
         max_worker_memory_mib: ``--max-worker-memory`` (None: no limit).
+        then: ``--then`` (what the training does after the trials).
     """
     from dlprof.capture.trial_plan import check_request
 
@@ -41,6 +50,7 @@ def trial_request(
         persistent=persistent,
         trial_steps=steps,
         max_worker_memory_mib=max_worker_memory_mib,
+        then=then,
     )
     check_request(request, run_to_end, workload_steps)
     return request
@@ -70,16 +80,24 @@ def record_request(
     if not command:
         from dlprof.workloads.lora import plan
 
+        if trials is not None and trials.then != THEN_STOP and workload.get("steps") is None:
+            raise UsageError(
+                f"--then {trials.then} trains the built-in workload on to its end after the trials: give its length,"
+                " --steps N (e.g. --steps 3000)"
+            )
+
         options, active = plan(workload, wait, warmup, active, reference_steps)
         if trials is not None:  # room for the trials too: dlprof stops the workload once they are done
             from dataclasses import replace
 
             from dlprof.capture.trial_plan import steps_bound
 
-            options = replace(options, steps=options.steps + steps_bound(trials, options.prefetch_factor))
+            if trials.then == THEN_STOP:
+                options = replace(options, steps=options.steps + steps_bound(trials, options.prefetch_factor))
         command = ("python", "-m", "dlprof.workloads.lora", *options.to_argv())
-        # Without --steps the built-in workload trains until dlprof has what it needs.
-        run_to_end = workload.get("steps") is not None
+        # Without --steps the built-in workload trains until dlprof has what it needs; with --then, dlprof follows
+        # the trials' plan through its --steps.
+        run_to_end = workload.get("steps") is not None and trials is None
     made_up = name is None
     name = name or default_run_name(command, out_dir, name_prefix)
     return RecordRequest(
@@ -154,6 +172,43 @@ def recorded_lines(result: RecordResult, out_dir: Path, user_command: bool) -> l
     if incomplete:
         lines.append((f"dlprof: the trials are incomplete: {incomplete}", True))
     return lines
+
+
+def trials_choice(mode: str):
+    """``--then``'s choice (:data:`dlprof.capture.interim.Choose`): the trials' traces, written while the training goes
+    on, analysed in one process (the training has the cores); the headline and the setting chosen said on stderr.
+    ``best``: the recommended setting (what the recommendation leaves unsaid stays the script's own); ``keep``: the
+    script's own, which the deciding rank takes without this."""
+    import sys
+
+    def choose(written: RecordResult) -> dict:
+        from dlprof.report.common import headline_line
+        from dlprof.workflows.analyze import build_report
+
+        try:
+            report = build_report(written.run_dir, processes=1)
+        except DlprofError as error:
+            print(f"dlprof: the trials could not be analysed ({error}); the training goes on", file=sys.stderr)
+            return {"error": f"the trials could not be analysed ({error})"}
+        run = report.runs[0]
+        print(f"dlprof: the trials are done: {headline_line(run)}", file=sys.stderr)
+        advice, own = run.advice, run.manifest.loader if run.manifest is not None else None
+        if mode != THEN_BEST:
+            print("dlprof: --then keep: training on at the script's own settings", file=sys.stderr, flush=True)
+            return {"error": "--then keep trains on at the script's own settings"}
+        if advice.num_workers is None:
+            print("dlprof: no setting is recommended; training on at the last one tried", file=sys.stderr, flush=True)
+            return {"error": "the trials' analysis recommends no setting"}
+        persistent = advice.persistent_workers
+        if persistent is None:
+            persistent = bool(own and own.persistent_workers)
+        prefetch = advice.prefetch_factor or (own.prefetch_factor if own is not None else None)
+        chosen = {"num_workers": advice.num_workers, "prefetch_factor": prefetch, "persistent_workers": persistent}
+        said = f"num_workers={advice.num_workers}" + (", persistent_workers=True" if persistent else "")
+        print(f"dlprof: --then best: training on at {said} ({written.run_dir})", file=sys.stderr, flush=True)
+        return chosen
+
+    return choose
 
 
 def trial_scalars_line(run_dir: Path) -> tuple[str, bool] | None:

@@ -247,3 +247,40 @@ def test_the_cost_of_tuning_against_what_the_chosen_setting_saves():
     assert (cheap.own_steps_per_s, cheap.own_seconds, cheap.payback_steps) == (40.0, 2.5, None)
     assert cheap.saved_s_per_1000 == pytest.approx(12.5)
     assert tuning_cost(result(trial(0, 60.0, None)), Candidate(0, 60.0), clock, (0, False), None) is None
+
+
+def test_the_cost_of_tuning_with_the_training_gone_on_at_the_chosen_setting():
+    from dlprof.advice.measured import Candidate, tuning_cost
+    from dlprof.core.manifest import StepClock, TrialSegment
+    from dlprof.results.trials import MeasuredSegment, TunedRun
+
+    clock = StepClock(phase=("trial",) * 110, wall_ms=(5.0,) * 10 + (20.0,) * 100)
+    segments = (
+        MeasuredSegment(TrialSegment(num_workers=2, persistent_workers=False, round=0, first_step=10, steps=100), None),
+    )
+    tuned = TunedRun(
+        mode="best",
+        num_workers=2,
+        persistent_workers=False,
+        first_step=115,
+        steps=1205,
+        steps_at_setting=1200,
+        speed=Throughput(steps_per_s=75.0, steps=1190, seconds=1190 / 75, spread_pct=1.0),
+        trial_steps_per_s=80.0,
+        change_pct=-6.25,
+        held=False,
+    )
+    trials = dataclasses.replace(result(trial(0, 60.0, None), trial(2, 80.0, None)), segments=segments, tuned=tuned)
+    cost = tuning_cost(trials, Candidate(2, 80.0), clock, (0, False), None)
+    # The 1,200 steps after the switch at 75 steps/s (as measured there, not the trial's 80) against 60 at your own
+    # setting: 1200 / 60 - 1200 / 75 = 4 s saved; the per-1,000-steps form stays as it was.
+    assert (cost.tuned_steps, cost.tuned_saved_s) == (1200, pytest.approx(4.0))
+    assert cost.saved_s_per_1000 == pytest.approx(1000 / 60 - 1000 / 80)
+    # Gone on at your own setting (--then keep), or not measured there: nothing saved to tell.
+    kept = dataclasses.replace(tuned, num_workers=0)
+    assert (
+        tuning_cost(dataclasses.replace(trials, tuned=kept), Candidate(2, 80.0), clock, (0, False), None).tuned_steps
+        is None
+    )
+    unmeasured = dataclasses.replace(trials, tuned=dataclasses.replace(tuned, speed=None))
+    assert tuning_cost(unmeasured, Candidate(2, 80.0), clock, (0, False), None).tuned_saved_s is None

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import gzip
 import json
-import shutil
 import socket
 from pathlib import Path
 
 import pytest
-from conftest import DATA_DIR, SCRIPTS_DIR, SMALL_WORKLOAD, leftover_processes, run_dlprof, trace_files
+from conftest import DATA_DIR, SCRIPTS_DIR, SMALL_WORKLOAD, leftover_processes, run_dlprof, trace_files, unique_copy
 
 from dlprof import analyze
 from dlprof.core.manifest import PHASE_AFTER, PHASE_TRIAL
@@ -28,13 +27,6 @@ def _manifests(run_dir: Path) -> list[dict]:
     return sorted(
         (json.loads(gzip.decompress(p.read_bytes()))["dlprof"] for p in trace_files(run_dir)), key=lambda m: m["rank"]
     )
-
-
-def _unique_copy(source: Path, tmp_path: Path) -> Path:
-    """A copy of ``source`` under a path of this test's own: its processes are found by their command line."""
-    copy = tmp_path / f"{tmp_path.name}-{source.name}"
-    shutil.copy(source, copy)
-    return copy
 
 
 def _segments(manifest: dict) -> list[tuple[int, bool, int, int, int]]:
@@ -110,7 +102,7 @@ def test_the_built_in_workload_tries_each_count_in_rounds(tmp_path):
 
 
 def test_an_iterable_dataset_switches_where_epochs_start(tmp_path):
-    script, log = _unique_copy(SCRIPTS_DIR / "train_iterable.py", tmp_path), tmp_path / "epochs.log"
+    script, log = unique_copy(SCRIPTS_DIR / "train_iterable.py", tmp_path), tmp_path / "epochs.log"
     done = run_dlprof(
         "record",
         "--out",
@@ -143,7 +135,7 @@ def test_an_iterable_dataset_switches_where_epochs_start(tmp_path):
 
 def test_the_trainer_through_accelerate(tmp_path):
     """accelerate wraps the Trainer's DataLoader (DataLoaderShard reads a batch ahead): the switch happens inside."""
-    script = _unique_copy(LAUNCH / "train_trainer.py", tmp_path)
+    script = unique_copy(LAUNCH / "train_trainer.py", tmp_path)
     done = run_dlprof(
         "record",
         "--out",
@@ -180,7 +172,7 @@ def _free_port() -> int:
 
 
 def test_torchrun_ranks_switch_at_the_same_steps(tmp_path):
-    script = _unique_copy(LAUNCH / "train_ddp.py", tmp_path)
+    script = unique_copy(LAUNCH / "train_ddp.py", tmp_path)
     done = run_dlprof(
         "record",
         "--out",

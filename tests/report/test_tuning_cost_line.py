@@ -1,10 +1,10 @@
-"""The trials' cost of tuning, as every report format says it (report/common.tuning_cost_line)."""
+"""The trials' cost of tuning, as every report format says it (report/tuning.tuning_cost_line)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from dlprof.report.common import tuning_cost_line
+from dlprof.report.tuning import tuning_cost_line
 from dlprof.results.trials import BASIS_IN_EPOCH, TrialsResult, TuningCost
 
 COST = TuningCost(

@@ -2,8 +2,8 @@
 (``it = iter(loader)``, ``next(it)``), as some scripts do; each epoch's samples are checked, the outcome appended to
 ``--log``.
 
-Options: --num-workers N, --samples N (per epoch), --batch-size N, --log PATH (one line per epoch: "ok" when every
-sample came exactly once, else what went wrong).
+Options: --num-workers N, --samples N (per epoch), --batch-size N, --epochs N (then it ends by itself), --log PATH (one
+line per epoch: "ok" when every sample came exactly once, else what went wrong).
 """
 
 import argparse
@@ -30,6 +30,7 @@ def main() -> None:
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--samples", type=int, default=40)
     parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=100000)
     parser.add_argument("--log", required=True)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -37,7 +38,7 @@ def main() -> None:
     model = torch.nn.Linear(1, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     with open(args.log, "a") as log:
-        for epoch in range(100000):
+        for epoch in range(args.epochs):
             seen, it = [], iter(loader)
             while True:
                 try:

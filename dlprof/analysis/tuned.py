@@ -1,0 +1,137 @@
+"""The training after its trials (``dlprof record --try-workers ... --then best|keep``): whether the setting it went on
+at held its trial's speed.
+
+After the trials' last segment the training goes on (step phase ``tuned``) at that segment's setting until the chosen
+setting is switched to (``Then.first_step``), then at it to its own end. The steps from the switch on are measured as
+a trial's segment is (:mod:`dlprof.analysis.segments`): cut at every epoch start, each piece's refill transient left
+out (right after the switch, the queue of the setting switched from too: its batches in flight are kept and served
+first), steady steps over their time, so the speed after the switch sits on the trials' in-epoch basis beside the
+trial's measurement of the same setting.
+
+It held when both speeds are trusted (:mod:`dlprof.core.throughput`'s rules: enough steps and seconds, the spread
+within bounds) and the speed after the switch is at most :data:`HELD_PCT` below the trial's. Torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from dlprof.analysis.segments import segment_pieces, steady_speed, switched_loader
+from dlprof.core import throughput
+from dlprof.core.manifest import Manifest, Then, TrialSegment
+from dlprof.core.schema import STATUS_TRAINING
+from dlprof.results.analysis import Throughput
+from dlprof.results.trials import TrialSetting, TunedRun
+
+#: The speed after the switch held when it is at most this much (%) below the same setting's trial: more than two
+#: trusted measurements of one setting differ by (throughput.MAX_SPREAD_PCT bounds each one's spread).
+HELD_PCT = 5.0
+
+#: Why a run still training has no speed after the switch.
+STILL_TRAINING = "the training goes on; the rest is measured when it ends"
+
+
+def tuned_run(manifest: Manifest, settings: Sequence[TrialSetting], batches_per_step: float) -> TunedRun | None:
+    """What the training did after its trials and whether the chosen setting's speed held beside its trial's; None
+    for a run without ``--then best|keep`` (``Trials.then``).
+
+    Args:
+        settings: the trials' tried settings, measured (``TrialsResult.settings``): the trial of the setting gone on at.
+        batches_per_step: the run's batches per training step (the refill transient's queue, in steps).
+    """
+    trials = manifest.trials
+    then = trials.then if trials is not None else None
+    if trials is None or then is None:
+        return None
+    clock = manifest.step_clock
+    config = switched_loader(manifest)
+    persistent = (
+        then.persistent_workers if then.persistent_workers is not None else bool(config and config.persistent_workers)
+    )
+    trial = next(
+        (s for s in settings if (s.num_workers, s.persistent_workers) == (then.num_workers, persistent)),
+        None,
+    )
+    trial_rate = trial.steps_per_s if trial is not None else None
+    switched = then.first_step is not None and then.num_workers is not None
+    first = then.first_step if then.first_step is not None else len(clock)
+    run = TunedRun(
+        mode=then.mode,
+        num_workers=then.num_workers,
+        persistent_workers=persistent if then.num_workers is not None else then.persistent_workers,
+        first_step=then.first_step,
+        steps=max(0, len(clock) - then.trials_end_step),
+        steps_at_setting=max(0, len(clock) - first) if switched else 0,
+        speed=None,
+        trial_steps_per_s=trial_rate,
+        change_pct=None,
+        held=None,
+    )
+    if not switched:
+        return replace(run, error=_no_switch(then, manifest.status))
+    if manifest.status == STATUS_TRAINING:
+        return replace(run, error=STILL_TRAINING)
+    speed = _speed_after_switch(manifest, then, persistent, batches_per_step)
+    if speed is None or not throughput.enough(speed.steps, speed.seconds):
+        return replace(run, error=_too_few(speed))
+    change = 100 * (speed.steps_per_s - trial_rate) / trial_rate if trial_rate else None
+    error = _not_comparable(speed, trial)
+    held = None if error is not None or change is None else change >= -HELD_PCT
+    return replace(run, speed=speed, change_pct=change, held=held, error=error)
+
+
+def _speed_after_switch(manifest: Manifest, then: Then, persistent: bool, batches_per_step: float) -> Throughput | None:
+    """The steady speed of the steps from the switch to the end, measured as a trial's segment is."""
+    assert then.first_step is not None and then.num_workers is not None  # called after a switch
+    clock = manifest.step_clock
+    config = switched_loader(manifest)
+    own_prefetch = config.prefetch_factor if config else None
+    prefetch = then.prefetch_factor or own_prefetch
+    # Until the switch the training ran at the trials' last segment's setting: its batches in flight are served first.
+    segments = manifest.trials.segments if manifest.trials is not None else ()
+    before = max(segments, key=lambda s: s.first_step).num_workers if segments else None
+    queue = throughput.queue_steps(then.num_workers, prefetch, batches_per_step)
+    first_queue = max(queue, throughput.queue_steps(before, own_prefetch, batches_per_step))
+    # The stretch after the switch is measured as a segment: the round is not read.
+    stretch = TrialSegment(
+        num_workers=then.num_workers,
+        persistent_workers=persistent,
+        round=0,
+        first_step=then.first_step,
+        steps=len(clock) - then.first_step,
+    )
+    busy_at = throughput.all_busy_below(then.num_workers, prefetch)
+    pieces = segment_pieces(clock, stretch, (first_queue, queue), busy_at)
+    return steady_speed(clock, pieces, batches_per_step, then.num_workers)
+
+
+def _no_switch(then: Then, status: str | None) -> str:
+    if then.error is not None:
+        return f"no switch: {then.error}"
+    if status == STATUS_TRAINING:
+        return f"{STILL_TRAINING} (no switch yet)"
+    return "no switch: the training went on at the trials' last setting"
+
+
+def _too_few(speed: Throughput | None) -> str:
+    if speed is None:
+        return "no steady steps after the switch (every step was refill transient)"
+    return (
+        f"{speed.steps} steady steps in {speed.seconds:.2f} s after the switch: too few to measure (at least"
+        f" {throughput.MIN_STEPS} steps and {throughput.MIN_SECONDS:g} s)"
+    )
+
+
+def _not_comparable(speed: Throughput, trial: TrialSetting | None) -> str | None:
+    """Why the speed after the switch cannot be held against its trial's; None when it can."""
+    if trial is None or trial.speed is None:
+        return "no trial of this setting measured it: nothing to compare with"
+    if not speed.trusted:
+        return (
+            f"its rate after the switch varied {speed.spread_pct:.0f} % (more than {throughput.MAX_SPREAD_PCT:g} %):"
+            " too wide to trust"
+        )
+    if not trial.speed.trusted:
+        return "its trial's measurement is not to be trusted (the trials' notes say why)"
+    return None

@@ -1,0 +1,163 @@
+"""The training after its trials (``--then best|keep``) measured from hand-written step clocks, every expected number
+worked out by hand: the steps after the switch as a segment is measured, held against the setting's trial."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from analysis.test_trials import clock
+from dlprof.analysis.trials import trials_result
+from dlprof.analysis.tuned import HELD_PCT, STILL_TRAINING, tuned_run
+from dlprof.core.manifest import LoaderConfig, Manifest, Then, Trials, TrialSegment
+from dlprof.core.schema import STATUS_COMPLETE, STATUS_TRAINING
+
+#: A step that creates an iterator (the switch, an epoch start): the workers' first batch, 280 ms of waiting.
+FIRST = (300.0, 280.0)
+
+
+def manifest(
+    after: list[tuple[float, float]],
+    then: Then,
+    epoch_starts: tuple[int, ...] = (),
+    status: str = STATUS_COMPLETE,
+    last_workers: int | None = None,
+) -> Manifest:
+    """The script's own num_workers=2 (prefetch 2, workers restarting), 10 reference steps, then the trials (one round):
+    num_workers=0 for 60 steps of 40 ms, num_workers=2 for 100 steps of 25 ms (and, with ``last_workers``, that count
+    for 100 steps of 25 ms); then ``after``, the steps after the trials (``epoch_starts`` counted from their first)."""
+    steps = [(30.0, 1.0)] * 10
+    segments = []
+    for workers, step in ((0, (40.0, 20.0)), (2, (25.0, 0.1)), (last_workers, (25.0, 0.1))):
+        if workers is None:
+            continue
+        count = 60 if workers == 0 else 100
+        segments.append(
+            TrialSegment(num_workers=workers, persistent_workers=False, round=0, first_step=len(steps), steps=count)
+        )
+        steps += [step] * count
+    end = len(steps)
+    assert then.trials_end_step == end
+    trials = Trials(
+        counts=tuple(s.num_workers for s in segments),
+        rounds=1,
+        trial_steps=100,
+        persistent=False,
+        loader=0,
+        segments=tuple(segments),
+        then=then,
+    )
+    loader = LoaderConfig(id=0, num_workers=2, prefetch_factor=2, persistent_workers=False)
+    return Manifest(
+        manifest_version=7,
+        status=status,
+        loader=loader,
+        step_clock=clock(steps + after, tuple(end + i for i in epoch_starts)),
+        trials=trials,
+    )
+
+
+#: The trials' end: 10 reference steps, 60 at num_workers=0, 100 at num_workers=2.
+END = 170
+#: Five steps at the trials' last setting while the choice is made, then the switch to num_workers=2 at step 175.
+BEST = Then(
+    mode="best", trials_end_step=END, num_workers=2, prefetch_factor=2, persistent_workers=False, first_step=175
+)
+
+
+def _after(step_ms: float, epoch_at: int = 95, steps: int = 155) -> list[tuple[float, float]]:
+    """Five steps at the last segment's setting, then ``steps`` from the switch: its first batch, steady steps of
+    ``step_ms``, and an epoch start ``epoch_at`` steps after the switch (its first batch again)."""
+    after = [(25.0, 0.1)] * 5 + [FIRST] + [(step_ms, 0.1)] * (steps - 1)
+    if epoch_at < steps:
+        after[5 + epoch_at] = FIRST
+    return after
+
+
+def test_the_speed_after_the_switch_is_measured_as_a_segment_and_held():
+    run = tuned_run(manifest(_after(26.0), BEST, epoch_starts=(100,)), _settings(), 1.0)
+    # The trials: num_workers=2, 5 steps left out after its switch (a queue of 4, then the workers' forking: 5),
+    # 95 steady steps of 25 ms: 40 steps/s, trusted.
+    assert run.trial_steps_per_s == pytest.approx(40.0)
+    # After the switch at step 175: its first batch and 4 more left out (the queue of 2 workers x prefetch 2, then
+    # forking: 5), and as many after the epoch start 95 steps on (workers restart): 90 + 55 steady steps of 26 ms.
+    assert (run.mode, run.num_workers, run.persistent_workers, run.first_step) == ("best", 2, False, 175)
+    assert (run.steps, run.steps_at_setting) == (160, 155)
+    assert run.speed.steps_per_s == pytest.approx(1000 / 26)
+    assert (run.speed.steps, run.speed.transient_steps, run.speed.spread_pct) == (145, 10, pytest.approx(0.0))
+    assert run.speed.seconds == pytest.approx(145 * 0.026)
+    assert run.change_pct == pytest.approx(100 * (1000 / 26 - 40) / 40)  # -3.85 %: within HELD_PCT
+    assert run.held is True and run.error is None and run.steps_per_s == run.speed.steps_per_s
+
+
+def test_more_than_held_pct_below_its_trial_did_not_hold():
+    run = tuned_run(manifest(_after(30.0), BEST, epoch_starts=(100,)), _settings(), 1.0)
+    assert run.speed.steps_per_s == pytest.approx(1000 / 30)
+    assert run.change_pct == pytest.approx(-100 / 6) and run.change_pct < -HELD_PCT
+    assert run.held is False and run.error is None
+
+
+def test_the_queue_of_the_setting_switched_from_is_left_out_too():
+    """The trials ended at num_workers=4: its 8 batches in flight are served first after the switch to 0 workers (no
+    workers start: nothing more left out)."""
+    then = Then(mode="keep", trials_end_step=270, num_workers=0, persistent_workers=False, first_step=270)
+    run = tuned_run(manifest([(40.0, 20.0)] * 100, then, last_workers=4), _settings(last_workers=4), 1.0)
+    assert (run.steps, run.steps_at_setting, run.speed.transient_steps, run.speed.steps) == (100, 100, 8, 92)
+    assert run.speed.steps_per_s == pytest.approx(25.0) and run.trial_steps_per_s == pytest.approx(25.0)
+    assert run.change_pct == pytest.approx(0.0) and run.held is True
+
+
+def test_a_run_still_training_is_not_measured_yet():
+    run = tuned_run(manifest(_after(26.0, steps=3), BEST, status=STATUS_TRAINING), _settings(), 1.0)
+    assert (run.steps, run.steps_at_setting, run.first_step) == (8, 3, 175)
+    assert run.speed is None and run.change_pct is None and run.held is None and run.error == STILL_TRAINING
+    pending = replace(BEST, num_workers=None, prefetch_factor=None, persistent_workers=None, first_step=None)
+    run = tuned_run(manifest([(25.0, 0.1)] * 2, pending, status=STATUS_TRAINING), _settings(), 1.0)
+    assert run.error == f"{STILL_TRAINING} (no switch yet)" and run.num_workers is None and run.steps_at_setting == 0
+    assert run.trial_steps_per_s is None
+
+
+def test_no_switch_says_why():
+    then = replace(BEST, first_step=None, error="the training ended before the choice")
+    run = tuned_run(manifest([(25.0, 0.1)] * 4, then), _settings(), 1.0)
+    assert (run.steps, run.steps_at_setting, run.speed, run.held) == (4, 0, None, None)
+    assert run.error == "no switch: the training ended before the choice"
+    run = tuned_run(manifest([(25.0, 0.1)] * 4, replace(then, error=None)), _settings(), 1.0)
+    assert run.error == "no switch: the training went on at the trials' last setting"
+
+
+def test_too_few_steps_after_the_switch():
+    run = tuned_run(manifest(_after(26.0, steps=20), BEST), _settings(), 1.0)
+    assert run.speed is None and run.held is None and run.change_pct is None
+    assert run.error == "15 steady steps in 0.39 s after the switch: too few to measure (at least 40 steps and 2 s)"
+    run = tuned_run(manifest(_after(26.0, steps=4), BEST), _settings(), 1.0)
+    assert run.error == "no steady steps after the switch (every step was refill transient)"
+
+
+def test_untrusted_or_untried_is_not_held_either_way():
+    # 50 steady steps of 20 ms, then 50 of 40 ms: the four parts' rates 50, 50, 25, 25 steps/s, 75 % of 33.3.
+    after = [(25.0, 0.1)] * 5 + [FIRST] + [(20.0, 0.1)] * 54 + [(40.0, 0.1)] * 50
+    run = tuned_run(manifest(after, BEST), _settings(), 1.0)
+    assert run.speed.steps_per_s == pytest.approx(100 / 3) and run.speed.spread_pct == pytest.approx(75.0)
+    assert run.change_pct == pytest.approx(100 * (100 / 3 - 40) / 40) and run.held is None
+    assert run.error == "its rate after the switch varied 75 % (more than 10 %): too wide to trust"
+    # Persistent workers at 2 were not tried: nothing to hold the speed against.
+    run = tuned_run(manifest(_after(26.0, epoch_at=999), replace(BEST, persistent_workers=True)), _settings(), 1.0)
+    assert run.persistent_workers is True and run.trial_steps_per_s is None
+    assert run.speed.steps_per_s == pytest.approx(1000 / 26) and run.change_pct is None and run.held is None
+    assert run.error == "no trial of this setting measured it: nothing to compare with"
+
+
+def test_the_trials_result_carries_it():
+    built = manifest(_after(26.0), BEST, epoch_starts=(100,))
+    result = trials_result(built, 1.0)
+    assert result.tuned == tuned_run(built, result.settings, 1.0) and result.tuned.held is True
+    stopped = replace(built, trials=replace(built.trials, then=None))
+    assert trials_result(stopped, 1.0).tuned is None and tuned_run(stopped, (), 1.0) is None
+
+
+def _settings(last_workers: int | None = None):
+    """The trials' measured settings of :func:`manifest`'s run."""
+    then = replace(BEST, trials_end_step=270 if last_workers else END)
+    return trials_result(manifest([], then, last_workers=last_workers), 1.0).settings

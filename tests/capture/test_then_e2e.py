@@ -1,0 +1,213 @@
+"""``dlprof record --try-workers ... --then best|keep`` end to end: after the trials the training goes on to its own end
+at the chosen setting (a map-style Dataset, and an IterableDataset that switches where epochs start), the trials'
+traces are written and read while it trains, and SIGTERM after the trials keeps them. No batch is lost or repeated,
+and no process is left behind."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import DATA_DIR, SCRIPTS_DIR, leftover_processes, run_dlprof, trace_files, unique_copy
+
+from dlprof import analyze
+from dlprof.core import schema
+from dlprof.core.manifest import PHASE_TRIAL, PHASE_TUNED
+
+pytestmark = pytest.mark.slow
+
+#: A short window: these runs check what happens after the trials.
+SHORT = ("--wait", "1", "--warmup", "1", "--active", "4", "--reference-steps", "4")
+
+
+def _manifest(run_dir: Path) -> dict:
+    (path,) = trace_files(run_dir)  # the trials' traces written while it trained were replaced, not added to
+    return json.loads(gzip.decompress(path.read_bytes()))["dlprof"]
+
+
+def _check_tuned(manifest: dict) -> dict:
+    """The trials ran whole, then every later step is ``tuned``, the switch after the trials' end; returns ``then``."""
+    trials, phases = manifest["trials"], manifest["step_clock"]["phase"]
+    assert trials["incomplete"] is None, trials["incomplete"]
+    then = trials["then"]
+    last = trials["segments"][-1]
+    assert then["trials_end_step"] == last["first_step"] + last["steps"]
+    assert set(phases[trials["segments"][0]["first_step"] : then["trials_end_step"]]) == {PHASE_TRIAL}
+    assert set(phases[then["trials_end_step"] :]) == {PHASE_TUNED}
+    assert then["error"] is None and then["trials_end_step"] <= then["first_step"] < len(phases), then
+    assert manifest["status"] == "complete" and not manifest["stopped_early"]
+    return then
+
+
+def test_best_trains_on_to_the_end_at_the_recommended_setting(tmp_path):
+    script, log = unique_copy(SCRIPTS_DIR / "train_then.py", tmp_path), tmp_path / "epochs.log"
+    done = run_dlprof(
+        "record",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "best",
+        *SHORT,
+        "--try-workers",
+        "0,2",
+        "--trial-steps",
+        "8",
+        "--then",
+        "best",
+        "--",
+        "python",
+        str(script),
+        "--steps",
+        "400",
+        "--log",
+        str(log),
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "dlprof: the trials are done: " in done.stderr
+    said = re.search(r"--then best: training on at num_workers=(\d+)", done.stderr)
+    assert said is not None, done.stderr
+    manifest = _manifest(tmp_path / "best")
+    then = _check_tuned(manifest)
+    assert (then["mode"], then["num_workers"]) == ("best", int(said.group(1)))
+    assert len(manifest["step_clock"]["phase"]) == 400  # the script's own end, not dlprof's
+    # What dlprof chose is what the final report recommends from the same trials.
+    (run,) = analyze(tmp_path / "best").runs
+    assert run.advice.num_workers == then["num_workers"]
+    tuned = run.trials.tuned
+    assert tuned is not None and tuned.steps == 400 - then["trials_end_step"]
+    assert tuned.steps_at_setting == 400 - then["first_step"] and tuned.error is None or tuned.speed is None
+    lines = log.read_text().splitlines()
+    # Epochs of 16 batches; the 25th ends with the last step, before its line. No batch lost or repeated:
+    assert len(lines) == 24 and all(line.endswith(": ok") for line in lines), lines
+    assert leftover_processes(str(script)) == []
+
+
+def test_keep_goes_back_to_the_scripts_own_setting_where_an_epoch_starts(tmp_path):
+    script, log = unique_copy(SCRIPTS_DIR / "train_iterable.py", tmp_path), tmp_path / "epochs.log"
+    done = run_dlprof(
+        "record",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "keep",
+        *SHORT,
+        "--try-workers",
+        "0,1",
+        "--trial-steps",
+        "5",
+        "--then",
+        "keep",
+        "--",
+        "python",
+        str(script),
+        "--epochs",
+        "40",
+        "--log",
+        str(log),
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--then keep: training on at the script's own settings" in done.stderr
+    manifest = _manifest(tmp_path / "keep")
+    then = _check_tuned(manifest)
+    assert (then["mode"], then["num_workers"], then["persistent_workers"]) == ("keep", 2, False)
+    assert manifest["step_clock"]["epoch_start"][then["first_step"]]  # an IterableDataset switches at epoch starts
+    lines = log.read_text().splitlines()
+    assert len(lines) == 40 and all(line.endswith(": ok") for line in lines), lines
+    assert leftover_processes(str(script)) == []
+
+
+def _wait_for_trace(run_dir: Path, timeout_s: float) -> Path:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = trace_files(run_dir)
+        if found:
+            return found[0]
+        time.sleep(0.5)
+    raise AssertionError(f"no trace in {run_dir} after {timeout_s} s")
+
+
+def test_the_trials_are_read_while_it_trains_and_sigterm_keeps_them(tmp_path):
+    script, log = unique_copy(SCRIPTS_DIR / "train_then.py", tmp_path), tmp_path / "epochs.log"
+    command = [sys.executable, "-m", "dlprof", "record", "--out", str(tmp_path), "--name", "live", *SHORT]
+    command += ["--try-workers", "0,2", "--trial-steps", "5", "--then", "best", "--"]
+    command += ["python", str(script), "--log", str(log)]  # trains until stopped
+    record = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        interim = _wait_for_trace(tmp_path / "live", 300)
+        document = json.loads(gzip.decompress(interim.read_bytes()))["dlprof"]
+        assert document["status"] == "training" and document["trials"]["then"]["mode"] == "best"
+        # A second reader is never refused while the training goes on.
+        read = run_dlprof("analyze", str(tmp_path / "live"))
+        assert read.returncode == 0, read.stderr
+        assert "the training goes on after the trials" in read.stdout
+        time.sleep(3)  # the switch, and steps after it
+        record.send_signal(signal.SIGTERM)
+        stdout, stderr = record.communicate(timeout=120)
+    finally:
+        if record.poll() is None:
+            record.kill()
+            record.wait()
+    assert record.returncode == 128 + signal.SIGTERM, stderr
+    manifest = _manifest(tmp_path / "live")  # one trace: the final one replaced the trials' traces
+    assert manifest["status"] == "partial" and "SIGTERM" in (manifest["error"] or ""), manifest["error"]
+    trials = manifest["trials"]
+    assert trials["incomplete"] is None and len(trials["segments"]) == 4
+    assert trials["then"]["first_step"] is not None, trials["then"]
+    assert PHASE_TUNED in manifest["step_clock"]["phase"]
+    assert list(schema.scratch_dirs(tmp_path / "live")) == []  # nothing half-written left
+    assert leftover_processes(str(script)) == []
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_torchrun_ranks_switch_to_the_best_at_the_same_step(tmp_path):
+    script = unique_copy(DATA_DIR / "launch" / "train_ddp.py", tmp_path)
+    done = run_dlprof(
+        "record",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "ddp",
+        *SHORT,
+        "--try-workers",
+        "0,1",
+        "--trial-steps",
+        "8",
+        "--then",
+        "best",
+        "--",
+        "torchrun",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(_free_port()),
+        str(script),
+        "--steps",
+        "400",
+        "--num-workers",
+        "1",
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("dlprof: the trials are done: ") == 1  # one choice for the job
+    traces = sorted(trace_files(tmp_path / "ddp"))
+    manifests = sorted((json.loads(gzip.decompress(p.read_bytes()))["dlprof"] for p in traces), key=lambda m: m["rank"])
+    assert [m["rank"] for m in manifests] == [0, 1]
+    thens = [_check_tuned(m) for m in manifests]
+    assert thens[0] == thens[1], thens  # the same setting, from the same step, on both ranks
+    assert [len(m["step_clock"]["phase"]) for m in manifests] == [400, 400]
+    assert leftover_processes(str(script)) == []
