@@ -1,12 +1,13 @@
 """``--then best`` checked: the speed after the switch against the trial's and against plain launches.
 
-    python scripts/bench_then.py [--try-workers 0,1,2] [--steps 3000] [--launches 3] [--batch-size 4]
+    python scripts/bench_then.py [--case lora|trainer] [--try-workers 0,1,2] [--steps 3000] [--launches 3]
 
-1. ``dlprof record --try-workers ... --then best --steps N`` on the built-in workload (tiny Qwen2 + LoRA): the trials,
-   then the training on at the setting chosen from them to its ``--steps``; the report's ``trials.tuned`` gives the
-   speed after the switch (steady steps inside an epoch) beside that setting's trial.
-2. ``--launches`` plain launches of the same workload without dlprof at the chosen setting, each as long as the steps
-   trained after the switch: their steady speed inside an epoch (the workload's ``--report``), the truth.
+1. ``dlprof record --try-workers ... --then best`` on the built-in workload (tiny Qwen2 + LoRA, ``--steps N``) or on
+   scripts/bench_trainer.py (a Hugging Face Trainer, ``--max-steps N``): the trials, then the training on at the
+   setting chosen from them to its end; the report's ``trials.tuned`` gives the speed after the switch (steady steps
+   inside an epoch) beside that setting's trial.
+2. ``--launches`` plain launches of the same training without dlprof at the chosen setting, each as long as the
+   steps trained after the switch: their steady speed inside an epoch (their ``--report``), the truth.
 
 Prints both comparisons with the launches' spread, and writes every number to ``--json``. Run it on a quiet machine:
 nothing else running (the speeds are compared within one run, but noise still widens them).
@@ -22,10 +23,25 @@ import sys
 import tempfile
 from pathlib import Path
 
+TRAINER = Path(__file__).resolve().parent / "bench_trainer.py"
 
-def _record(options: list[str], try_workers: str, steps: int, out: Path) -> tuple[dict, str]:
-    record = [sys.executable, "-m", "dlprof", "record", "--out", str(out), "--name", "then", *options]
-    record += ["--try-workers", try_workers, "--then", "best", "--steps", str(steps)]
+
+def _training(case: str, options: list[str], num_workers: int, steps: int, persistent: bool = False) -> list[str]:
+    """The training's command line (its module's or script's arguments), ``steps`` long."""
+    if case == "trainer":
+        argv = [str(TRAINER), *options, "--num-workers", str(num_workers), "--max-steps", str(steps)]
+        return argv + (["--persistent-workers"] if persistent else [])
+    argv = ["-m", "dlprof.workloads.lora", *options, "--num-workers", str(num_workers), "--steps", str(steps)]
+    return argv + (["--persistent-workers"] if persistent else [])
+
+
+def _record(case: str, options: list[str], own: int, try_workers: str, steps: int, out: Path) -> tuple[dict, str]:
+    record = [sys.executable, "-m", "dlprof", "record", "--out", str(out), "--name", "then"]
+    record += ["--try-workers", try_workers, "--then", "best"]
+    if case == "trainer":
+        record += ["--", "python", *_training(case, options, own, steps)]
+    else:
+        record += [*options, "--num-workers", str(own), "--steps", str(steps)]
     done = subprocess.run(record, check=True, capture_output=True, text=True, timeout=3600)
     analyzed = subprocess.run(
         [sys.executable, "-m", "dlprof", "analyze", str(out / "then"), "--format", "json"],
@@ -39,10 +55,9 @@ def _record(options: list[str], try_workers: str, steps: int, out: Path) -> tupl
     return (document["runs"][0] if "runs" in document else document), (said[0] if said else "")
 
 
-def _launch(options: list[str], num_workers: int, steps: int, report: Path) -> float:
-    argv = [sys.executable, "-m", "dlprof.workloads.lora", *options, "--num-workers", str(num_workers)]
-    argv += ["--steps", str(steps), "--report", str(report)]
-    subprocess.run(argv, check=True, capture_output=True, timeout=3600)
+def _launch(case: str, options: list[str], tuned: dict, report: Path) -> float:
+    argv = _training(case, options, tuned["num_workers"], tuned["steps_at_setting"], bool(tuned["persistent_workers"]))
+    subprocess.run([sys.executable, *argv, "--report", str(report)], check=True, capture_output=True, timeout=3600)
     return json.loads(report.read_text())["steps_per_s_steady"]
 
 
@@ -52,6 +67,7 @@ def _pct(value: float | None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", choices=("lora", "trainer"), default="lora")
     parser.add_argument("--try-workers", default="0,1,2")
     parser.add_argument("--steps", type=int, default=3000, help="the recorded training's length [default: 3000]")
     parser.add_argument("--launches", type=int, default=3, help="plain launches at the chosen setting [default: 3]")
@@ -60,21 +76,20 @@ def main() -> None:
     parser.add_argument("--num-workers", type=int, default=2, help="the workload's own setting [default: 2]")
     parser.add_argument("--json", type=Path, help="also write every number here")
     args = parser.parse_args()
-    options = ["--batch-size", str(args.batch_size), "--max-length", str(args.max_length)]
+    options = ["--batch-size", str(args.batch_size)]
+    options += ["--max-length", str(args.max_length)] if args.case == "lora" else []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        run, said = _record([*options, "--num-workers", str(args.num_workers)], args.try_workers, args.steps, work)
+        run, said = _record(args.case, options, args.num_workers, args.try_workers, args.steps, work)
         tuned = run["trials"]["tuned"]
         if tuned is None or tuned["num_workers"] is None or tuned["steps_per_s"] is None:
             sys.exit(f"bench_then: no speed after the switch: {tuned}")
-        launches = [
-            _launch(options, tuned["num_workers"], tuned["steps_at_setting"], work / f"launch-{i}.json")
-            for i in range(args.launches)
-        ]
+        launches = [_launch(args.case, options, tuned, work / f"launch-{i}.json") for i in range(args.launches)]
     truth = statistics.median(launches)
     against_launches = 100 * (tuned["steps_per_s"] / truth - 1)
     spread = 100 * (max(launches) - min(launches)) / truth
-    print(f"built-in workload, {' '.join(options)}, its own num_workers={args.num_workers}; {said}")
+    what = "built-in workload" if args.case == "lora" else "Trainer (scripts/bench_trainer.py)"
+    print(f"{what}, {' '.join(options)}, its own num_workers={args.num_workers}; {said}")
     print("| after the switch | steps | steps/s (spread) | its trial | vs trial | launches: median (each) | vs them |")
     print("|---|---|---|---|---|---|---|")
     each = ", ".join(f"{s:.2f}" for s in launches)

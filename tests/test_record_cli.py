@@ -13,6 +13,7 @@ from dlprof.capture import record as record_module
 from dlprof.core import schema
 from dlprof.core.manifest import MANIFEST_VERSION, Manifest, StepClock, Trials, TrialSegment
 from dlprof.results.record import RecordResult
+from dlprof.workflows.record import DEFAULT_ACTIVE
 
 
 def _manifest(rank: int, after: int) -> Manifest:
@@ -96,3 +97,20 @@ def test_the_stop_message_says_that_trials_ran(monkeypatch, tmp_path):
     result = _recorded(monkeypatch, tmp_path / "cut", cut)
     assert "(1 segment in 1 round)" in result.stdout
     assert "dlprof: the trials are incomplete: the training ended" in result.stderr
+
+
+def test_then_with_the_built_in_workload_trains_its_steps_and_records_the_default_window(monkeypatch, tmp_path):
+    """With --then, the built-in workload's --steps is the training's length: the window stays the default, the
+    workload gets exactly those steps (no room added for dlprof to stop it), and dlprof follows the trials' plan."""
+    asked = []
+
+    def fake_record(request, choose=None):
+        asked.append((request, choose))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(record_module, "record", fake_record)
+    result = invoke("record", "--out", tmp_path, "--try-workers", "0,2", "--then", "best", "--steps", "3000")
+    assert result.exit_code == 0, result.output
+    ((request, choose),) = asked
+    assert request.active == DEFAULT_ACTIVE and not request.run_to_end and request.trials.then == "best"
+    assert request.command[request.command.index("--steps") + 1] == "3000" and choose is not None

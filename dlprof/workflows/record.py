@@ -86,6 +86,8 @@ def record_request(
                 " --steps N (e.g. --steps 3000)"
             )
 
+        if trials is not None and trials.then != THEN_STOP and active is None:
+            active = DEFAULT_ACTIVE  # --steps is the training's length here, not the window's
         options, active = plan(workload, wait, warmup, active, reference_steps)
         if trials is not None:  # room for the trials too: dlprof stops the workload once they are done
             from dataclasses import replace
