@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up, then run the whole test suite: ~14 minutes on 2 quiet CPU cores (16 under CI's own load) (GPU tests skip without CUDA).
+# Set up, then run the whole test suite: ~18 minutes on 2 quiet CPU cores (22 under CI's own load) (GPU tests skip without CUDA).
 # DLPROF_SKIP_SETUP=1 skips the install, for a caller that has just run scripts/setup.sh (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
