@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from dlprof.core.errors import DlprofError
+from dlprof.results.record import THEN_MODES
 
 #: Default schedule: skip start-up (the first steps are slow: allocation, caches, lazy imports), let the
 #: profiler warm up, record; then time unprofiled reference steps (the speed predictions are calibrated to).
@@ -289,7 +290,7 @@ _TRIAL_OPTIONS = (
     click.option(
         "--then",
         "then",
-        type=click.Choice(["stop", "best", "keep"]),
+        type=click.Choice(THEN_MODES),
         default=None,
         help=(
             "With --try-workers, after the trials: stop the training (the default), or train on to its own end at the"

@@ -195,13 +195,7 @@ def tuning_cost(
     start = min(s.first_step for s in segments)
     stop = min(len(clock), max(s.first_step + s.steps for s in segments))
     steps, seconds = stop - start, sum(clock.wall_ms[start:stop]) / 1000
-    own_rate = next(
-        (trials.measured(r) for r in trials.settings if (r.num_workers, r.persistent_workers) == own),
-        None,
-    )
-    if own_rate is None and unprofiled is not None:
-        whole = trials.basis == BASIS_WHOLE_EPOCHS and unprofiled.epoch_steps_per_s is not None
-        own_rate = unprofiled.epoch_steps_per_s if whole else unprofiled.steps_per_s
+    own_rate = _own_rate(trials, own, unprofiled, trials.basis == BASIS_WHOLE_EPOCHS)
     own_seconds = steps / own_rate if own_rate else None
     saved = 1000 / own_rate - 1000 / chosen.steps_per_s if own_rate and chosen.steps_per_s > 0 else None
     extra = seconds - own_seconds if own_seconds is not None else None
@@ -221,6 +215,25 @@ def tuning_cost(
     )
 
 
+def _own_rate(
+    trials: TrialsResult, own: Setting, unprofiled: UnprofiledStats | None, whole_epochs: bool
+) -> float | None:
+    """The run's own setting's speed, over whole epochs or inside one: its trial's where tried, else the reference
+    steps' (inside an epoch where whole epochs were not timed)."""
+    rate = next(
+        (
+            r.epoch_steps_per_s if whole_epochs else r.steps_per_s
+            for r in trials.settings
+            if (r.num_workers, r.persistent_workers) == own
+        ),
+        None,
+    )
+    if rate is None and unprofiled is not None:
+        whole = whole_epochs and unprofiled.epoch_steps_per_s is not None
+        rate = unprofiled.epoch_steps_per_s if whole else unprofiled.steps_per_s
+    return rate
+
+
 def _tuned_saving(
     trials: TrialsResult, own: Setting, unprofiled: UnprofiledStats | None
 ) -> tuple[int | None, float | None]:
@@ -229,9 +242,7 @@ def _tuned_saving(
     tuned = trials.tuned
     if tuned is None or not tuned.steps_per_s or (tuned.num_workers, tuned.persistent_workers) == own:
         return None, None
-    own_rate = next((r.steps_per_s for r in trials.settings if (r.num_workers, r.persistent_workers) == own), None)
-    if own_rate is None and unprofiled is not None:
-        own_rate = unprofiled.steps_per_s
+    own_rate = _own_rate(trials, own, unprofiled, whole_epochs=False)
     if not own_rate:
         return None, None
     return tuned.steps_at_setting, tuned.steps_at_setting * (1 / own_rate - 1 / tuned.steps_per_s)

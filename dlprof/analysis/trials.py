@@ -73,15 +73,15 @@ from dlprof.results.trials import (
     PaddingTrial,
     TrialSetting,
     TrialsResult,
+    setting_label,
 )
 
 #: A DataLoader setting tried: (num_workers, persistent_workers).
 Setting = tuple[int, bool]
 
 
-def label(num_workers: int, persistent_workers: bool) -> str:
-    """How the notes name a setting: ``num_workers=2`` or ``num_workers=2 (persistent)``."""
-    return f"num_workers={num_workers}" + (" (persistent)" if persistent_workers else "")
+#: How the notes name a setting (the advice's evidence too).
+label = setting_label
 
 
 # ------------------------------------------------------------------------------------ one segment

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from dlprof.analysis.segments import segment_pieces, steady_speed, switched_loader
 from dlprof.core import throughput
-from dlprof.core.manifest import Manifest, Then, TrialSegment
+from dlprof.core.manifest import LoaderConfig, Manifest, Then, TrialSegment
 from dlprof.core.schema import STATUS_TRAINING
 from dlprof.results.analysis import Throughput
 from dlprof.results.trials import TrialSetting, TunedRun
@@ -72,7 +72,7 @@ def tuned_run(manifest: Manifest, settings: Sequence[TrialSetting], batches_per_
         return replace(run, error=_no_switch(then, manifest.status))
     if manifest.status == STATUS_TRAINING:
         return replace(run, error=STILL_TRAINING)
-    speed = _speed_after_switch(manifest, then, persistent, batches_per_step)
+    speed = _speed_after_switch(manifest, then, persistent, config, batches_per_step)
     if speed is None or not throughput.enough(speed.steps, speed.seconds):
         return replace(run, error=_too_few(speed))
     change = 100 * (speed.steps_per_s - trial_rate) / trial_rate if trial_rate else None
@@ -81,11 +81,13 @@ def tuned_run(manifest: Manifest, settings: Sequence[TrialSetting], batches_per_
     return replace(run, speed=speed, change_pct=change, held=held, error=error)
 
 
-def _speed_after_switch(manifest: Manifest, then: Then, persistent: bool, batches_per_step: float) -> Throughput | None:
-    """The steady speed of the steps from the switch to the end, measured as a trial's segment is."""
+def _speed_after_switch(
+    manifest: Manifest, then: Then, persistent: bool, config: LoaderConfig | None, batches_per_step: float
+) -> Throughput | None:
+    """The steady speed of the steps from the switch to the end, measured as a trial's segment is; ``config``: the
+    switched loader (:func:`switched_loader`)."""
     assert then.first_step is not None and then.num_workers is not None  # called after a switch
     clock = manifest.step_clock
-    config = switched_loader(manifest)
     own_prefetch = config.prefetch_factor if config else None
     prefetch = then.prefetch_factor or own_prefetch
     # Until the switch the training ran at the trials' last segment's setting: its batches in flight are served first.

@@ -199,7 +199,8 @@ def run_child(
     tick: Callable[[list[MemoryReading]], None] | None = None,
 ) -> tuple[int, list[MemoryReading], int | None]:
     """Run the command to its end; returns its exit code (as a shell reports it), the memory samples, and the signal
-    that stopped dlprof, if one did. ``tick`` is called about every 0.2 s while it runs, with the samples so far."""
+    that stopped dlprof, if one did. ``tick`` is called about every 0.2 s while it runs, with the sampler's list of
+    samples (still growing: copy it to keep it)."""
     _become_subreaper()
     earlier = _children()
     # The training process turns SIGINT and SIGTERM into a partial trace, and this process must live on
@@ -211,7 +212,7 @@ def run_child(
         child = subprocess.Popen(argv, env=env)
         sampler = MemorySampler(child.pid, memory_interval_ms)
         sampler.start()
-        exit_code = _wait(child, signals, scratch, None if tick is None else lambda: tick(list(sampler.samples)))
+        exit_code = _wait(child, signals, scratch, None if tick is None else lambda: tick(sampler.samples))
         samples = sampler.stop()
         if exit_code < 0:  # killed by a signal: report it as a shell does (SIGINT -> 130)
             exit_code = 128 - exit_code

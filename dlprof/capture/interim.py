@@ -17,7 +17,7 @@ from pathlib import Path
 
 import orjson
 
-from dlprof.capture import finalize, merge, tuned
+from dlprof.capture import finalize, merge, trial_plan, tuned
 from dlprof.capture.memory import MemoryReading
 from dlprof.core.errors import DlprofError
 from dlprof.results.record import RankResult, RecordResult
@@ -35,17 +35,20 @@ class TrialsWatcher:
     def __init__(
         self,
         run_dir: Path,
+        session_dir: Path,
         inputs: Callable[[list[MemoryReading]], merge.MergeInputs],
         multi_node: bool,
         choose: Choose,
     ):
         """
         Args:
+            session_dir: where the ranks mark their trials over.
             inputs: the merge's inputs, given the memory samples so far.
             multi_node: this record is one node of a job over several machines: its own ranks are waited for.
             choose: the setting to train on, from the trials' traces.
         """
         self.run_dir = run_dir
+        self.session_dir = session_dir
         self.inputs = inputs
         self.multi_node = multi_node
         self.choose = choose
@@ -55,28 +58,29 @@ class TrialsWatcher:
         self._looked_s = 0.0
 
     def tick(self, samples: list[MemoryReading]) -> None:
-        """Called while the command runs (with the memory samples so far); returns at once until the trials end."""
+        """Called while the command runs (with the sampler's growing list of samples); returns at once until the trials
+        end."""
         now = time.monotonic()
         if self.done or now - self._looked_s < LOOK_EVERY_S:
             return
         self._looked_s = now
-        inputs = self.inputs(samples)
-        done = tuned.ranks_done(inputs.session_dir)
+        done = tuned.ranks_done(self.session_dir)
         if not done:
             return
         try:
-            results = finalize.read_results(inputs.session_dir)
+            results = finalize.read_results(self.session_dir)
         except DlprofError:
             results = []
         if not results or done < (results[0].local_world_size if self.multi_node else results[0].world_size):
             return
         self.done = True
+        inputs = self.inputs(list(samples))
         try:
             document = self._choice(inputs, results)
         except Exception as error:  # never into the recording: the training goes on at the setting it has
             document = tuned.choice_document(None, f"dlprof could not choose ({type(error).__name__}: {error})")
         try:
-            tuned.write_json(inputs.session_dir / tuned.CHOICE_FILE, document)
+            trial_plan.write_json(self.session_dir / tuned.CHOICE_FILE, document)
         except OSError as error:
             print(f"dlprof: could not hand the chosen setting to the training ({error.strerror})", file=sys.stderr)
 

@@ -65,7 +65,9 @@ def record(request: RecordRequest, choose: interim.Choose | None = None) -> Reco
     watcher = None
     if trials is not None and trials.then != THEN_STOP and choose is not None:
         multi_node = job is not None and job.multi_node
-        watcher = interim.TrialsWatcher(directory, lambda samples: merge_inputs(None, samples), multi_node, choose)
+        watcher = interim.TrialsWatcher(
+            directory, scratch, lambda samples: merge_inputs(None, samples), multi_node, choose
+        )
     exit_code, samples, stopped_by = child.run_child(
         argv,
         child.child_env(scratch),

@@ -407,12 +407,25 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def write_plan(session_dir: Path, plan: Plan) -> None:
-    """Publish the plan for every rank (written whole, then renamed: a reader never sees half of it)."""
-    path = session_dir / PLAN_FILE
-    tmp = path.with_name(f".{PLAN_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(asdict(plan)))
+def write_json(path: Path, document: dict) -> None:
+    """Publish ``document`` for the other ranks (written whole, then renamed: a reader never sees half of it)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(document))
     os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict | None:
+    """A document :func:`write_json` published (None: not there yet, or unreadable)."""
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def write_plan(session_dir: Path, plan: Plan) -> None:
+    """Publish the plan for every rank."""
+    write_json(session_dir / PLAN_FILE, asdict(plan))
 
 
 def plan_published(session_dir: Path) -> bool:
@@ -422,9 +435,8 @@ def plan_published(session_dir: Path) -> bool:
 
 def read_plan(session_dir: Path) -> Plan | None:
     """The published plan (None: none, or unreadable)."""
-    try:
-        document = json.loads((session_dir / PLAN_FILE).read_text())
-    except (OSError, ValueError):
+    document = read_json(session_dir / PLAN_FILE)
+    if document is None:
         return None
     plan, _ = parse_dataclass(Plan, document, "plan")
     return plan

@@ -15,7 +15,6 @@ Standard library and the probe only: this runs in the training process.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,22 +34,9 @@ SWITCH_FILE = "switch.json"
 DONE_MARKER = "trials-done-rank"
 
 
-def write_json(path: Path, document: dict) -> None:
-    """Write ``document`` whole, then rename: a reader never sees half of it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(document))
-    os.replace(tmp, path)
-
-
-def read_json(path: Path) -> dict | None:
-    """A file :func:`write_json` wrote (None: not there yet, or unreadable)."""
-    if not os.path.exists(path):  # one stat a step until it is
-        return None
-    try:
-        document = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return document if isinstance(document, dict) else None
+def _published(path: Path) -> dict | None:
+    """A document another process published (:func:`trial_plan.write_json`): one ``stat`` a step until it is there."""
+    return trial_plan.read_json(path) if os.path.exists(path) else None
 
 
 def choice_document(setting: switch.Setting | None, error: str | None = None) -> dict:
@@ -123,7 +109,7 @@ class AfterTrials:
         if self.decider and not self._published:
             self._decide(completed)
         if self.ranks > 1:
-            published = read_json(self.session_dir / SWITCH_FILE)
+            published = _published(self.session_dir / SWITCH_FILE)
             if published is not None and completed >= _step_of(published):
                 self._switch(published)
 
@@ -131,7 +117,7 @@ class AfterTrials:
         if self.mode == THEN_KEEP:
             document = choice_document(self.own)
         else:
-            chosen = read_json(self.session_dir / CHOICE_FILE)
+            chosen = _published(self.session_dir / CHOICE_FILE)
             if chosen is None:
                 return
             document = chosen
@@ -139,7 +125,7 @@ class AfterTrials:
         if self.ranks > 1:
             document = {**document, "step": completed + trial_plan.RANK_MARGIN_STEPS}
             try:
-                write_json(self.session_dir / SWITCH_FILE, document)
+                trial_plan.write_json(self.session_dir / SWITCH_FILE, document)
             except OSError as error:
                 self.error = f"the chosen setting could not be shared with the other ranks ({error.strerror})"
         else:

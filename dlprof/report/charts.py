@@ -17,7 +17,7 @@ from dlprof.report.svg import CHAR_W, CHART_LEFT, CHART_LINE, CHART_PLOT_H, CHAR
 from dlprof.results.advice import RESTS_ON_MEASURED, Prediction
 from dlprof.results.analysis import CATEGORIES
 from dlprof.results.report import RunReport, TimelinePicture
-from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS, TrialSetting
+from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS, TrialSetting, setting_label
 
 #: Colours per bar kind: step categories, loader spans, the GPU. Data wait is the loud one.
 COLOURS = {
@@ -264,7 +264,7 @@ def _trial_marks(measured: list[tuple[TrialSetting, float, float, str]], basis: 
         half = value * spread / 200
         fill = PR_MEASURED if on == basis else "#fff"
         title = (
-            f"num_workers={trial.num_workers}{' (persistent)' if trial.persistent_workers else ''}: measured"
+            f"{setting_label(trial.num_workers, trial.persistent_workers)}: measured"
             f" {value:.2f} steps/s {on}, spread {spread:.1f} % over rounds"
         )
         if trial.persistent_workers:
@@ -332,8 +332,8 @@ def predicted_svg(run: RunReport, title_id: str) -> str:
             f'<circle class="recommended-ring" cx="{coord(x)}" cy="{coord(y)}" r="9" fill="none" stroke="{PR_CHOSEN}"'
             ' stroke-width="2"/>'
         )
-        persistent = " (persistent)" if tried.persistent_workers else ""
-        text = f"recommended: num_workers={tried.num_workers}{persistent}, measured {value:.2f} steps/s {basis}"
+        text = f"recommended: {setting_label(tried.num_workers, tried.persistent_workers)}, measured {value:.2f}"
+        text += f" steps/s {basis}"
         body.append(_recommended_label(text, x, y))
     elif chosen is not None:
         text = f"recommended: num_workers={chosen[0]}, predicted {chosen[1]:.2f} steps/s {basis}"

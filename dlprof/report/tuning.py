@@ -4,11 +4,7 @@ setting saves, and the training after the trials (``--then best|keep``); and the
 from __future__ import annotations
 
 from dlprof.results.report import RunInfo
-from dlprof.results.trials import TrialsResult
-
-
-def _setting(num_workers: int, persistent_workers: bool | None) -> str:
-    return f"num_workers={num_workers}" + (" (persistent)" if persistent_workers else "")
+from dlprof.results.trials import TrialsResult, setting_label
 
 
 def tuning_cost_line(trials: TrialsResult) -> str | None:
@@ -27,7 +23,7 @@ def tuning_cost_line(trials: TrialsResult) -> str | None:
     if cost.tuned_saved_s is not None and cost.tuned_steps is not None and tuned and tuned.num_workers is not None:
         saved_s = cost.tuned_saved_s
         return (
-            f"cost of tuning: {took}; after the switch, {_setting(tuned.num_workers, tuned.persistent_workers)}"
+            f"cost of tuning: {took}; after the switch, {setting_label(tuned.num_workers, tuned.persistent_workers)}"
             f" {'saved' if saved_s >= 0 else 'lost'} {abs(saved_s):.1f} s over the {cost.tuned_steps:,} steps it ran"
             " against your own setting (steady steps inside an epoch)"
         )
@@ -52,7 +48,7 @@ def tuned_line(trials: TrialsResult) -> str | None:
     if tuned.first_step is None or tuned.num_workers is None:
         return head + (tuned.error or "no switch")
     line = (
-        f"{head}trained on at {_setting(tuned.num_workers, tuned.persistent_workers)} from step"
+        f"{head}trained on at {setting_label(tuned.num_workers, tuned.persistent_workers)} from step"
         f" {tuned.first_step:,} ({tuned.steps_at_setting:,} steps)"
     )
     if tuned.speed is not None:

@@ -22,6 +22,11 @@ DEFAULT_MEMORY_INTERVAL_MS = 100
 DEFAULT_TRIAL_ROUNDS = 2
 
 
+#: ``--then``'s choices.
+THEN_STOP, THEN_BEST, THEN_KEEP = "stop", "best", "keep"
+THEN_MODES = (THEN_STOP, THEN_BEST, THEN_KEEP)
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrialRequest:
     """The in-process trials asked for (``--try-workers``, ``--try-persistent``, ``--trial-steps``,
@@ -38,12 +43,7 @@ class TrialRequest:
     max_worker_memory_mib: float | None = None
     #: ``--then``: after the trials, stop the training (:data:`THEN_STOP`), or train on at the recommended setting
     #: (:data:`THEN_BEST`) or at the script's own (:data:`THEN_KEEP`).
-    then: str = "stop"
-
-
-#: ``--then``'s choices.
-THEN_STOP, THEN_BEST, THEN_KEEP = "stop", "best", "keep"
-THEN_MODES = (THEN_STOP, THEN_BEST, THEN_KEEP)
+    then: str = THEN_STOP
 
 
 @dataclass(frozen=True, kw_only=True)

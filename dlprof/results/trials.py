@@ -15,6 +15,11 @@ BASIS_IN_EPOCH = "inside an epoch"
 BASIS_WHOLE_EPOCHS = "over whole epochs"
 
 
+def setting_label(num_workers: int, persistent_workers: bool | None) -> str:
+    """How reports and notes name a setting: ``num_workers=2`` or ``num_workers=2 (persistent)``."""
+    return f"num_workers={num_workers}" + (" (persistent)" if persistent_workers else "")
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrialSetting:
     """One tried setting: its speed measured in the training process over every round, and its prediction."""

@@ -184,6 +184,8 @@ def trials_choice(mode: str):
     import sys
 
     def choose(written: RecordResult) -> dict:
+        from dlprof.capture.probe.switch import Setting
+        from dlprof.capture.tuned import choice_document
         from dlprof.report.common import headline_line
         from dlprof.workflows.analyze import build_report
 
@@ -191,21 +193,21 @@ def trials_choice(mode: str):
             report = build_report(written.run_dir, processes=1)
         except DlprofError as error:
             print(f"dlprof: the trials could not be analysed ({error}); the training goes on", file=sys.stderr)
-            return {"error": f"the trials could not be analysed ({error})"}
+            return choice_document(None, f"the trials could not be analysed ({error})")
         run = report.runs[0]
         print(f"dlprof: the trials are done: {headline_line(run)}", file=sys.stderr)
         advice, own = run.advice, run.manifest.loader if run.manifest is not None else None
         if mode != THEN_BEST:
             print("dlprof: --then keep: training on at the script's own settings", file=sys.stderr, flush=True)
-            return {"error": "--then keep trains on at the script's own settings"}
+            return choice_document(None, "--then keep trains on at the script's own settings")
         if advice.num_workers is None:
             print("dlprof: no setting is recommended; training on at the last one tried", file=sys.stderr, flush=True)
-            return {"error": "the trials' analysis recommends no setting"}
+            return choice_document(None, "the trials' analysis recommends no setting")
         persistent = advice.persistent_workers
         if persistent is None:
             persistent = bool(own and own.persistent_workers)
         prefetch = advice.prefetch_factor or (own.prefetch_factor if own is not None else None)
-        chosen = {"num_workers": advice.num_workers, "prefetch_factor": prefetch, "persistent_workers": persistent}
+        chosen = choice_document(Setting(advice.num_workers, prefetch if advice.num_workers else None, persistent))
         said = f"num_workers={advice.num_workers}" + (", persistent_workers=True" if persistent else "")
         print(f"dlprof: --then best: training on at {said} ({written.run_dir})", file=sys.stderr, flush=True)
         return chosen
