@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -193,3 +194,10 @@ def render_all(report) -> None:
         text = renderer(Report, fmt)(report)
         if fmt == "json":
             json.loads(text, parse_constant=lambda c: pytest.fail(f"JSON constant {c}"))
+
+
+def assert_chose_the_headline(stderr: str, own: int, chosen: int) -> None:
+    """The setting ``--then best`` trained on is the one the headline printed when the trials were done names."""
+    (line,) = [line for line in stderr.splitlines() if line.startswith("dlprof: the trials are done: ")]
+    changed = re.search(rf"num_workers {own} -> (\d+)", line)
+    assert (int(changed.group(1)) if changed else own) == chosen, line

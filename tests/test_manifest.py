@@ -128,6 +128,7 @@ def _full_manifest() -> dict:
     document["trials"] = {"counts": [0, 2], "rounds": 1, "trial_steps": 3, "segments": [segment], "then": then}
     steps = len(document["step_clock"]["phase"])
     document["step_clock"].update(ready=[1] * steps, faults=[2_000] * steps, sys_ms=[4.5] * steps)
+    document["step_clock"].update(wait_others_cpu_ms=[0.5] * steps, thread_cpu_ms=[3.0] * steps)
     return document
 
 
@@ -192,7 +193,7 @@ def test_a_non_finite_version_is_not_quoted(value):
     said = "text naming a non-finite number" if isinstance(value, str) else "a non-finite number"
     fix = "record the run again with this dlprof"
     assert manifest is None and problems == (
-        f"manifest version ({said}) is not one this dlprof reads (1, 2, 3, 4, 5, 6, 7): analysed as a trace without"
+        f"manifest version ({said}) is not one this dlprof reads (1, 2, 3, 4, 5, 6, 7, 8): analysed as a trace without"
         f" dlprof's manifest; {fix}",
     )
 

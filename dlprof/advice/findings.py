@@ -21,6 +21,7 @@ from dlprof.results.findings import (
     FINDING_PADDING,
     FINDING_PRETOKENIZE,
     FINDING_SHARED_MEMORY,
+    FINDING_SPIN_WAIT,
     FINDING_THREADS,
     FINDING_UNSHARDED_ITERABLE,
     GAIN_MEASURED,
@@ -37,6 +38,7 @@ from dlprof.results.findings import (
     PaddingFacts,
     PipelineFacts,
     SharedMemoryFacts,
+    SpinFacts,
     ThreadFacts,
 )
 from dlprof.results.trials import PaddingTrial, TrialsResult
@@ -71,6 +73,16 @@ COPY_ON_READ_MIN_CORRELATION = 0.9
 #: process holds the batch it trains on, and memory fragments).
 SHM_HEADROOM = 2.0
 
+#: Training's other threads spin against the workers when, while the training thread waited for data (at least
+#: this share of the step), they kept at least this many cores busy, the step's CPU (the training process's and the
+#: workers') came to at least this share of the usable cores, and the workers want at least this many cores: then
+#: they want what the spinning takes. A passive wait policy wakes the threads at every parallel region, which costs
+#: the training's own compute: on the built-in workload (workers 0.09 cores) it made plain launches 40 % slower,
+#: with a slow tokenizer (workers 1.03 cores) 21 % faster (docs/validation.md#training-threads-spinning).
+SPIN_MIN_CORES = 0.1
+SPIN_MIN_WAIT_PCT = 5.0
+SPIN_MIN_BUSY_PCT = 80.0
+SPIN_MIN_WORKERS_CORES = 0.5
 _MIB = 1024 * 1024
 _GIB = 1024 * _MIB
 
@@ -101,6 +113,7 @@ def input_findings(
         shared_memory_finding(facts.shared_memory, num_workers, candidates) if facts.shared_memory else None,
         threads_finding(facts.threads) if facts.threads else None,
         copy_on_read_finding(facts.copy_on_read, config) if facts.copy_on_read else None,
+        spin_finding(facts.spin) if facts.spin else None,
     ]
     return tuple(sorted((f for f in found if f is not None), key=_order))
 
@@ -423,4 +436,49 @@ def copy_on_read_finding(facts: CopyOnReadFacts, config: LoaderConfig | None) ->
         gain_pct=None,
         gain_basis=GAIN_NONE,
         title="workers copy the dataset as they read it (copy-on-read)",
+    )
+
+
+def spin_finding(facts: SpinFacts) -> Finding | None:
+    """Training's idle intra-op threads spinning (OpenMP's default wait policy) on the cores its workers need.
+
+    The gain is not told: the spin also holds each parallel region's barrier while a worker has the core, so no
+    count from one run bounds what a passive wait policy gives; a relaunch with the fix measures it."""
+    if facts.step_ms <= 0:
+        return None
+    wait_pct = 100 * facts.wait_ms / facts.step_ms
+    busy_pct = 100 * (facts.thread_cpu_ms + facts.others_cpu_ms + facts.workers_cpu_ms) / facts.step_ms
+    busy_pct /= facts.usable_cores
+    workers_cores = facts.workers_cpu_ms / facts.step_ms
+    if (
+        (facts.omp_wait_policy or "").strip().lower() == "passive"
+        or facts.spinning_cores < SPIN_MIN_CORES
+        or wait_pct < SPIN_MIN_WAIT_PCT
+        or busy_pct < SPIN_MIN_BUSY_PCT
+        or workers_cores < SPIN_MIN_WORKERS_CORES
+    ):
+        return None
+    threads = f"its {facts.torch_threads} intra-op threads" if facts.torch_threads else "its other threads"
+    evidence = (
+        f"while the training thread waited for data ({wait_pct:.0f} % of the step, {facts.steps} steady steps),"
+        f" {threads} kept {facts.spinning_cores:.2f} cores busy; none of the training's work runs then, so that is"
+        f" spin-waiting (OMP_WAIT_POLICY {facts.omp_wait_policy or 'unset'}). The step asked"
+        f" {busy_pct:.0f} % of the {facts.usable_cores} usable core(s): the training thread"
+        f" {facts.thread_cpu_ms:.1f} ms of CPU, its other threads {facts.others_cpu_ms:.1f} ms, the"
+        f" {facts.num_workers} workers {facts.workers_cpu_ms:.1f} ms. The gain is not told from one run (a passive"
+        " policy also wakes the threads at every parallel region): relaunch with the fix and compare (dlprof diff)"
+    )
+    threads_fix = max(1, facts.usable_cores - facts.num_workers)
+    return Finding(
+        id=FINDING_SPIN_WAIT,
+        severity=SEVERITY_WARNING,
+        evidence=evidence,
+        fix=(
+            "OMP_WAIT_POLICY=PASSIVE in the training's environment (read when torch starts), or fewer intra-op"
+            f" threads (torch.set_num_threads({threads_fix}) with {facts.num_workers} workers on"
+            f" {facts.usable_cores} cores)"
+        ),
+        gain_pct=None,
+        gain_basis=GAIN_NONE,
+        title="training's idle threads spin on the workers' cores",
     )

@@ -1,6 +1,7 @@
 """The input pipeline beyond the DataLoader's settings, as the recording shows it: padding, batches that different
-workers made alike, the bytes in flight through ``/dev/shm``, the threads that share the cores, and workers' memory
-growing with the samples they touch (:class:`~dlprof.results.findings.PipelineFacts`).
+workers made alike, the bytes in flight through ``/dev/shm``, the threads that share the cores (and training's own
+that spin while it waits for data), and workers' memory growing with the samples they touch
+(:class:`~dlprof.results.findings.PipelineFacts`).
 
 Pure functions of the manifest (what the probe measured of each batch, the host, the memory sampler's series) and of
 the loader's and the unprofiled steps' statistics; :mod:`dlprof.advice.findings` turns the facts into findings.
@@ -15,6 +16,7 @@ import statistics
 from collections import defaultdict
 
 from dlprof.analysis.stats import percentile
+from dlprof.analysis.unprofiled import reference_step_indices
 from dlprof.core.manifest import BatchFacts, LoaderConfig, Manifest, ProcessMemory, WorkerStart
 from dlprof.results.analysis import LoaderStats, UnprofiledStats
 from dlprof.results.findings import (
@@ -26,6 +28,7 @@ from dlprof.results.findings import (
     PaddingFacts,
     PipelineFacts,
     SharedMemoryFacts,
+    SpinFacts,
     ThreadFacts,
     WorkerGrowth,
     WorkerThreads,
@@ -55,6 +58,7 @@ def pipeline_facts(
         shared_memory=shared_memory_facts(manifest, rows),
         threads=thread_facts(manifest, loader, unprofiled),
         copy_on_read=copy_on_read_facts(manifest, rows),
+        spin=spin_facts(manifest, loader),
     )
 
 
@@ -189,6 +193,34 @@ def thread_facts(
         tokenizer_in_workers=bool(loader is not None and not loader.in_main_process and loader.tokenize.mean_ms > 0),
         tokenizers_imported="tokenizers" in manifest.versions,
         training_runq_pct=_runq_pct(manifest, unprofiled),
+    )
+
+
+def spin_facts(manifest: Manifest, loader: LoaderStats | None) -> SpinFacts | None:
+    """The training process's other threads over its steady reference steps (:class:`SpinFacts`); None without
+    workers, without the step clock's thread columns (older recordings), the usable cores, or steady steps."""
+    clock, config, cores = manifest.step_clock, manifest.loader, manifest.host.usable_cores
+    workers = config.num_workers if config is not None else None
+    if not workers or loader is None or loader.in_main_process or not cores or not clock.thread_cpu_ms:
+        return None
+    steps = reference_step_indices(manifest)
+    if not steps:
+        return None
+    cores = max(1, cores // max(1, manifest.local_world_size or 1))
+    mean = lambda column: statistics.fmean(column[i] for i in steps)
+    process_cpu_ms, thread_cpu_ms = mean(clock.cpu_ms), mean(clock.thread_cpu_ms)
+    return SpinFacts(
+        steps=len(steps),
+        step_ms=mean(clock.wall_ms),
+        wait_ms=mean(clock.wait_ms),
+        others_in_wait_ms=mean(clock.wait_others_cpu_ms),
+        others_cpu_ms=max(0.0, process_cpu_ms - thread_cpu_ms),
+        thread_cpu_ms=thread_cpu_ms,
+        workers_cpu_ms=loader.batch_cpu_ms_mean * mean(clock.batches),
+        num_workers=workers,
+        torch_threads=manifest.host.torch_threads,
+        usable_cores=cores,
+        omp_wait_policy=manifest.host.omp_wait_policy,
     )
 
 

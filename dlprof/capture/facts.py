@@ -66,6 +66,7 @@ def host_facts(shm: tuple[int, int] | None = None) -> Host:
         tokenizers_parallelism=os.environ.get("TOKENIZERS_PARALLELISM"),
         omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
         mkl_num_threads=os.environ.get("MKL_NUM_THREADS"),
+        omp_wait_policy=os.environ.get("OMP_WAIT_POLICY"),
     )
 
 

@@ -43,11 +43,9 @@ UNWRITTEN_CAUSE = "no space left on the device, or a file-size limit?"
 
 
 class TrainingStopped(SystemExit):
-    """Raised at a step boundary once the window, the reference steps and the trials are done (not --run-to-end).
-
-    A SystemExit with code 0: the script's ``finally`` blocks and atexit handlers run, a user's
-    ``except Exception`` does not swallow it, and the run ends as complete.
-    """
+    """Raised at a step boundary once the window, the reference steps and the trials are done (not --run-to-end): a
+    SystemExit with code 0, so the script's ``finally`` blocks and atexit handlers run, a user's ``except Exception``
+    does not swallow it, and the run ends as complete."""
 
     def __init__(self) -> None:
         super().__init__(0)
@@ -65,6 +63,7 @@ class Recorder:
         run_to_end: bool = True,
         top_level: bool = True,
         trials: TrialRequest | None = None,
+        caller_stops: bool = False,
     ):
         """
         Args:
@@ -76,15 +75,16 @@ class Recorder:
                 rank, a helper) is stopped early only if it steps an optimizer: a helper that merely
                 iterates a DataLoader must run its course.
             trials: the in-process trials to run after the reference steps (only when training is stopped early).
+            caller_stops: where training would be stopped, set :attr:`stop_requested` instead of raising (the Trainer
+                callback stops the Trainer: a SystemExit would end a notebook's kernel).
         """
         self.schedule = schedule
         self.session_dir = session_dir
         self.rank_env = rank_env
         self.rank = rank_env.rank
-        self.reference_steps = reference_steps
-        self.run_to_end = run_to_end
-        self.top_level = top_level
+        self.reference_steps, self.run_to_end, self.top_level = reference_steps, run_to_end, top_level
         self.trial_request = trials
+        self.caller_stops, self.stop_requested = caller_stops, False
         # One rank decides when the reference phase ends, what the trials do and when training stops; the others
         # follow its plan (capture/trial_plan.py). Over several machines (one session directory each), each
         # machine's first rank decides, by step counts alone, so that all decide alike.
@@ -197,8 +197,7 @@ class Recorder:
                 epoch_started,
                 self._step_fork_probe,
                 self._step_ready,
-                reading[3] - begin[3],
-                reading[4] - begin[4],
+                *(now - then for now, then in zip(reading[3:], begin[3:], strict=True)),
             )
         )
         self._step_wait_ns = self._step_batches = 0
@@ -227,8 +226,9 @@ class Recorder:
     def _follow_plan(self) -> None:
         """At a step boundary after the window: decide (or read) the plan, ask for the trials' switches that are due,
         and stop training at the plan's step, as every rank does."""
-        completed = len(self.all_steps)
-        plan = self.plan
+        completed, plan = len(self.all_steps), self.plan
+        if self.stop_requested:
+            return
         if plan is None:
             plan = self._decide(completed) if self.decider else self._read_plan()
             if plan is None:
@@ -244,8 +244,9 @@ class Recorder:
                 if self.trial_request is not None and self.trial_request.then != THEN_STOP:
                     self._train_on(completed)
                     return
-            self.stopped_early = True
-            raise TrainingStopped()
+            self.stopped_early = self.stop_requested = True
+            if not self.caller_stops:
+                raise TrainingStopped()
 
     def _train_on(self, completed: int) -> None:
         """``--then best|keep``: the trials are over and the training goes on; write the recording so far (for the
@@ -309,8 +310,7 @@ class Recorder:
             )
 
     def _training_loader(self) -> probe.LoaderRecord | None:
-        loaders = probe.loader_records()
-        return max(loaders, key=lambda r: r.batches) if loaders else None
+        return max(probe.loader_records(), key=lambda r: r.batches, default=None)
 
     def _short_epochs(self, training: probe.LoaderRecord | None) -> bool:
         return training is not None and training.length is not None and training.length <= MAX_EPOCH_BATCHES_TO_CROSS

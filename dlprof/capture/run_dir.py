@@ -187,9 +187,11 @@ def write_session_config(scratch: Path, request: RecordRequest) -> dict:
         "run_to_end": request.run_to_end,
         "overrides": request.overrides or {},
         "trials": asdict(request.trials) if request.trials is not None else None,
+        "caller_stops": request.caller_stops,
     }
-    (scratch / CONFIG_FILE).write_text(json.dumps(config))
-    return config
+    text = json.dumps(config)
+    (scratch / CONFIG_FILE).write_text(text)
+    return json.loads(text)  # as every process reads it (lists, not tuples), the caller's own included
 
 
 def remove_unrecorded(run_dir: Path, scratch: Path | None = None) -> None:

@@ -134,6 +134,7 @@ class Session:
                 run_to_end=self.config.get("run_to_end", True),
                 top_level=not self.exit_hooks,
                 trials=request_from_config(self.config.get("trials")),
+                caller_stops=self.config.get("caller_stops", False),
             )
             recorder.start()
             self.recorder = recorder

@@ -48,10 +48,16 @@ class StepRow(NamedTuple):
     faults: int
     #: The main process's kernel CPU time.
     sys_ns: int
+    #: The CPU time the main process's other threads took while the training thread waited for data.
+    wait_others_cpu_ns: int
+    #: The training thread's own CPU time (the rest of ``cpu_ns`` is its other threads': intra-op, pin-memory).
+    thread_cpu_ns: int
 
 
-def read_clocks(runq_clock: Callable[[], int]) -> tuple[int, int, int, int, int]:
-    """Wall, process CPU and run-queue ns, then minor page faults and kernel CPU ns (cheap enough for every step).
+def read_clocks(runq_clock: Callable[[], int]) -> tuple[int, int, int, int, int, int, int]:
+    """Wall, process CPU and run-queue ns, then minor page faults, kernel CPU ns, the CPU ns the other threads
+    took in the data waits so far (:func:`probe.others_cpu_in_waits_ns`) and the training thread's CPU ns; cheap
+    enough for every step.
 
     The page faults tell how glibc's malloc serves the training: in CPU training it may map and unmap the step's
     mid-sized tensors, thousands of faults per step at a level each process settles on by chance (and a profiler
@@ -63,6 +69,8 @@ def read_clocks(runq_clock: Callable[[], int]) -> tuple[int, int, int, int, int]
         runq_clock(),
         usage.ru_minflt,
         round(usage.ru_stime * 1e9),
+        probe.others_cpu_in_waits_ns(),
+        time.thread_time_ns(),
     )
 
 
@@ -81,6 +89,8 @@ def columns(rows: Sequence[StepRow]) -> StepClock:
         ready=tuple(r.ready for r in rows),
         faults=tuple(max(0, r.faults) for r in rows),
         sys_ms=tuple(ms(r.sys_ns) for r in rows),
+        wait_others_cpu_ms=tuple(ms(r.wait_others_cpu_ns) for r in rows),
+        thread_cpu_ms=tuple(ms(r.thread_cpu_ns) for r in rows),
     )
 
 

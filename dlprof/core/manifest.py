@@ -40,9 +40,11 @@ from dlprof.core.version import MANIFEST_VERSION
 # segment's ``worker_pids`` and the trials' ``max_worker_memory_mib``.
 # 7: adds what the training did after its trials (``--then best|keep``: ``Trials.then``), the step phase ``tuned``
 # and the run status ``training`` (the trials' traces, written while the training goes on).
+# 8: adds the step clock's ``thread_cpu_ms`` (the training thread's own CPU) and ``wait_others_cpu_ms`` (the other
+# threads' CPU inside the data waits), and the host's ``omp_wait_policy``.
 
 #: Versions this dlprof can read: older ones lack fields, which are then unknown.
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
 #: The first version with unprofiled step times (``step_clock``).
 STEP_CLOCK_VERSION = 2
 
@@ -145,6 +147,11 @@ class StepClock:
     #: in ms (part of ``cpu_ms``); both empty in recordings made before they were kept.
     faults: tuple[int, ...] = ()
     sys_ms: tuple[float, ...] = ()
+    #: The CPU ms the main process's other threads (intra-op, pin-memory) took while the training thread waited in
+    #: ``DataLoader.__next__`` (what they take there is spin-waiting or pinning); empty in older recordings.
+    wait_others_cpu_ms: tuple[float, ...] = ()
+    #: The training thread's own CPU ms (the rest of ``cpu_ms`` is its other threads'); empty in older recordings.
+    thread_cpu_ms: tuple[float, ...] = ()
 
     def __len__(self) -> int:
         return len(self.phase)
@@ -161,7 +168,7 @@ class StepClock:
 
 
 #: Step clock columns that recordings made before them lack: empty there.
-LATER_STEP_COLUMNS = frozenset({"ready", "faults", "sys_ms"})
+LATER_STEP_COLUMNS = frozenset({"ready", "faults", "sys_ms", "wait_others_cpu_ms", "thread_cpu_ms"})
 
 
 @dataclass(frozen=True)
@@ -265,10 +272,11 @@ class Host:
     #: torch's sharing strategy in the training process (``file_descriptor`` or ``file_system``).
     sharing_strategy: str | None = None
     #: The thread settings of the training process's environment, as set (None: unset): ``TOKENIZERS_PARALLELISM``,
-    #: ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``.
+    #: ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, and ``OMP_WAIT_POLICY`` (whether idle OpenMP threads spin).
     tokenizers_parallelism: str | None = None
     omp_num_threads: str | None = None
     mkl_num_threads: str | None = None
+    omp_wait_policy: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,10 +5,10 @@ Every change of a format below moves ``__version__`` and gets an entry in CHANGE
 set of formats (tests/test_version.py checks both).
 """
 
-__version__ = "0.7.0"
+__version__ = "0.8.0"
 
 #: The manifest each trace carries (dlprof.core.manifest describes each version's fields).
-MANIFEST_VERSION = 7
+MANIFEST_VERSION = 8
 #: The JSON documents of ``dlprof analyze``, ``dlprof sweep`` and ``dlprof diff``: ``"<name>/<version>"``.
 REPORT_SCHEMA = "dlprof.report/1"
 SWEEP_SCHEMA = "dlprof.sweep/1"

@@ -26,12 +26,13 @@ import re
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
-from dlprof.capture import finalize, merge, probe
+from dlprof.capture import finalize, interim, merge, probe
 from dlprof.capture import session as session_module
 from dlprof.capture.memory import MemorySampler
 from dlprof.capture.rank_env import RankEnv
@@ -43,10 +44,19 @@ from dlprof.capture.run_dir import (
     remove_unrecorded,
     write_session_config,
 )
+from dlprof.capture.trial_plan import check_request, parse_counts
 from dlprof.core import schema
 from dlprof.core.errors import DlprofError, UsageError
 from dlprof.core.manifest import Schedule
-from dlprof.results.record import DEFAULT_MEMORY_INTERVAL_MS, RecordRequest, RecordResult
+from dlprof.results.record import (
+    DEFAULT_MEMORY_INTERVAL_MS,
+    DEFAULT_TRIAL_ROUNDS,
+    THEN_MODES,
+    THEN_STOP,
+    RecordRequest,
+    RecordResult,
+    TrialRequest,
+)
 
 #: What the callback's messages call the training command (``dlprof record`` names the user's script).
 TRAIN_CALL = "trainer.train()"
@@ -81,14 +91,49 @@ def _run_name(name: str | None, out_dir: Path) -> str:
     return name
 
 
+def _as_arguments(error: UsageError) -> UsageError:
+    """A command-line option's error said as the callback's arguments (``--try-workers 'x'`` as ``try_workers='x'``)."""
+    said = re.sub(r"--([\w-]+) ", lambda m: m.group(1).replace("-", "_") + "=", str(error))
+    return UsageError("DlprofCallback: " + re.sub(r"--([\w-]+)", lambda m: m.group(1).replace("-", "_"), said))
+
+
 def _check_arguments(wait: int, warmup: int, active: int, reference_steps: int) -> None:
     """Raise UsageError for a schedule that cannot work, said as the callback's arguments (``active=0``)."""
     try:
         Schedule(wait, warmup, active).check()
     except UsageError as error:
-        raise UsageError("DlprofCallback: " + re.sub(r"--(\w+) ", r"\1=", str(error)).replace("--", "")) from None
+        raise _as_arguments(error) from None
     if reference_steps < 0:
         raise UsageError(f"DlprofCallback: reference_steps={reference_steps}: must be >= 0")
+
+
+def _trial_request(
+    try_workers: str | Sequence[int] | None, trial_steps: int | None, trial_rounds: int, then: str, stops: bool
+) -> TrialRequest | None:
+    """The trials the callback's arguments ask for (None: none); raises UsageError for ones that cannot run."""
+    if then not in THEN_MODES:
+        raise UsageError(f"DlprofCallback: then={then!r}: give one of {', '.join(map(repr, THEN_MODES))}")
+    if try_workers is None:
+        if then != THEN_STOP:
+            raise UsageError(f"DlprofCallback: then={then!r} trains on after trials: give try_workers=[0, 2, 4] too")
+        return None
+    if stops:
+        raise UsageError(
+            "DlprofCallback: stop_after_window=True with try_workers: the trials run after the window's reference"
+            " steps; drop stop_after_window (then='stop', the default, stops training once the trials are done)"
+        )
+    text = try_workers if isinstance(try_workers, str) else ",".join(str(count) for count in try_workers)
+    try:
+        request = TrialRequest(counts=parse_counts(text), rounds=trial_rounds, trial_steps=trial_steps, then=then)
+        check_request(request, run_to_end=False)
+    except UsageError as error:
+        raise _as_arguments(error) from None
+    if RankEnv.from_environ().world_size > 1:
+        raise UsageError(
+            "DlprofCallback: try_workers would switch rank 0's DataLoader only (the callback records rank 0); record"
+            " with 'dlprof record --try-workers ... -- accelerate launch ...', which switches every rank's"
+        )
+    return request
 
 
 def _recorded_elsewhere(stop_after_window: bool) -> bool:
@@ -177,6 +222,10 @@ class DlprofCallback(TrainerCallback):
         stop_after_window: bool = False,
         loader_spans: bool = True,
         redact: bool = False,
+        try_workers: str | Sequence[int] | None = None,
+        trial_steps: int | None = None,
+        trial_rounds: int = DEFAULT_TRIAL_ROUNDS,
+        then: str = THEN_STOP,
     ):
         """
         Args:
@@ -190,6 +239,12 @@ class DlprofCallback(TrainerCallback):
             loader_spans: record dataset fetch, tokenizer and collate spans in the loader processes.
             redact: write the trace safe to post, as ``dlprof record --redact`` does: host names, the user,
                 command-line arguments and paths become placeholders.
+            try_workers: ``num_workers`` counts to try inside this ``train()`` after the reference steps, as
+                ``dlprof record --try-workers`` does (``[0, 2, 4]`` or ``"0,2,4"``); each is measured in turn, in
+                ``trial_rounds`` rounds of ``trial_steps`` steps (default: from the measured step time).
+            then: after the trials, ``"stop"`` the training (``control.should_training_stop``), or train on at the
+                ``"best"`` setting (the trials' traces are analysed between two steps, and the DataLoader switched),
+                or at the script's own (``"keep"``); the report then checks the speed held.
 
         Raises:
             UsageError: a bad schedule or name, or a run directory that already holds a recorded run.
@@ -207,6 +262,8 @@ class DlprofCallback(TrainerCallback):
         self._session: session_module.Session | None = None
         self._sampler: MemorySampler | None = None
         _check_arguments(wait, warmup, active, reference_steps)
+        self.trials = _trial_request(try_workers, trial_steps, trial_rounds, then, stop_after_window)
+        self._watcher: interim.TrialsWatcher | None = None
         if _recorded_elsewhere(stop_after_window):
             self._state = _INACTIVE
             return
@@ -223,8 +280,8 @@ class DlprofCallback(TrainerCallback):
     def _request(self) -> RecordRequest:
         """What this callback records, as ``dlprof record`` would be asked it.
 
-        ``run_to_end``: the recorder never raises SystemExit here (it would end a notebook's kernel);
-        ``stop_after_window`` stops training through the Trainer's control instead.
+        The recorder never raises SystemExit here (it would end a notebook's kernel): ``stop_after_window``, and the
+        trials' end with ``then="stop"``, stop training through the Trainer's control instead.
         """
         return RecordRequest(
             command=(),
@@ -235,8 +292,10 @@ class DlprofCallback(TrainerCallback):
             active=self.active,
             loader_spans=self.loader_spans,
             reference_steps=self.reference_steps,
-            run_to_end=True,
+            run_to_end=self.trials is None,
             redact=self.redact,
+            trials=self.trials,
+            caller_stops=True,
         )
 
     # ------------------------------------------------------------------------------------- Trainer events
@@ -257,18 +316,34 @@ class DlprofCallback(TrainerCallback):
                 f"DlprofCallback: this callback recorded one train() already {where}; to record another, "
                 "replace it: trainer.remove_callback(DlprofCallback); trainer.add_callback(DlprofCallback(name=...))"
             )
-        assert self._session is not None  # every state but _INACTIVE has its session
+        assert self._session is not None and self.run_dir is not None  # set in every state but _INACTIVE
         self._sampler = MemorySampler(os.getpid(), DEFAULT_MEMORY_INTERVAL_MS)
         self._sampler.start()
+        if self.trials is not None and self.trials.then != THEN_STOP:
+            from dlprof.workflows.record import trials_choice
+
+            session = self._session
+            self._watcher = interim.TrialsWatcher(
+                self.run_dir,
+                session.session_dir,
+                lambda samples: self._merge_inputs(session, samples),
+                multi_node=False,
+                choose=trials_choice(self.trials.then),
+            )
         self._state = _TRAINING
         self._session.helper = False  # the first DataLoader iteration or optimizer step from now on starts recording
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self._state != _TRAINING or not self.stop_after_window:
+        if self._state != _TRAINING:
             return
         assert self._session is not None  # every state but _INACTIVE has its session
         recorder = self._session.recorder
-        if recorder is not None and recorder.exported and recorder.reference_done():
+        if recorder is None:
+            return
+        if self._watcher is not None and recorder.after_trials is not None and self._sampler is not None:
+            # The trials are over: their traces are analysed here, between two steps, and the setting chosen.
+            self._watcher.tick(self._sampler.samples)
+        if recorder.stop_requested or (self.stop_after_window and recorder.exported and recorder.reference_done()):
             recorder.stopped_early = True
             control.should_training_stop = True
 
@@ -319,7 +394,9 @@ class DlprofCallback(TrainerCallback):
             samples = self._sampler.stop() if self._sampler is not None else []
             self._detach()
         try:
-            self.result = finalize.write_traces(run_dir, self._merge_inputs(session, samples), self._wording())
+            written = self._watcher.written if self._watcher is not None else ()
+            inputs = self._merge_inputs(session, samples)
+            self.result = finalize.write_traces(run_dir, inputs, self._wording(), replaces=written)
         except DlprofError as failure:
             self.error = failure
             print(f"dlprof: no trace written: {failure}", file=sys.stderr)
@@ -350,6 +427,10 @@ class DlprofCallback(TrainerCallback):
             f"loader_spans={self.loader_spans}",
             *(["redact=True"] if self.redact else []),
         ]
+        if self.trials is not None:
+            counts = ",".join(str(count) for count in self.trials.counts)
+            command += [f"try_workers={counts}", f"trial_rounds={self.trials.rounds}", f"then={self.trials.then}"]
+            command += [f"trial_steps={self.trials.trial_steps}"] if self.trials.trial_steps is not None else []
         return merge.MergeInputs(
             session_dir=session.session_dir,
             command=tuple(command),

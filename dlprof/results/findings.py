@@ -28,6 +28,7 @@ FINDING_FEW_SHARDS = "fewer-shards-than-workers"
 FINDING_SHARED_MEMORY = "shared-memory"
 FINDING_THREADS = "threads-oversubscribed"
 FINDING_COPY_ON_READ = "copy-on-read"
+FINDING_SPIN_WAIT = "training-threads-spin"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,6 +176,34 @@ class CopyOnReadFacts:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SpinFacts:
+    """The training process's threads beside the training thread (intra-op, pin-memory) over its steady unprofiled
+    steps, means per step (ms): the CPU they took while the training thread slept in ``DataLoader.__next__`` (none
+    of the training's own work runs then: what they take is spin-waiting), and the CPU the step needed of the cores
+    the workers share."""
+
+    steps: int
+    step_ms: float
+    wait_ms: float
+    #: The other threads' CPU inside the data waits, and over the whole step.
+    others_in_wait_ms: float
+    others_cpu_ms: float
+    #: The training thread's own CPU, and the workers' (their batches' CPU, per step).
+    thread_cpu_ms: float
+    workers_cpu_ms: float
+    num_workers: int
+    torch_threads: int | None
+    usable_cores: int
+    #: ``OMP_WAIT_POLICY`` as recorded (None: unset).
+    omp_wait_policy: str | None = None
+
+    @property
+    def spinning_cores(self) -> float:
+        """The cores the other threads kept busy while the training thread waited for data."""
+        return self.others_in_wait_ms / self.wait_ms if self.wait_ms > 0 else 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
 class PipelineFacts:
     """What the run shows of its input pipeline beyond the DataLoader's settings (:mod:`dlprof.analysis.pipeline`);
     None where the recording holds nothing to tell it from."""
@@ -184,3 +213,4 @@ class PipelineFacts:
     shared_memory: SharedMemoryFacts | None = None
     threads: ThreadFacts | None = None
     copy_on_read: CopyOnReadFacts | None = None
+    spin: SpinFacts | None = None

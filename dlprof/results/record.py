@@ -71,6 +71,8 @@ class RecordRequest:
     redact: bool = False
     #: ``--try-workers``: candidate DataLoader settings tried in the training process after the reference steps.
     trials: TrialRequest | None = None
+    #: Where training would be stopped, the caller stops it (the Trainer callback): no SystemExit is raised.
+    caller_stops: bool = False
 
     @property
     def schedule(self) -> Schedule:

@@ -19,6 +19,7 @@ from dlprof.advice.findings import (
     pretokenize_finding,
     pretokenized_inputs,
     shared_memory_finding,
+    spin_finding,
     threads_finding,
     unsharded_finding,
 )
@@ -32,6 +33,7 @@ from dlprof.results.findings import (
     FINDING_PADDING,
     FINDING_PRETOKENIZE,
     FINDING_SHARED_MEMORY,
+    FINDING_SPIN_WAIT,
     FINDING_THREADS,
     FINDING_UNSHARDED_ITERABLE,
     GAIN_MEASURED,
@@ -47,6 +49,7 @@ from dlprof.results.findings import (
     PaddingFacts,
     PipelineFacts,
     SharedMemoryFacts,
+    SpinFacts,
     ThreadFacts,
     WorkerGrowth,
     WorkerThreads,
@@ -395,6 +398,54 @@ def test_single_threaded_workers_or_enough_cores_are_not_oversubscribed():
     assert threads_finding(dataclasses.replace(THREADS, workers=four)) is None
     assert threads_finding(dataclasses.replace(THREADS, usable_cores=18)) is None
     assert threads_finding(dataclasses.replace(THREADS, usable_cores=None)) is None
+
+
+SPIN = SpinFacts(
+    steps=108,
+    step_ms=61.2,
+    wait_ms=16.4,
+    others_in_wait_ms=5.6,
+    others_cpu_ms=28.1,
+    thread_cpu_ms=27.8,
+    workers_cpu_ms=62.9,
+    num_workers=2,
+    torch_threads=2,
+    usable_cores=2,
+)
+
+
+def test_training_threads_spinning_against_the_workers():
+    found = spin_finding(SPIN)
+    assert found is not None and (found.id, found.severity) == (FINDING_SPIN_WAIT, "warning")
+    # The gain is not told: the spin also holds parallel regions' barriers, which no count from the run bounds.
+    assert (found.gain_pct, found.gain_basis, found.reason) == (None, GAIN_NONE, None)
+    # 5.6 of 16.4 ms in the waits: 0.34 cores; (27.8 + 28.1 + 62.9) / 61.2 / 2 = 97 % of the cores.
+    assert found.evidence == (
+        "while the training thread waited for data (27 % of the step, 108 steady steps), its 2 intra-op threads kept"
+        " 0.34 cores busy; none of the training's work runs then, so that is spin-waiting (OMP_WAIT_POLICY unset)."
+        " The step asked 97 % of the 2 usable core(s): the training thread 27.8 ms of CPU, its other threads 28.1 ms,"
+        " the 2 workers 62.9 ms. The gain is not told from one run (a passive policy also wakes the threads at every"
+        " parallel region): relaunch with the fix and compare (dlprof diff)"
+    )
+    assert found.fix == (
+        "OMP_WAIT_POLICY=PASSIVE in the training's environment (read when torch starts), or fewer intra-op threads"
+        " (torch.set_num_threads(1) with 2 workers on 2 cores)"
+    )
+    eight = spin_finding(dataclasses.replace(SPIN, usable_cores=8, workers_cpu_ms=62.9 * 8, torch_threads=None))
+    assert eight is not None and "torch.set_num_threads(6) with 2 workers on 8 cores" in eight.fix
+    assert "its other threads kept" in eight.evidence
+
+
+def test_no_spin_finding_without_spin_waits_or_contended_cores():
+    assert spin_finding(dataclasses.replace(SPIN, others_in_wait_ms=1.5)) is None  # 0.09 cores: under the floor
+    assert spin_finding(dataclasses.replace(SPIN, wait_ms=2.0, others_in_wait_ms=1.0)) is None  # waits 3 % of a step
+    assert spin_finding(dataclasses.replace(SPIN, workers_cpu_ms=20.0)) is None  # 62 % of the cores asked
+    # Busy cores, but workers that want little: the spin takes nothing they need (and a passive policy costs).
+    little = dataclasses.replace(SPIN, step_ms=16.0, wait_ms=2.6, others_in_wait_ms=3.2, thread_cpu_ms=14.1)
+    assert spin_finding(dataclasses.replace(little, others_cpu_ms=15.1, workers_cpu_ms=1.5)) is None
+    assert spin_finding(dataclasses.replace(little, others_cpu_ms=15.1, workers_cpu_ms=8.0)) is not None
+    assert spin_finding(dataclasses.replace(SPIN, omp_wait_policy=" Passive")) is None  # the fix is in
+    assert spin_finding(dataclasses.replace(SPIN, omp_wait_policy="ACTIVE")) is not None
 
 
 GROWTH = CopyOnReadFacts(

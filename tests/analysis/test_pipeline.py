@@ -13,8 +13,10 @@ from dlprof.analysis.pipeline import (
     padding_facts,
     pipeline_facts,
     shared_memory_facts,
+    spin_facts,
     thread_facts,
 )
+from dlprof.analysis.unprofiled import reference_step_indices
 from dlprof.core.manifest import (
     BatchFacts,
     Host,
@@ -23,6 +25,7 @@ from dlprof.core.manifest import (
     Manifest,
     MemorySummary,
     ProcessMemory,
+    StepClock,
     WorkerStart,
 )
 from dlprof.results.analysis import LoaderStats, Summary, UnprofiledStats
@@ -290,3 +293,34 @@ def test_three_readings_after_the_first_batch_tell_a_trend_two_do_not():
             assert found is not None and [(g.points, g.samples_touched, g.growth_mib) for g in found.workers] == [
                 (expected, 12, 8.0)
             ]
+
+
+def test_training_threads_in_the_data_waits():
+    """The step clock's thread columns over the steady reference steps, means per step; the workers' CPU is their
+    batches' CPU times the batches a step takes; the usable cores shared by the node's ranks."""
+    steps = 30
+    clock = StepClock(
+        phase=("before",) * 2 + ("profiled",) * 4 + ("after",) * (steps - 6),
+        wall_ms=(60.0,) * steps,
+        cpu_ms=(56.0,) * steps,
+        runq_ms=(0.0,) * steps,
+        wait_ms=(16.0,) * steps,
+        batches=(1,) * steps,
+        epoch_start=(True,) + (False,) * (steps - 1),
+        wait_others_cpu_ms=(5.5,) * steps,
+        thread_cpu_ms=(28.0,) * steps,
+    )
+    host = Host(usable_cores=4, torch_threads=2, omp_wait_policy="active")
+    run = manifest(step_clock=clock, host=host, local_world_size=2)
+    found = spin_facts(run, loader_stats(batch_ms=63.0))
+    assert found is not None and found.steps == len(reference_step_indices(run)) > 0
+    assert (found.step_ms, found.wait_ms, found.others_in_wait_ms) == (60.0, 16.0, 5.5)
+    assert (found.thread_cpu_ms, found.others_cpu_ms, found.workers_cpu_ms) == (28.0, 28.0, 63.0)
+    assert (found.num_workers, found.torch_threads, found.usable_cores, found.omp_wait_policy) == (2, 2, 2, "active")
+    assert found.spinning_cores == pytest.approx(5.5 / 16)
+    # Nothing to tell without workers, with the loader in the main process, or from a recording without the columns.
+    no_workers = replace(run, loader=LoaderConfig(id=0, num_workers=0, batch_size=4))
+    assert spin_facts(no_workers, loader_stats()) is None
+    assert spin_facts(run, loader_stats(in_main=True)) is None
+    older = replace(clock, wait_others_cpu_ms=(), thread_cpu_ms=())
+    assert spin_facts(replace(run, step_clock=older), loader_stats()) is None

@@ -43,6 +43,8 @@ def _steps(recorder: Recorder, count: int, wall_ms: float, wait_ms: float = 0.0)
                 ready=-1,
                 faults=0,
                 sys_ns=0,
+                wait_others_cpu_ns=0,
+                thread_cpu_ns=0,
             )
         )
         recorder._steps_after_window += 1

@@ -16,7 +16,15 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import DATA_DIR, SCRIPTS_DIR, leftover_processes, run_dlprof, trace_files, unique_copy
+from conftest import (
+    DATA_DIR,
+    SCRIPTS_DIR,
+    assert_chose_the_headline,
+    leftover_processes,
+    run_dlprof,
+    trace_files,
+    unique_copy,
+)
 
 from dlprof import analyze
 from dlprof.core import schema
@@ -79,11 +87,13 @@ def test_best_trains_on_to_the_end_at_the_recommended_setting(tmp_path):
     then = _check_tuned(manifest)
     assert (then["mode"], then["num_workers"]) == ("best", int(said.group(1)))
     assert len(manifest["step_clock"]["phase"]) == 400  # the script's own end, not dlprof's
-    # What dlprof chose is what the final report recommends from the same trials.
+    # What dlprof chose is what the trials' analysis recommended (the headline it printed then); the final report,
+    # with the steps after the trials too, may weigh the settings otherwise (on this tiny workload they nearly tie).
+    assert_chose_the_headline(done.stderr, own=2, chosen=then["num_workers"])
     (run,) = analyze(tmp_path / "best").runs
-    assert run.advice.num_workers == then["num_workers"]
     tuned = run.trials.tuned
     assert tuned is not None and tuned.steps == 400 - then["trials_end_step"]
+    assert (tuned.mode, tuned.num_workers) == ("best", then["num_workers"])
     assert tuned.steps_at_setting == 400 - then["first_step"] and tuned.error is None or tuned.speed is None
     lines = log.read_text().splitlines()
     # Epochs of 16 batches; the 25th ends with the last step, before its line. No batch lost or repeated:

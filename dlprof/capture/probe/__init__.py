@@ -32,6 +32,7 @@ from dlprof.capture.probe.patches import (
     add_loader_callback,
     batches_ready,
     install,
+    others_cpu_in_waits_ns,
     uninstall,
 )
 from dlprof.capture.probe.settings import EpochRecord, LoaderRecord, loader_records
@@ -49,5 +50,6 @@ __all__ = [
     "in_worker",
     "install",
     "loader_records",
+    "others_cpu_in_waits_ns",
     "uninstall",
 ]

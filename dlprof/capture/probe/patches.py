@@ -20,6 +20,8 @@ from dlprof.capture.probe.settings import EpochRecord
 from dlprof.capture.probe.timing import LoaderContext, SpanLog, TimedCollate
 
 _time_ns = time.time_ns
+_process_cpu_ns = time.process_time_ns
+_thread_cpu_ns = time.thread_time_ns
 _LOADER_CALLBACKS: list[Callable[[str, int], None]] = []
 
 #: Events passed to loader callbacks, with the nanoseconds the main thread spent in the DataLoader.
@@ -30,6 +32,9 @@ EVENT_EPOCH_START = "epoch_start"  # __iter__ created or reset an iterator (work
 
 #: Batches already made when the last ``__next__`` began (the one it handed over included), -1 when unknown.
 _READY = [-1]
+#: The CPU time the main process's other threads (intra-op threads, the pin-memory thread) took while the main
+#: thread was inside ``DataLoader.__next__``, ns, summed since the probe was installed.
+_WAIT_OTHER_CPU = [0]
 #: torch's iterator with worker processes (set by :func:`install`: torch is imported there, not here).
 _MULTIPROCESS_ITER: list[Any] = [type(None)]
 
@@ -42,6 +47,14 @@ def batches_ready() -> int:
     The trials and the reference steps use it to tell a surplus the workers made during a pause from their steady
     output (:mod:`dlprof.core.throughput`)."""
     return _READY[0]
+
+
+def others_cpu_in_waits_ns() -> int:
+    """The CPU time the main process's threads other than the training thread took while the training thread was
+    inside ``DataLoader.__next__`` (ns, a running sum). With workers the training thread sleeps there, so nothing
+    of the training's own work runs in that time: what its thread pools take then is spin-waiting (OpenMP's threads
+    keep polling for the next parallel region) or the pin-memory thread's copying, on the cores the workers need."""
+    return _WAIT_OTHER_CPU[0]
 
 
 def _ready(outer: Any) -> int:
@@ -137,6 +150,7 @@ def _wrap_next(original: Callable) -> Callable:
         batch = self._num_yielded  # the index of the batch this call returns (in_order loaders)
         epoch = self.__dict__.get("_dlprof_epoch")
         t0 = _time_ns()
+        others0 = _process_cpu_ns() - _thread_cpu_ns()
         try:
             if switch.PENDING:  # the trials asked to switch worker settings: here, inside the step's wait
                 switch.at_next(self, ctx)
@@ -156,6 +170,7 @@ def _wrap_next(original: Callable) -> Callable:
                     callback(EVENT_EPOCH_END, epoch.end_ns)
             raise
         t1 = _time_ns()
+        _WAIT_OTHER_CPU[0] += max(0, _process_cpu_ns() - _thread_cpu_ns() - others0)
         st.log.records.append((spanfile.KIND_NEXT, 0, t0, t1, 0, 0, ctx.loader_id, ctx.epoch, batch, -1))
         st.log.flush()
         record = settings.LOADERS[ctx.loader_id]
