@@ -69,7 +69,7 @@ def tuned_run(manifest: Manifest, settings: Sequence[TrialSetting], batches_per_
         held=None,
     )
     if not switched:
-        return replace(run, error=_no_switch(then, manifest.status))
+        return replace(run, error=_no_switch(then, manifest.status, run.steps))
     if manifest.status == STATUS_TRAINING:
         return replace(run, error=STILL_TRAINING)
     speed = _speed_after_switch(manifest, then, persistent, config, batches_per_step)
@@ -108,11 +108,13 @@ def _speed_after_switch(
     return steady_speed(clock, pieces, batches_per_step, then.num_workers)
 
 
-def _no_switch(then: Then, status: str | None) -> str:
+def _no_switch(then: Then, status: str | None, steps_after: int) -> str:
     if then.error is not None:
         return f"no switch: {then.error}"
     if status == STATUS_TRAINING:
         return f"{STILL_TRAINING} (no switch yet)"
+    if steps_after == 0:  # what a killed training wrote when its trials ended stands in
+        return "no step after the trials was recorded: the training ended before it saved its recording again"
     return "no switch: the training went on at the trials' last setting"
 
 

@@ -125,6 +125,11 @@ def test_no_switch_says_why():
     assert run.error == "no switch: the training ended before the choice"
     run = tuned_run(manifest([(25.0, 0.1)] * 4, replace(then, error=None)), _settings(), 1.0)
     assert run.error == "no switch: the training went on at the trials' last setting"
+    # A training killed after its trials: the recording it wrote when they ended has no step after them.
+    run = tuned_run(manifest([], replace(then, error=None)), _settings(), 1.0)
+    assert run.steps == 0 and run.error == (
+        "no step after the trials was recorded: the training ended before it saved its recording again"
+    )
 
 
 def test_too_few_steps_after_the_switch():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import signal
 import socket
@@ -176,6 +177,39 @@ def test_the_trials_are_read_while_it_trains_and_sigterm_keeps_them(tmp_path):
     assert PHASE_TUNED in manifest["step_clock"]["phase"]
     assert list(schema.scratch_dirs(tmp_path / "live")) == []  # nothing half-written left
     assert leftover_processes(str(script)) == []
+
+
+def test_a_training_killed_after_the_trials_keeps_them(tmp_path):
+    """SIGKILL of the training process while it trains on: what it wrote when the trials ended stands in."""
+    script, log = unique_copy(SCRIPTS_DIR / "train_then.py", tmp_path), tmp_path / "epochs.log"
+    command = [sys.executable, "-m", "dlprof", "record", "--out", str(tmp_path), "--name", "killed", *SHORT]
+    command += ["--try-workers", "0,2", "--trial-steps", "5", "--then", "best", "--"]
+    command += ["python", str(script), "--log", str(log)]  # trains until stopped
+    record = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        interim = _wait_for_trace(tmp_path / "killed", 300)
+        training_pid = int(re.search(r"_(\d+)\.\d+\.pt\.trace\.json\.gz$", interim.name).group(1))
+        time.sleep(2)
+        os.kill(training_pid, signal.SIGKILL)
+        stdout, stderr = record.communicate(timeout=120)
+    finally:
+        if record.poll() is None:
+            record.kill()
+            record.wait()
+    assert record.returncode == 128 + signal.SIGKILL, stderr
+    assert "killed by SIGKILL" in stderr
+    manifest = _manifest(tmp_path / "killed")  # one trace: the final one replaced the trials' traces
+    assert manifest["status"] == "partial" and "SIGKILL" in (manifest["error"] or ""), manifest["error"]
+    trials = manifest["trials"]
+    assert trials["incomplete"] is None and len(trials["segments"]) == 4
+    assert trials["then"]["mode"] == "best" and trials["then"]["trials_end_step"] == len(
+        manifest["step_clock"]["phase"]
+    )
+    assert list(schema.scratch_dirs(tmp_path / "killed")) == []
+    assert leftover_processes(str(script)) == []
+    read = run_dlprof("analyze", str(tmp_path / "killed"))  # the trials are analysed as any partial run's
+    assert read.returncode == 0 and "Measured in this training: in-process trials" in read.stdout, read.stdout
+    assert "--then best): no step after the trials was recorded" in read.stdout
 
 
 def _free_port() -> int:
