@@ -1,9 +1,10 @@
 """``--then best`` checked: the speed after the switch against the trial's and against plain launches.
 
-    python scripts/bench_then.py [--case lora|trainer] [--try-workers 0,1,2] [--steps 3000] [--launches 3]
+    python scripts/bench_then.py [--case lora|trainer|callback] [--try-workers 0,1,2] [--steps 3000] [--launches 3]
 
 1. ``dlprof record --try-workers ... --then best`` on the built-in workload (tiny Qwen2 + LoRA, ``--steps N``) or on
-   scripts/bench_trainer.py (a Hugging Face Trainer, ``--max-steps N``): the trials, then the training on at the
+   scripts/bench_trainer.py (a Hugging Face Trainer, ``--max-steps N``), or (``callback``) that Trainer with
+   ``DlprofCallback(try_workers=..., then="best")`` in its own process: the trials, then the training on at the
    setting chosen from them to its end; the report's ``trials.tuned`` gives the speed after the switch (steady steps
    inside an epoch) beside that setting's trial.
 2. ``--launches`` plain launches of the same training without dlprof at the chosen setting, each as long as the
@@ -28,7 +29,7 @@ TRAINER = Path(__file__).resolve().parent / "bench_trainer.py"
 
 def _training(case: str, options: list[str], num_workers: int, steps: int, persistent: bool = False) -> list[str]:
     """The training's command line (its module's or script's arguments), ``steps`` long."""
-    if case == "trainer":
+    if case in ("trainer", "callback"):
         argv = [str(TRAINER), *options, "--num-workers", str(num_workers), "--max-steps", str(steps)]
         return argv + (["--persistent-workers"] if persistent else [])
     argv = ["-m", "dlprof.workloads.lora", *options, "--num-workers", str(num_workers), "--steps", str(steps)]
@@ -38,7 +39,10 @@ def _training(case: str, options: list[str], num_workers: int, steps: int, persi
 def _record(case: str, options: list[str], own: int, try_workers: str, steps: int, out: Path) -> tuple[dict, str]:
     record = [sys.executable, "-m", "dlprof", "record", "--out", str(out), "--name", "then"]
     record += ["--try-workers", try_workers, "--then", "best"]
-    if case == "trainer":
+    if case == "callback":
+        record = [sys.executable, *_training(case, options, own, steps)]
+        record += ["--dlprof-try-workers", try_workers, "--dlprof-out", str(out)]
+    elif case == "trainer":
         record += ["--", "python", *_training(case, options, own, steps)]
     else:
         record += [*options, "--num-workers", str(own), "--steps", str(steps)]
@@ -67,7 +71,7 @@ def _pct(value: float | None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", choices=("lora", "trainer"), default="lora")
+    parser.add_argument("--case", choices=("lora", "trainer", "callback"), default="lora")
     parser.add_argument("--try-workers", default="0,1,2")
     parser.add_argument("--steps", type=int, default=3000, help="the recorded training's length [default: 3000]")
     parser.add_argument("--launches", type=int, default=3, help="plain launches at the chosen setting [default: 3]")
@@ -88,7 +92,9 @@ def main() -> None:
     truth = statistics.median(launches)
     against_launches = 100 * (tuned["steps_per_s"] / truth - 1)
     spread = 100 * (max(launches) - min(launches)) / truth
-    what = "built-in workload" if args.case == "lora" else "Trainer (scripts/bench_trainer.py)"
+    what = {"lora": "built-in workload", "trainer": "Trainer (scripts/bench_trainer.py)"}.get(
+        args.case, "Trainer with DlprofCallback(try_workers=..., then='best')"
+    )
     print(f"{what}, {' '.join(options)}, its own num_workers={args.num_workers}; {said}")
     print("| after the switch | steps | steps/s (spread) | its trial | vs trial | launches: median (each) | vs them |")
     print("|---|---|---|---|---|---|---|")

@@ -112,7 +112,20 @@ def main() -> None:
     parser.add_argument("--persistent-workers", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--report", type=Path, help="write the measured speed here (JSON)")
+    parser.add_argument(
+        "--dlprof-try-workers",
+        metavar="COUNTS",
+        help="record with DlprofCallback(try_workers=COUNTS, then='best') into --dlprof-out/then (in-process trials)",
+    )
+    parser.add_argument("--dlprof-out", type=Path, default=Path("traces"))
     args = parser.parse_args()
+    callbacks: list = []
+    if args.dlprof_try_workers:  # created right before the Trainer: it instruments the DataLoaders made from then on
+        from dlprof.hf import DlprofCallback
+
+        callbacks.append(
+            DlprofCallback(out_dir=args.dlprof_out, name="then", try_workers=args.dlprof_try_workers, then="best")
+        )
 
     tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(DATA / "tokenizer.json"), eos_token="<|endoftext|>")
     tokenizer.pad_token = tokenizer.eos_token
@@ -149,7 +162,7 @@ def main() -> None:
             args=training_args,
             train_dataset=dataset,
             data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
-            callbacks=[speed],
+            callbacks=[speed, *callbacks],
         )
         trainer.train()
     steps_per_epoch = math.ceil(len(dataset) / args.batch_size)  # one process, no gradient accumulation, no drop_last

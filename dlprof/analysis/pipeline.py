@@ -201,7 +201,9 @@ def spin_facts(manifest: Manifest, loader: LoaderStats | None) -> SpinFacts | No
     workers, without the step clock's thread columns (older recordings), the usable cores, or steady steps."""
     clock, config, cores = manifest.step_clock, manifest.loader, manifest.host.usable_cores
     workers = config.num_workers if config is not None else None
-    if not workers or loader is None or loader.in_main_process or not cores or not clock.thread_cpu_ms:
+    if not workers or loader is None or loader.in_main_process or not cores:
+        return None
+    if not clock.thread_cpu_ms or not clock.wait_others_cpu_ms:  # recorded before dlprof 0.8
         return None
     steps = reference_step_indices(manifest)
     if not steps:

@@ -22,7 +22,6 @@ to the profiler.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import sys
 import threading
@@ -44,18 +43,16 @@ from dlprof.capture.run_dir import (
     remove_unrecorded,
     write_session_config,
 )
-from dlprof.capture.trial_plan import check_request, parse_counts
 from dlprof.core import schema
 from dlprof.core.errors import DlprofError, UsageError
 from dlprof.core.manifest import Schedule
+from dlprof.integrations import trainer_trials
 from dlprof.results.record import (
     DEFAULT_MEMORY_INTERVAL_MS,
     DEFAULT_TRIAL_ROUNDS,
-    THEN_MODES,
     THEN_STOP,
     RecordRequest,
     RecordResult,
-    TrialRequest,
 )
 
 #: What the callback's messages call the training command (``dlprof record`` names the user's script).
@@ -91,54 +88,19 @@ def _run_name(name: str | None, out_dir: Path) -> str:
     return name
 
 
-def _as_arguments(error: UsageError) -> UsageError:
-    """A command-line option's error said as the callback's arguments (``--try-workers 'x'`` as ``try_workers='x'``)."""
-    said = re.sub(r"--([\w-]+) ", lambda m: m.group(1).replace("-", "_") + "=", str(error))
-    return UsageError("DlprofCallback: " + re.sub(r"--([\w-]+)", lambda m: m.group(1).replace("-", "_"), said))
-
-
 def _check_arguments(wait: int, warmup: int, active: int, reference_steps: int) -> None:
     """Raise UsageError for a schedule that cannot work, said as the callback's arguments (``active=0``)."""
     try:
         Schedule(wait, warmup, active).check()
     except UsageError as error:
-        raise _as_arguments(error) from None
+        raise trainer_trials.as_arguments(error) from None
     if reference_steps < 0:
         raise UsageError(f"DlprofCallback: reference_steps={reference_steps}: must be >= 0")
 
 
-def _trial_request(
-    try_workers: str | Sequence[int] | None, trial_steps: int | None, trial_rounds: int, then: str, stops: bool
-) -> TrialRequest | None:
-    """The trials the callback's arguments ask for (None: none); raises UsageError for ones that cannot run."""
-    if then not in THEN_MODES:
-        raise UsageError(f"DlprofCallback: then={then!r}: give one of {', '.join(map(repr, THEN_MODES))}")
-    if try_workers is None:
-        if then != THEN_STOP:
-            raise UsageError(f"DlprofCallback: then={then!r} trains on after trials: give try_workers=[0, 2, 4] too")
-        return None
-    if stops:
-        raise UsageError(
-            "DlprofCallback: stop_after_window=True with try_workers: the trials run after the window's reference"
-            " steps; drop stop_after_window (then='stop', the default, stops training once the trials are done)"
-        )
-    text = try_workers if isinstance(try_workers, str) else ",".join(str(count) for count in try_workers)
-    try:
-        request = TrialRequest(counts=parse_counts(text), rounds=trial_rounds, trial_steps=trial_steps, then=then)
-        check_request(request, run_to_end=False)
-    except UsageError as error:
-        raise _as_arguments(error) from None
-    if RankEnv.from_environ().world_size > 1:
-        raise UsageError(
-            "DlprofCallback: try_workers would switch rank 0's DataLoader only (the callback records rank 0); record"
-            " with 'dlprof record --try-workers ... -- accelerate launch ...', which switches every rank's"
-        )
-    return request
-
-
-def _recorded_elsewhere(stop_after_window: bool) -> bool:
-    """Whether this process is recorded by ``dlprof record``, or by rank 0's callback: then the callback does
-    nothing."""
+def _recorded_elsewhere(stop_after_window: bool, every_rank: bool) -> bool:
+    """Whether this process is recorded by ``dlprof record``, or by rank 0's callback (``every_rank``: with trials,
+    every rank's callback records, into rank 0's run directory): then the callback does nothing."""
     current = session_module.current()
     if current is not None and not current.finished and (_ACTIVE is None or current is not _ACTIVE._session):
         print(
@@ -151,7 +113,7 @@ def _recorded_elsewhere(stop_after_window: bool) -> bool:
             "DlprofCallback: stop_after_window=True would stop rank 0 only, and the other ranks would hang: "
             "drop it, or record with 'dlprof record -- torchrun ...', which stops every rank"
         )
-    return ranks.rank != 0  # rank 0's callback records; one trace of a rank stands for the others
+    return ranks.rank != 0 and not every_rank  # one trace of a rank stands for the others
 
 
 def _start_session(request: RecordRequest) -> tuple[Path, session_module.Session]:
@@ -262,15 +224,25 @@ class DlprofCallback(TrainerCallback):
         self._session: session_module.Session | None = None
         self._sampler: MemorySampler | None = None
         _check_arguments(wait, warmup, active, reference_steps)
-        self.trials = _trial_request(try_workers, trial_steps, trial_rounds, then, stop_after_window)
+        self.trials = trainer_trials.trial_request(try_workers, trial_steps, trial_rounds, then, stop_after_window)
         self._watcher: interim.TrialsWatcher | None = None
-        if _recorded_elsewhere(stop_after_window):
+        ranks = RankEnv.from_environ()
+        # With trials every rank records (each switches its own DataLoader), into rank 0's run directory.
+        self._ranks = ranks.world_size if self.trials is not None else 1
+        self._rank = ranks.rank if self._ranks > 1 else 0
+        if self._ranks > 1 and name is None:
+            raise UsageError("DlprofCallback: try_workers with several ranks: give name=, the same on every rank")
+        if _recorded_elsewhere(stop_after_window, every_rank=self._ranks > 1):
             self._state = _INACTIVE
             return
         self.name = _run_name(name, self.out_dir)
         if _ACTIVE is not None:  # first: an interrupted recording it ends may be this name's
             _ACTIVE._make_way()
-        self.run_dir, self._session = _start_session(self._request())
+        if self._rank == 0:
+            self.run_dir, self._session = _start_session(self._request())
+        else:
+            self.run_dir, scratch, config = trainer_trials.join_rank0(self.out_dir, self.name, self._rank)
+            self._session = session_module.start_in_process(scratch, config)
         # Not before train(): a DataLoader iterated or an optimizer stepped in the notebook meanwhile
         # must not start the recording. (The session's "helper" state records nothing.)
         self._session.helper = True
@@ -317,9 +289,10 @@ class DlprofCallback(TrainerCallback):
                 "replace it: trainer.remove_callback(DlprofCallback); trainer.add_callback(DlprofCallback(name=...))"
             )
         assert self._session is not None and self.run_dir is not None  # set in every state but _INACTIVE
-        self._sampler = MemorySampler(os.getpid(), DEFAULT_MEMORY_INTERVAL_MS)
-        self._sampler.start()
-        if self.trials is not None and self.trials.then != THEN_STOP:
+        if self._rank == 0:  # rank 0's memory stands for the others' (their workers are not sampled)
+            self._sampler = MemorySampler(os.getpid(), DEFAULT_MEMORY_INTERVAL_MS)
+            self._sampler.start()
+        if self._rank == 0 and self.trials is not None and self.trials.then != THEN_STOP:
             from dlprof.workflows.record import trials_choice
 
             session = self._session
@@ -393,6 +366,10 @@ class DlprofCallback(TrainerCallback):
         finally:
             samples = self._sampler.stop() if self._sampler is not None else []
             self._detach()
+        if self._rank != 0:  # rank 0 merges every rank's recording into the run's traces
+            return
+        if self._ranks > 1:
+            trainer_trials.wait_for_ranks(session.session_dir, self._ranks)
         try:
             written = self._watcher.written if self._watcher is not None else ()
             inputs = self._merge_inputs(session, samples)

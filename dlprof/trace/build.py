@@ -15,7 +15,7 @@ import gc
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import compress
 from pathlib import Path
 
@@ -23,7 +23,7 @@ import msgspec
 
 from dlprof.core import schema
 from dlprof.core.errors import NoStepsError, TraceFormatError
-from dlprof.core.manifest import parse_manifest
+from dlprof.core.manifest import Manifest, parse_manifest
 from dlprof.trace import events as ev
 from dlprof.trace.assemble import (
     base_us_of,
@@ -262,6 +262,25 @@ def build_run(document: dict, path: Path, name: str, release: bool = False) -> T
             gc.enable()
 
 
+#: The error of a trace written while its training went on (``--then``) whose recording is no longer open.
+TRAINING_OVER = (
+    "written while the training went on after its trials, and no recording of this run is open any more: the"
+    " training ended (or dlprof record was killed) before its final trace was written; these are the trials' traces"
+)
+
+
+def _training_over(manifest: Manifest | None, run_dir: Path) -> Manifest | None:
+    """``manifest``, read as ``partial`` when its status says the training goes on (``training``) but no live
+    recording owns ``run_dir`` any more (its final write failed, or its recorder was killed): the status of a trace
+    is only believed while the process that will replace it runs."""
+    if manifest is None or manifest.status != schema.STATUS_TRAINING:
+        return manifest
+    owners = [schema.read_scratch_owner(scratch) for scratch in schema.scratch_dirs(run_dir)]
+    if any(owner is not None and owner.alive for owner in owners):
+        return manifest
+    return replace(manifest, status=schema.STATUS_PARTIAL, error=TRAINING_OVER)
+
+
 def _build_run(document: dict, path: Path, name: str, release: bool) -> TraceRun:
     kept = _collect(document["traceEvents"], release)
     _check_usable(kept, path)
@@ -273,6 +292,7 @@ def _build_run(document: dict, path: Path, name: str, release: bool) -> TraceRun
     launches = launches_of(kept.runtime, main_pid, skipped)
     loader_spans, repeated_loader = loader_spans_of(kept.loader, skipped)
     manifest, manifest_problems = parse_manifest(document.get(schema.MANIFEST_KEY))
+    manifest = _training_over(manifest, path.parent)
     return TraceRun(
         name=name,
         path=path,

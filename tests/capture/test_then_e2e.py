@@ -255,3 +255,45 @@ def test_torchrun_ranks_switch_to_the_best_at_the_same_step(tmp_path):
     assert thens[0] == thens[1], thens  # the same setting, from the same step, on both ranks
     assert [len(m["step_clock"]["phase"]) for m in manifests] == [400, 400]
     assert leftover_processes(str(script)) == []
+
+
+def test_two_ranks_of_a_trainer_train_on_at_the_best(tmp_path):
+    """Two ranks of a Hugging Face Trainer (accelerate's DataLoaderShard reads a batch ahead), launched by torchrun, as
+    accelerate's multi-process launcher does on GPUs (on CPUs it starts one): one choice, and both ranks switch to it
+    at the same step, then train to the Trainer's own end."""
+    script = unique_copy(DATA_DIR / "launch" / "train_trainer.py", tmp_path)
+    launch = ["torchrun", "--nproc-per-node", "2", "--master-port", str(_free_port())]
+    done = run_dlprof(
+        "record",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "trainer",
+        *SHORT,
+        "--try-workers",
+        "0,1",
+        "--trial-steps",
+        "6",
+        "--then",
+        "best",
+        "--",
+        *launch,
+        str(script),
+        "--max-steps",
+        "300",
+        "--output-dir",
+        str(tmp_path / "hf"),
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("dlprof: the trials are done: ") == 1
+    said = re.search(r"--then best: training on at num_workers=(\d+)", done.stderr)
+    assert said is not None, done.stderr
+    traces = sorted(trace_files(tmp_path / "trainer"))
+    manifests = sorted((json.loads(gzip.decompress(p.read_bytes()))["dlprof"] for p in traces), key=lambda m: m["rank"])
+    assert [m["rank"] for m in manifests] == [0, 1]
+    assert all(m["loader"]["created_by"] == "transformers" for m in manifests)
+    thens = [_check_tuned(m) for m in manifests]
+    assert thens[0] == thens[1] and thens[0]["num_workers"] == int(said.group(1)), thens
+    assert [len(m["step_clock"]["phase"]) for m in manifests] == [300, 300]
+    assert leftover_processes(str(script)) == []

@@ -3,10 +3,22 @@ record --try-workers ... --then`` runs them, and the callback's arguments for th
 
 from __future__ import annotations
 
+import gzip
+import json
 import re
+import socket
+import subprocess
 
 import pytest
-from conftest import assert_chose_the_headline, check_recorded_traces, load_trace, trace_files
+from conftest import (
+    DATA_DIR,
+    assert_chose_the_headline,
+    check_recorded_traces,
+    leftover_processes,
+    load_trace,
+    trace_files,
+    unique_copy,
+)
 
 from dlprof.core import schema
 from dlprof.core.errors import UsageError
@@ -92,12 +104,41 @@ def test_bad_trial_arguments_are_one_clear_error_and_leave_nothing(tmp_path, fre
     assert list(tmp_path.iterdir()) == []
 
 
-def test_trials_under_several_ranks_are_refused_on_every_rank(tmp_path, fresh_process, monkeypatch):  # noqa: F811
+def test_trials_under_several_ranks_need_one_name(tmp_path, fresh_process, monkeypatch):  # noqa: F811
     from dlprof.hf import DlprofCallback
 
-    for rank in ("0", "1"):
-        monkeypatch.setenv("RANK", rank)
-        monkeypatch.setenv("WORLD_SIZE", "2")
-        with pytest.raises(UsageError, match="switch rank 0's DataLoader only"):
-            DlprofCallback(out_dir=tmp_path, name="ranks", try_workers=[0, 2])
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(UsageError, match="several ranks: give name=, the same on every rank"):
+        DlprofCallback(out_dir=tmp_path, try_workers=[0, 2])
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_every_rank_follows_rank_0s_plan(tmp_path):
+    """Two ranks of a Trainer launched by torchrun (as accelerate's multi-process launcher does on GPUs), each with its
+    DlprofCallback: rank 0 opens the run, rank 1 joins it; one choice, both ranks switch to it at the same step and
+    train to the Trainer's end; rank 0 merges both."""
+    script = unique_copy(DATA_DIR / "launch" / "train_trainer.py", tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = ["torchrun", "--nproc-per-node", "2", "--master-port", str(port), str(script)]
+    command += ["--max-steps", "300", "--output-dir", str(tmp_path / "hf"), "--callback-out", str(tmp_path)]
+    command += ["--callback-try-workers", "0,1", "--callback-then", "best"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("dlprof: the trials are done: ") == 1, done.stderr  # rank 0 chose, once
+    said = re.search(r"--then best: training on at num_workers=(\d+)", done.stderr)
+    assert said is not None, done.stderr
+    traces = sorted(trace_files(tmp_path / "callback"))
+    manifests = sorted(
+        (json.loads(gzip.decompress(p.read_bytes()))[schema.MANIFEST_KEY] for p in traces), key=lambda m: m["rank"]
+    )
+    assert [m["rank"] for m in manifests] == [0, 1]
+    thens = [m["trials"]["then"] for m in manifests]
+    assert thens[0] == thens[1] and thens[0]["num_workers"] == int(said.group(1)), thens
+    assert all(m["status"] == "complete" for m in manifests)
+    assert [len(m["step_clock"]["phase"]) for m in manifests] == [300, 300]
+    assert list(schema.scratch_dirs(tmp_path / "callback")) == []
+    assert leftover_processes(str(script)) == []

@@ -5,17 +5,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import socket
+import subprocess
+import sys
 
 import pytest
 from conftest import DATA_DIR
 
+from dlprof.core import schema
 from dlprof.core.manifest import PHASE_TUNED, Manifest, Then
-from dlprof.core.schema import STATUS_TRAINING
+from dlprof.core.schema import STATUS_PARTIAL, STATUS_TRAINING
 from dlprof.report import renderer
 from dlprof.report.tuning import status_note, tuned_line
 from dlprof.results.analysis import Throughput
 from dlprof.results.report import Report
 from dlprof.results.trials import BASIS_IN_EPOCH, TrialsResult, TunedRun
+from dlprof.trace.build import TRAINING_OVER
 from dlprof.trace.discover import load_run
 from dlprof.workflows.analyze import analyze_run, build_report
 
@@ -177,9 +183,39 @@ def test_analyze_reads_a_trace_written_while_the_training_goes_on(tmp_path):
     trace = tmp_path / "run" / "rank0.pt.trace.json"
     trace.parent.mkdir()
     trace.write_text(json.dumps(document), encoding="utf-8")
+    # The recording that will replace it is open: its scratch folder, owned by a live process (this one).
+    scratch = trace.parent / schema.SCRATCH_DIR
+    scratch.mkdir()
+    (scratch / schema.SCRATCH_OWNER_FILE).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
     run = build_report(trace.parent).runs[0]
     assert run.info.training and run.manifest.trials.then == Then(mode="best", trials_end_step=END)
     assert tuned_line(run.trials) == (
         "after the trials (--then best): the training goes on; the rest is measured when it ends (no switch yet)"
     )
     assert run.advice.num_workers == 2  # the recommendation, from the trials
+
+
+def test_a_trace_of_a_training_that_went_on_reads_as_partial_once_no_recording_is_open(tmp_path):
+    """Its final write failed (a full disk: dlprof record removed its scratch folder), or dlprof record was killed
+    (its scratch folder's owner is gone): the trials' traces stay, but the training goes on no more."""
+    document = json.loads((DATA_DIR / "tiny_trials_trace.json").read_text(encoding="utf-8"))
+    document["dlprof"].update(manifest_version=7, status=STATUS_TRAINING)
+    document["dlprof"]["trials"]["then"] = {"mode": "best", "trials_end_step": END}
+    trace = tmp_path / "run" / "rank0.pt.trace.json"
+    trace.parent.mkdir()
+    trace.write_text(json.dumps(document), encoding="utf-8")
+    gone = build_report(trace.parent).runs[0]
+    scratch = trace.parent / schema.SCRATCH_DIR
+    scratch.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (scratch / schema.SCRATCH_OWNER_FILE).write_text(
+        json.dumps({"pid": int(dead.stdout), "host": socket.gethostname()})
+    )
+    killed = build_report(trace.parent).runs[0]
+    for run in (gone, killed):
+        assert not run.info.training and run.info.status == STATUS_PARTIAL and run.manifest.error == TRAINING_OVER
+        assert tuned_line(run.trials) == (
+            "after the trials (--then best): no step after the trials was recorded: the training ended before it"
+            " saved its recording again"
+        )
+        assert run.advice.num_workers == 2  # the trials are analysed as any partial run's
