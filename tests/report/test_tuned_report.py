@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import DATA_DIR
@@ -174,15 +175,21 @@ def test_the_tuned_line_held_or_not_or_why_not():
     assert tuned_line(TrialsResult(rounds=1, rounds_planned=1, basis=BASIS_IN_EPOCH, settings=())) is None
 
 
-def test_analyze_reads_a_trace_written_while_the_training_goes_on(tmp_path):
-    """The trace as written at the trials' end (status ``training``, ``trials.then`` without a switch yet), read from
-    its file: analyzed, never refused."""
+def _written_while_training(tmp_path) -> Path:
+    """The trials' trace as written at their end (status ``training``, ``trials.then`` without a switch yet)."""
     document = json.loads((DATA_DIR / "tiny_trials_trace.json").read_text(encoding="utf-8"))
     document["dlprof"].update(manifest_version=7, status=STATUS_TRAINING)
     document["dlprof"]["trials"]["then"] = {"mode": "best", "trials_end_step": END}
     trace = tmp_path / "run" / "rank0.pt.trace.json"
     trace.parent.mkdir()
     trace.write_text(json.dumps(document), encoding="utf-8")
+    return trace
+
+
+def test_analyze_reads_a_trace_written_while_the_training_goes_on(tmp_path):
+    """The trace as written at the trials' end (status ``training``, ``trials.then`` without a switch yet), read from
+    its file: analyzed, never refused."""
+    trace = _written_while_training(tmp_path)
     # The recording that will replace it is open: its scratch folder, owned by a live process (this one).
     scratch = trace.parent / schema.SCRATCH_DIR
     scratch.mkdir()
@@ -198,12 +205,7 @@ def test_analyze_reads_a_trace_written_while_the_training_goes_on(tmp_path):
 def test_a_trace_of_a_training_that_went_on_reads_as_partial_once_no_recording_is_open(tmp_path):
     """Its final write failed (a full disk: dlprof record removed its scratch folder), or dlprof record was killed
     (its scratch folder's owner is gone): the trials' traces stay, but the training goes on no more."""
-    document = json.loads((DATA_DIR / "tiny_trials_trace.json").read_text(encoding="utf-8"))
-    document["dlprof"].update(manifest_version=7, status=STATUS_TRAINING)
-    document["dlprof"]["trials"]["then"] = {"mode": "best", "trials_end_step": END}
-    trace = tmp_path / "run" / "rank0.pt.trace.json"
-    trace.parent.mkdir()
-    trace.write_text(json.dumps(document), encoding="utf-8")
+    trace = _written_while_training(tmp_path)
     gone = build_report(trace.parent).runs[0]
     scratch = trace.parent / schema.SCRATCH_DIR
     scratch.mkdir()
