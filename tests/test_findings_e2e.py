@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 from conftest import SCRIPTS_DIR, check_recorded_traces, invoke, load_trace, run_dlprof
 
+from dlprof import analyze
 from dlprof.advice.findings import PRETOKENIZE_MIN_GAIN_PCT
+from dlprof.analysis.pipeline import pipeline_facts
 from dlprof.core import schema
 from dlprof.results import findings as ids
 
@@ -319,6 +321,9 @@ def test_training_threads_spinning_on_the_workers_cores_are_found(record):
     spinning = record("spin", *SPIN_SCRIPT)
     assert spinning.manifest["host"]["usable_cores"] == 2 and spinning.manifest["host"]["omp_wait_policy"] is None
     assert spinning_cores(spinning) >= 0.1, spinning.manifest["step_clock"]
+    run = analyze(spinning.run).runs[0]
+    facts = pipeline_facts(run.manifest, run.loader).spin
+    assert ids.FINDING_SPIN_WAIT in spinning.ids(), facts  # what the gates saw, should it not fire
     finding = spinning.finding(ids.FINDING_SPIN_WAIT)
     assert finding["fix"].startswith("OMP_WAIT_POLICY=PASSIVE") and finding["gain_pct"] is None
     assert "usable core(s)" in finding["evidence"] and "the 2 workers" in finding["evidence"]

@@ -192,7 +192,7 @@ class Recorder:
                 reading[0] - begin[0],
                 reading[1] - begin[1],
                 reading[2] - begin[2],
-                self._step_wait_ns,
+                min(self._step_wait_ns, reading[0] - begin[0]),  # an iterator made before start(): not its wall
                 self._step_batches,
                 epoch_started,
                 self._step_fork_probe,

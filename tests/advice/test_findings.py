@@ -439,11 +439,12 @@ def test_training_threads_spinning_against_the_workers():
 def test_no_spin_finding_without_spin_waits_or_contended_cores():
     assert spin_finding(dataclasses.replace(SPIN, others_in_wait_ms=1.5)) is None  # 0.09 cores: under the floor
     assert spin_finding(dataclasses.replace(SPIN, wait_ms=2.0, others_in_wait_ms=1.0)) is None  # waits 3 % of a step
-    assert spin_finding(dataclasses.replace(SPIN, workers_cpu_ms=20.0)) is None  # 62 % of the cores asked
+    assert spin_finding(dataclasses.replace(SPIN, workers_cpu_ms=5.0, others_cpu_ms=20.0)) is None  # 43 % asked
     # Busy cores, but workers that want little: the spin takes nothing they need (and a passive policy costs).
     little = dataclasses.replace(SPIN, step_ms=16.0, wait_ms=2.6, others_in_wait_ms=3.2, thread_cpu_ms=14.1)
     assert spin_finding(dataclasses.replace(little, others_cpu_ms=15.1, workers_cpu_ms=1.5)) is None
-    assert spin_finding(dataclasses.replace(little, others_cpu_ms=15.1, workers_cpu_ms=8.0)) is not None
+    assert spin_finding(dataclasses.replace(little, others_cpu_ms=15.1, workers_cpu_ms=4.0)) is None  # 0.25 cores
+    assert spin_finding(dataclasses.replace(little, others_cpu_ms=15.1, workers_cpu_ms=5.0)) is not None
     assert spin_finding(dataclasses.replace(SPIN, omp_wait_policy=" Passive")) is None  # the fix is in
     assert spin_finding(dataclasses.replace(SPIN, omp_wait_policy="ACTIVE")) is not None
 

@@ -100,9 +100,10 @@ def test_manifest_describes_the_run(workload_run_2):
     assert all(f >= 0 for f in clock["faults"]) and all(
         0 <= s <= c + 1 for s, c in zip(clock["sys_ms"], clock["cpu_ms"])
     )
-    # The training thread's own CPU is part of the process's; its other threads' CPU in the waits is never negative.
+    # The training thread's own CPU is part of the process's (over the run: the process clock may lag its other
+    # threads' time by a scheduler tick at any one step); its other threads' CPU in the waits is never negative.
     assert len(clock["thread_cpu_ms"]) == len(clock["wait_others_cpu_ms"]) == len(phases)
-    assert all(0 <= t <= c + 1 for t, c in zip(clock["thread_cpu_ms"], clock["cpu_ms"])) and sum(clock["thread_cpu_ms"])
+    assert 0 < sum(clock["thread_cpu_ms"]) <= sum(clock["cpu_ms"]) + 10 and min(clock["thread_cpu_ms"]) >= 0
     assert all(o >= 0 for o in clock["wait_others_cpu_ms"])
     assert loader["length"] == 107 and [e["batches"] for e in loader["epochs"]] == [107, 107, 1]
     assert loader["epochs"][0]["end_ms"] > 0 and all(e["first_batch_ms"] > 0 for e in loader["epochs"])
