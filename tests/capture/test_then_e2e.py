@@ -212,6 +212,35 @@ def test_a_training_killed_after_the_trials_keeps_them(tmp_path):
     assert "--then best): no step after the trials was recorded" in read.stdout
 
 
+def test_ctrl_c_after_the_trials_keeps_them(tmp_path):
+    """A terminal's Ctrl-C (SIGINT to the whole process group) while the training goes on after its trials: one trace,
+    partial, with the trials and the steps after them; no scratch and no process left."""
+    script, log = unique_copy(SCRIPTS_DIR / "train_then.py", tmp_path), tmp_path / "epochs.log"
+    command = [sys.executable, "-m", "dlprof", "record", "--out", str(tmp_path), "--name", "ctrl-c", *SHORT]
+    command += ["--try-workers", "0,2", "--trial-steps", "5", "--then", "best", "--"]
+    command += ["python", str(script), "--log", str(log)]  # trains until stopped
+    record = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        _wait_for_trace(tmp_path / "ctrl-c", 300)
+        time.sleep(3)  # the switch, and steps after it
+        os.killpg(record.pid, signal.SIGINT)
+        stdout, stderr = record.communicate(timeout=120)
+    finally:
+        if record.poll() is None:
+            os.killpg(record.pid, signal.SIGKILL)
+            record.wait()
+    assert record.returncode == 130, stderr
+    manifest = _manifest(tmp_path / "ctrl-c")  # one trace: the final one replaced the trials' traces
+    assert manifest["status"] == "partial" and manifest["error"] == "interrupted (KeyboardInterrupt)", manifest["error"]
+    trials = manifest["trials"]
+    assert trials["incomplete"] is None and len(trials["segments"]) == 4 and trials["then"]["mode"] == "best"
+    assert PHASE_TUNED in manifest["step_clock"]["phase"]
+    assert list(schema.scratch_dirs(tmp_path / "ctrl-c")) == []
+    assert leftover_processes(str(script)) == []
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
