@@ -55,7 +55,9 @@ def _record(case: str, options: list[str], own: int, try_workers: str, steps: in
         timeout=600,
     )
     document = json.loads(analyzed.stdout)
-    said = [line for line in done.stderr.splitlines() if line.startswith("dlprof: ") and "trials are done" in line]
+    # A progress bar (the Trainer's tqdm) may share the line: from dlprof's words on.
+    mark = "dlprof: the trials are done"
+    said = [line[line.index(mark) :] for line in done.stderr.splitlines() if mark in line]
     return (document["runs"][0] if "runs" in document else document), (said[0] if said else "")
 
 
