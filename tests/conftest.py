@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -201,3 +202,16 @@ def assert_chose_the_headline(stderr: str, own: int, chosen: int) -> None:
     (line,) = [line for line in stderr.splitlines() if line.startswith("dlprof: the trials are done: ")]
     changed = re.search(rf"num_workers {own} -> (\d+)", line)
     assert (int(changed.group(1)) if changed else own) == chosen, line
+
+
+def free_port() -> int:
+    """A TCP port on localhost that nothing listens on now (for a launcher's rendezvous, a server under test)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_manifests(run_dir: Path) -> list[dict]:
+    """The manifest of each of a run's traces (one per rank), by rank."""
+    documents = (json.loads(gzip.decompress(path.read_bytes())) for path in trace_files(run_dir))
+    return sorted((document["dlprof"] for document in documents), key=lambda m: m["rank"])

@@ -181,13 +181,10 @@ def thread_facts(
     if not workers:
         return None
     host = manifest.host
-    cores = host.usable_cores
-    if cores is not None:
-        cores = max(1, cores // max(1, manifest.local_world_size or 1))
     return ThreadFacts(
         workers=workers,
         torch_threads=host.torch_threads,
-        usable_cores=cores,
+        usable_cores=None if host.usable_cores is None else _rank_share(host.usable_cores, manifest),
         tokenizers_parallelism=host.tokenizers_parallelism,
         omp_num_threads=host.omp_num_threads,
         tokenizer_in_workers=bool(loader is not None and not loader.in_main_process and loader.tokenize.mean_ms > 0),
@@ -208,7 +205,7 @@ def spin_facts(manifest: Manifest, loader: LoaderStats | None) -> SpinFacts | No
     steps = reference_step_indices(manifest)
     if not steps:
         return None
-    cores = max(1, cores // max(1, manifest.local_world_size or 1))
+    cores = _rank_share(cores, manifest)
     mean = lambda column: statistics.fmean(column[i] for i in steps)
     process_cpu_ms, thread_cpu_ms = mean(clock.cpu_ms), mean(clock.thread_cpu_ms)
     return SpinFacts(
@@ -224,6 +221,11 @@ def spin_facts(manifest: Manifest, loader: LoaderStats | None) -> SpinFacts | No
         usable_cores=cores,
         omp_wait_policy=manifest.host.omp_wait_policy,
     )
+
+
+def _rank_share(cores: int, manifest: Manifest) -> int:
+    """This rank's share of the machine's usable ``cores`` (its ranks share them)."""
+    return max(1, cores // max(1, manifest.local_world_size or 1))
 
 
 def _runq_pct(manifest: Manifest, unprofiled: UnprofiledStats | None) -> float | None:

@@ -103,6 +103,11 @@ class ScratchOwner:
         return f"pid {self.pid}" + (f" on {self.host}" if remote else "")
 
 
+def scratch_owners(run_dir: Path) -> list[ScratchOwner | None]:
+    """The owner of each scratch folder in ``run_dir`` (:func:`scratch_dirs`); None where its file is unreadable."""
+    return [read_scratch_owner(scratch) for scratch in scratch_dirs(run_dir)]
+
+
 def read_scratch_owner(scratch: Path) -> ScratchOwner | None:
     """The owner of ``scratch``; None when its owner file is missing or unreadable."""
     try:

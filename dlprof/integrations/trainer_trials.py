@@ -11,7 +11,6 @@ before it merges the run's traces.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Sequence
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from dlprof.capture import finalize
 from dlprof.capture.session import CONFIG_FILE
-from dlprof.capture.trial_plan import check_request, parse_counts
+from dlprof.capture.trial_plan import check_request, parse_counts, read_json
 from dlprof.core import schema
 from dlprof.core.errors import DlprofError, UsageError
 from dlprof.results.record import THEN_MODES, THEN_STOP, TrialRequest
@@ -72,11 +71,9 @@ def join_rank0(out_dir: Path, name: str, rank: int, timeout_s: float = JOIN_TIME
     deadline = time.monotonic() + timeout_s
     while True:
         owner = schema.read_scratch_owner(scratch)
-        if owner is not None and owner.alive:
-            try:
-                return run_dir, scratch, json.loads((scratch / CONFIG_FILE).read_text())
-            except (OSError, ValueError):  # not written yet, or being written
-                pass
+        config = read_json(scratch / CONFIG_FILE) if owner is not None and owner.alive else None
+        if config is not None:  # None: not written yet, or being written
+            return run_dir, scratch, config
         if time.monotonic() >= deadline:
             raise UsageError(
                 f"DlprofCallback: rank {rank}: rank 0 opened no recording in {run_dir} within {timeout_s:.0f} s;"

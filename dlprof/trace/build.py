@@ -275,8 +275,7 @@ def _training_over(manifest: Manifest | None, run_dir: Path) -> Manifest | None:
     is only believed while the process that will replace it runs."""
     if manifest is None or manifest.status != schema.STATUS_TRAINING:
         return manifest
-    owners = [schema.read_scratch_owner(scratch) for scratch in schema.scratch_dirs(run_dir)]
-    if any(owner is not None and owner.alive for owner in owners):
+    if any(owner is not None and owner.alive for owner in schema.scratch_owners(run_dir)):
         return manifest
     return replace(manifest, status=schema.STATUS_PARTIAL, error=TRAINING_OVER)
 

@@ -48,7 +48,7 @@ def _run_files(directory: Path) -> list[Path]:
 def _being_recorded(run_dir: Path) -> str | None:
     """Why ``run_dir`` holds no trace yet, when ``dlprof record`` (of one node of a job, or more) has (or had) it open;
     else None."""
-    owners = [schema.read_scratch_owner(scratch) for scratch in schema.scratch_dirs(run_dir)]
+    owners = schema.scratch_owners(run_dir)
     if not owners:
         return None
     live = [owner for owner in owners if owner is not None and owner.alive]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import check_recorded_traces, leftover_processes, run_dlprof, trace_files
+from conftest import check_recorded_traces, free_port, leftover_processes, run_dlprof, trace_files
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +63,7 @@ def torchrun_run(tmp_path_factory) -> Path:
         "--nproc-per-node",
         "2",
         "--master-port",
-        str(_free_port()),
+        str(free_port()),
         str(DDP),
         "--steps",
         "100000",
@@ -71,14 +71,6 @@ def torchrun_run(tmp_path_factory) -> Path:
     )
     assert done.returncode == 0, done.stderr
     return out / "ddp"
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_torchrun_gives_one_trace_per_rank_with_rank_and_world_size(torchrun_run):
@@ -139,7 +131,7 @@ def test_python_m_torch_distributed_run(tmp_path):
         "--nproc-per-node",
         "2",
         "--master-port",
-        str(_free_port()),
+        str(free_port()),
         str(DDP),
         "--steps",
         "100000",
@@ -175,7 +167,7 @@ def test_torchrun_sigterm_leaves_partial_traces(tmp_path):
         "--nproc-per-node",
         "2",
         "--master-port",
-        str(_free_port()),
+        str(free_port()),
         str(DDP),
         "--steps",
         "100000",

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import leftover_processes, run_dlprof, trace_files
+from conftest import free_port, leftover_processes, run_dlprof, trace_files
 from trace_checks import trace_problems
 
 from dlprof.core import schema
@@ -28,12 +27,6 @@ DDP = Path(__file__).resolve().parents[1] / "data" / "launch" / "train_ddp.py"
 SHORT = ("--wait", "1", "--warmup", "1", "--active", "3", "--reference-steps", "3")
 #: Seconds a node's record may take: two torch start-ups and a rendezvous on 2 shared cores, then a few steps.
 NODE_TIMEOUT_S = 240
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _node(out: Path, node_rank: int, port: int, job_id: str, name: str = "job") -> subprocess.Popen:
@@ -110,7 +103,7 @@ def _check_job(manifests: list[dict], job_id: str) -> None:
 def test_two_nodes_record_one_run_directory(tmp_path):
     """Both nodes exit 0 with their rank's trace in the one shared run directory, which HTA and dlprof read as one
     job of two ranks; a record of another job under the same name is refused while they run."""
-    port, job_id = _free_port(), f"job{_free_port()}"
+    port, job_id = free_port(), f"job{free_port()}"
     nodes = [_node(tmp_path, 0, port, job_id)]
     try:
         deadline = time.monotonic() + 60
@@ -132,7 +125,7 @@ def test_two_nodes_record_one_run_directory(tmp_path):
             "--rdzv-backend",
             "c10d",
             "--rdzv-endpoint",
-            f"localhost:{_free_port()}",
+            f"localhost:{free_port()}",
             "--rdzv-id",
             "another",
             str(DDP),
@@ -170,7 +163,7 @@ def test_two_nodes_record_one_run_directory(tmp_path):
 def test_node_local_directories_are_analysed_as_one_run(tmp_path):
     """Each node writes to its own disk; ``dlprof analyze node0/job node1/job`` puts the job back together, and one
     node's directory alone names the rank it lacks."""
-    port, job_id = _free_port(), f"job{_free_port()}"
+    port, job_id = free_port(), f"job{free_port()}"
     done = _finish([_node(tmp_path / "node0", 0, port, job_id), _node(tmp_path / "node1", 1, port, job_id)])
     assert [code for code, _, _ in done] == [0, 0], [stderr[-2000:] for _, _, stderr in done]
     runs = [tmp_path / "node0" / "job", tmp_path / "node1" / "job"]

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,7 +20,9 @@ from conftest import (
     DATA_DIR,
     SCRIPTS_DIR,
     assert_chose_the_headline,
+    free_port,
     leftover_processes,
+    rank_manifests,
     run_dlprof,
     trace_files,
     unique_copy,
@@ -147,12 +148,18 @@ def _wait_for_trace(run_dir: Path, timeout_s: float) -> Path:
     raise AssertionError(f"no trace in {run_dir} after {timeout_s} s")
 
 
-def test_the_trials_are_read_while_it_trains_and_sigterm_keeps_them(tmp_path):
-    script, log = unique_copy(SCRIPTS_DIR / "train_then.py", tmp_path), tmp_path / "epochs.log"
-    command = [sys.executable, "-m", "dlprof", "record", "--out", str(tmp_path), "--name", "live", *SHORT]
+def _record_until_stopped(tmp_path: Path, name: str, **popen) -> tuple[Path, subprocess.Popen]:
+    """``dlprof record --try-workers 0,2 --then best`` of train_then.py, which trains until it is stopped, started
+    into ``tmp_path/name``; returns the script's copy (its processes are looked for afterwards) and the record."""
+    script = unique_copy(SCRIPTS_DIR / "train_then.py", tmp_path)
+    command = [sys.executable, "-m", "dlprof", "record", "--out", str(tmp_path), "--name", name, *SHORT]
     command += ["--try-workers", "0,2", "--trial-steps", "5", "--then", "best", "--"]
-    command += ["python", str(script), "--log", str(log)]  # trains until stopped
-    record = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    command += ["python", str(script), "--log", str(tmp_path / "epochs.log")]
+    return script, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def test_the_trials_are_read_while_it_trains_and_sigterm_keeps_them(tmp_path):
+    script, record = _record_until_stopped(tmp_path, "live")
     try:
         interim = _wait_for_trace(tmp_path / "live", 300)
         document = json.loads(gzip.decompress(interim.read_bytes()))["dlprof"]
@@ -181,11 +188,7 @@ def test_the_trials_are_read_while_it_trains_and_sigterm_keeps_them(tmp_path):
 
 def test_a_training_killed_after_the_trials_keeps_them(tmp_path):
     """SIGKILL of the training process while it trains on: what it wrote when the trials ended stands in."""
-    script, log = unique_copy(SCRIPTS_DIR / "train_then.py", tmp_path), tmp_path / "epochs.log"
-    command = [sys.executable, "-m", "dlprof", "record", "--out", str(tmp_path), "--name", "killed", *SHORT]
-    command += ["--try-workers", "0,2", "--trial-steps", "5", "--then", "best", "--"]
-    command += ["python", str(script), "--log", str(log)]  # trains until stopped
-    record = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    script, record = _record_until_stopped(tmp_path, "killed")
     try:
         interim = _wait_for_trace(tmp_path / "killed", 300)
         training_pid = int(re.search(r"_(\d+)\.\d+\.pt\.trace\.json\.gz$", interim.name).group(1))
@@ -215,13 +218,8 @@ def test_a_training_killed_after_the_trials_keeps_them(tmp_path):
 def test_ctrl_c_after_the_trials_keeps_them(tmp_path):
     """A terminal's Ctrl-C (SIGINT to the whole process group) while the training goes on after its trials: one trace,
     partial, with the trials and the steps after them; no scratch and no process left."""
-    script, log = unique_copy(SCRIPTS_DIR / "train_then.py", tmp_path), tmp_path / "epochs.log"
-    command = [sys.executable, "-m", "dlprof", "record", "--out", str(tmp_path), "--name", "ctrl-c", *SHORT]
-    command += ["--try-workers", "0,2", "--trial-steps", "5", "--then", "best", "--"]
-    command += ["python", str(script), "--log", str(log)]  # trains until stopped
-    record = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    # In a process group of its own, as a terminal starts a command.
+    script, record = _record_until_stopped(tmp_path, "ctrl-c", start_new_session=True)
     try:
         _wait_for_trace(tmp_path / "ctrl-c", 300)
         time.sleep(3)  # the switch, and steps after it
@@ -239,12 +237,6 @@ def test_ctrl_c_after_the_trials_keeps_them(tmp_path):
     assert PHASE_TUNED in manifest["step_clock"]["phase"]
     assert list(schema.scratch_dirs(tmp_path / "ctrl-c")) == []
     assert leftover_processes(str(script)) == []
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_torchrun_ranks_switch_to_the_best_at_the_same_step(tmp_path):
@@ -267,7 +259,7 @@ def test_torchrun_ranks_switch_to_the_best_at_the_same_step(tmp_path):
         "--nproc-per-node",
         "2",
         "--master-port",
-        str(_free_port()),
+        str(free_port()),
         str(script),
         "--steps",
         "400",
@@ -277,8 +269,7 @@ def test_torchrun_ranks_switch_to_the_best_at_the_same_step(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("dlprof: the trials are done: ") == 1  # one choice for the job
-    traces = sorted(trace_files(tmp_path / "ddp"))
-    manifests = sorted((json.loads(gzip.decompress(p.read_bytes()))["dlprof"] for p in traces), key=lambda m: m["rank"])
+    manifests = rank_manifests(tmp_path / "ddp")
     assert [m["rank"] for m in manifests] == [0, 1]
     thens = [_check_tuned(m) for m in manifests]
     assert thens[0] == thens[1], thens  # the same setting, from the same step, on both ranks
@@ -291,7 +282,7 @@ def test_two_ranks_of_a_trainer_train_on_at_the_best(tmp_path):
     accelerate's multi-process launcher does on GPUs (on CPUs it starts one): one choice, and both ranks switch to it
     at the same step, then train to the Trainer's own end."""
     script = unique_copy(DATA_DIR / "launch" / "train_trainer.py", tmp_path)
-    launch = ["torchrun", "--nproc-per-node", "2", "--master-port", str(_free_port())]
+    launch = ["torchrun", "--nproc-per-node", "2", "--master-port", str(free_port())]
     done = run_dlprof(
         "record",
         "--out",
@@ -318,8 +309,7 @@ def test_two_ranks_of_a_trainer_train_on_at_the_best(tmp_path):
     assert done.stderr.count("dlprof: the trials are done: ") == 1
     said = re.search(r"--then best: training on at num_workers=(\d+)", done.stderr)
     assert said is not None, done.stderr
-    traces = sorted(trace_files(tmp_path / "trainer"))
-    manifests = sorted((json.loads(gzip.decompress(p.read_bytes()))["dlprof"] for p in traces), key=lambda m: m["rank"])
+    manifests = rank_manifests(tmp_path / "trainer")
     assert [m["rank"] for m in manifests] == [0, 1]
     assert all(m["loader"]["created_by"] == "transformers" for m in manifests)
     thens = [_check_tuned(m) for m in manifests]

@@ -4,13 +4,19 @@ with two ranks. Each run stops once its trials are done, and leaves no process b
 
 from __future__ import annotations
 
-import gzip
 import json
-import socket
-from pathlib import Path
 
 import pytest
-from conftest import DATA_DIR, SCRIPTS_DIR, SMALL_WORKLOAD, leftover_processes, run_dlprof, trace_files, unique_copy
+from conftest import (
+    DATA_DIR,
+    SCRIPTS_DIR,
+    SMALL_WORKLOAD,
+    free_port,
+    leftover_processes,
+    rank_manifests,
+    run_dlprof,
+    unique_copy,
+)
 
 from dlprof import analyze
 from dlprof.core.manifest import PHASE_AFTER, PHASE_TRIAL
@@ -21,12 +27,6 @@ pytestmark = pytest.mark.slow
 LAUNCH = DATA_DIR / "launch"
 #: A short window: these runs check what the trials record, not the window.
 SHORT = ("--wait", "1", "--warmup", "1", "--active", "4", "--reference-steps", "4")
-
-
-def _manifests(run_dir: Path) -> list[dict]:
-    return sorted(
-        (json.loads(gzip.decompress(p.read_bytes()))["dlprof"] for p in trace_files(run_dir)), key=lambda m: m["rank"]
-    )
 
 
 def _segments(manifest: dict) -> list[tuple[int, bool, int, int, int]]:
@@ -76,7 +76,7 @@ def test_the_built_in_workload_tries_each_count_in_rounds(tmp_path):
     assert "dlprof: trying num_workers 0,2 in 2 rounds of 2 segments, about" in done.stderr
     assert "dlprof: trial segment 4/4: num_workers 0 (round 2)" in done.stderr
     assert "then tried num_workers 0,2 in the training (4 segments in 2 rounds)" in done.stdout
-    (manifest,) = _manifests(tmp_path / "tried")
+    (manifest,) = rank_manifests(tmp_path / "tried")
     trials = manifest["trials"]
     assert (trials["counts"], trials["rounds"], trials["trial_steps"], trials["persistent"]) == ([0, 2], 2, 10, False)
     assert trials["loader"] == manifest["loader"]["id"]
@@ -123,7 +123,7 @@ def test_an_iterable_dataset_switches_where_epochs_start(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "switching where epochs start" in done.stderr
-    (manifest,) = _manifests(tmp_path / "iterable")
+    (manifest,) = rank_manifests(tmp_path / "iterable")
     _check_segments(manifest, [(0, False, 0), (2, False, 0), (2, False, 1), (0, False, 1)])
     starts = {i for i, started in enumerate(manifest["step_clock"]["epoch_start"]) if started}
     assert all(s["at_epoch_start"] and s["first_step"] in starts for s in manifest["trials"]["segments"])
@@ -159,16 +159,10 @@ def test_the_trainer_through_accelerate(tmp_path):
         timeout=600,
     )
     assert done.returncode == 0, done.stderr
-    (manifest,) = _manifests(tmp_path / "trainer")
+    (manifest,) = rank_manifests(tmp_path / "trainer")
     assert manifest["loader"]["created_by"] == "transformers" and manifest["loader"]["num_workers"] == 1
     _check_segments(manifest, [(0, False, 0), (2, False, 0), (2, False, 1), (0, False, 1)])
     assert leftover_processes(str(script)) == []
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_torchrun_ranks_switch_at_the_same_steps(tmp_path):
@@ -190,7 +184,7 @@ def test_torchrun_ranks_switch_at_the_same_steps(tmp_path):
         "--nproc-per-node",
         "2",
         "--master-port",
-        str(_free_port()),
+        str(free_port()),
         str(script),
         "--steps",
         "100000",
@@ -200,7 +194,7 @@ def test_torchrun_ranks_switch_at_the_same_steps(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("dlprof: trying num_workers") == 1  # rank 0 alone says it
-    manifests = _manifests(tmp_path / "ddp")
+    manifests = rank_manifests(tmp_path / "ddp")
     assert [m["rank"] for m in manifests] == [0, 1]
     order = [(0, False, 0), (1, False, 0), (1, True, 0), (1, True, 1), (1, False, 1), (0, False, 1)]
     for manifest in manifests:

@@ -8,7 +8,6 @@ import html
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -18,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import DATA_DIR, SMALL_WORKLOAD, run_dlprof
+from conftest import DATA_DIR, SMALL_WORKLOAD, free_port, run_dlprof
 from many_ranks import replicate_tiny
 from tensorboard.backend.application import TensorBoardWSGI
 from tensorboard.plugins import base_plugin
@@ -232,12 +231,6 @@ def test_an_analysis_that_raises_leaves_the_cache_working(tmp_path):
 # --- the tab in a real TensorBoard and a real browser --------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _get(url: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=30) as response:
@@ -265,7 +258,7 @@ def test_the_tab_in_tensorboard_in_chromium(tmp_path):
     recorded = run_dlprof("record", "--out", str(logdir), "--name", "tb", *SMALL_WORKLOAD)
     assert recorded.returncode == 0, f"dlprof record failed:\n{recorded.stderr[-3000:]}"
     (run,) = dlprof.analyze(logdir / "tb").runs
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     log = (tmp_path / "tensorboard.log").open("w")
     server = subprocess.Popen(

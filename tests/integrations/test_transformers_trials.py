@@ -3,10 +3,7 @@ record --try-workers ... --then`` runs them, and the callback's arguments for th
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
-import socket
 import subprocess
 
 import pytest
@@ -14,8 +11,10 @@ from conftest import (
     DATA_DIR,
     assert_chose_the_headline,
     check_recorded_traces,
+    free_port,
     leftover_processes,
     load_trace,
+    rank_manifests,
     trace_files,
     unique_copy,
 )
@@ -120,10 +119,7 @@ def test_every_rank_follows_rank_0s_plan(tmp_path):
     DlprofCallback: rank 0 opens the run, rank 1 joins it; one choice, both ranks switch to it at the same step and
     train to the Trainer's end; rank 0 merges both."""
     script = unique_copy(DATA_DIR / "launch" / "train_trainer.py", tmp_path)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    command = ["torchrun", "--nproc-per-node", "2", "--master-port", str(port), str(script)]
+    command = ["torchrun", "--nproc-per-node", "2", "--master-port", str(free_port()), str(script)]
     command += ["--max-steps", "300", "--output-dir", str(tmp_path / "hf"), "--callback-out", str(tmp_path)]
     command += ["--callback-try-workers", "0,1", "--callback-then", "best"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
@@ -131,10 +127,7 @@ def test_every_rank_follows_rank_0s_plan(tmp_path):
     assert done.stderr.count("dlprof: the trials are done: ") == 1, done.stderr  # rank 0 chose, once
     said = re.search(r"--then best: training on at num_workers=(\d+)", done.stderr)
     assert said is not None, done.stderr
-    traces = sorted(trace_files(tmp_path / "callback"))
-    manifests = sorted(
-        (json.loads(gzip.decompress(p.read_bytes()))[schema.MANIFEST_KEY] for p in traces), key=lambda m: m["rank"]
-    )
+    manifests = rank_manifests(tmp_path / "callback")
     assert [m["rank"] for m in manifests] == [0, 1]
     thens = [m["trials"]["then"] for m in manifests]
     assert thens[0] == thens[1] and thens[0]["num_workers"] == int(said.group(1)), thens
