@@ -282,6 +282,7 @@ def trials_result(
     settings, sources = [], {}
     limit = trials.max_worker_memory_mib
     segment_speeds: dict[int, Throughput | None] = {}
+    steady_steps: dict[Setting, list[int]] = {}
     for setting in _settings(trials):
         mine = [i for i, s in enumerate(trials.segments) if (s.num_workers, s.persistent_workers) == setting]
         queue = throughput.queue_steps(setting[0], prefetch, batches_per_step)
@@ -289,6 +290,7 @@ def trials_result(
         pieces = [segment_pieces(clock, trials.segments[i], (first_queues[i], queue), busy_at) for i in mine]
         speeds = [steady_speed(clock, p, batches_per_step, setting[0]) for p in pieces]
         segment_speeds.update(zip(mine, speeds))
+        steady_steps[setting] = [i for ps in pieces for p in ps for i in range(p.start + p.left_out, p.stop)]
         speed = throughput.combine([s for s in speeds if s is not None])
         pauses: tuple[list[float], list[float]] = ([], [])
         if speed is not None:
@@ -335,7 +337,7 @@ def trials_result(
         padding=padding,
         padding_not_measured=None if padding is not None else _padding_not_measured(trials),
         max_worker_memory_mib=limit,
-        tuned=tuned_run(manifest, settings, batches_per_step),
+        tuned=tuned_run(manifest, settings, batches_per_step, steady_steps),
     )
 
 

@@ -9,36 +9,53 @@ first), steady steps over their time, so the speed after the switch sits on the 
 trial's measurement of the same setting.
 
 It held when both speeds are trusted (:mod:`dlprof.core.throughput`'s rules: enough steps and seconds, the spread
-within bounds) and the speed after the switch is at most :data:`HELD_PCT` below the trial's. Torch-free.
+within bounds) and the speed after the switch is at most :data:`HELD_PCT` below the trial's.
+
+Beside the two speeds, the main process's page faults and kernel time per steady step in each
+(:class:`~dlprof.results.trials.FaultLevels`): on CPU, glibc malloc's level can move inside one process (the
+Trainer's rest of the training alternated between about 6,700 and 8,200 faults a step, 10.1 and 9.0 steps/s, at one
+setting), and the report says so where it moved. Torch-free.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from dlprof.analysis.segments import segment_pieces, steady_speed, switched_loader
+from dlprof.analysis.segments import Piece, segment_pieces, steady_speed, switched_loader
+from dlprof.analysis.unprofiled import VOLATILE_FAULTS
 from dlprof.core import throughput
-from dlprof.core.manifest import LoaderConfig, Manifest, Then, TrialSegment
+from dlprof.core.manifest import LoaderConfig, Manifest, StepClock, Then, TrialSegment
 from dlprof.core.schema import STATUS_TRAINING
 from dlprof.results.analysis import Throughput
-from dlprof.results.trials import TrialSetting, TunedRun
+from dlprof.results.trials import FaultLevels, TrialSetting, TunedRun
 
 #: The speed after the switch held when it is at most this much (%) below the same setting's trial: more than two
 #: trusted measurements of one setting differ by (throughput.MAX_SPREAD_PCT bounds each one's spread).
 HELD_PCT = 5.0
 
+#: Kernel time per step after the switch this much (%) above or below the trial's: malloc's level moved.
+LEVEL_MOVED_PCT = 10.0
+
 #: Why a run still training has no speed after the switch.
 STILL_TRAINING = "the training goes on; the rest is measured when it ends"
 
 
-def tuned_run(manifest: Manifest, settings: Sequence[TrialSetting], batches_per_step: float) -> TunedRun | None:
+def tuned_run(
+    manifest: Manifest,
+    settings: Sequence[TrialSetting],
+    batches_per_step: float,
+    trial_steps: Mapping[tuple[int, bool], Sequence[int]] | None = None,
+) -> TunedRun | None:
     """What the training did after its trials and whether the chosen setting's speed held beside its trial's; None
     for a run without ``--then best|keep`` (``Trials.then``).
 
     Args:
         settings: the trials' tried settings, measured (``TrialsResult.settings``): the trial of the setting gone on at.
         batches_per_step: the run's batches per training step (the refill transient's queue, in steps).
+        trial_steps: each tried setting's steady steps in the step clock (its page faults against those after the
+            switch); None: not compared.
     """
     trials = manifest.trials
     then = trials.then if trials is not None else None
@@ -72,20 +89,41 @@ def tuned_run(manifest: Manifest, settings: Sequence[TrialSetting], batches_per_
         return replace(run, error=_no_switch(then, manifest.status, run.steps))
     if manifest.status == STATUS_TRAINING:
         return replace(run, error=STILL_TRAINING)
-    speed = _speed_after_switch(manifest, then, persistent, config, batches_per_step)
+    speed, pieces = _speed_after_switch(manifest, then, persistent, config, batches_per_step)
     if speed is None or not throughput.enough(speed.steps, speed.seconds):
         return replace(run, error=_too_few(speed))
     change = 100 * (speed.steps_per_s - trial_rate) / trial_rate if trial_rate else None
     error = _not_comparable(speed, trial)
     held = None if error is not None or change is None else change >= -HELD_PCT
-    return replace(run, speed=speed, change_pct=change, held=held, error=error)
+    steady = [i for p in pieces for i in range(p.start + p.left_out, p.stop)]
+    assert then.num_workers is not None  # switched
+    levels = _fault_levels(clock, steady, (trial_steps or {}).get((then.num_workers, persistent), ()))
+    return replace(run, speed=speed, change_pct=change, held=held, error=error, fault_levels=levels)
+
+
+def _fault_levels(clock: StepClock, after: Sequence[int], trial: Sequence[int]) -> FaultLevels | None:
+    """Page faults and kernel ms per step over the steady steps ``after`` the switch and those of the ``trial``; None
+    where either has none or the step clock did not keep them (recorded before dlprof 0.7)."""
+    if not after or not trial or not clock.faults or not clock.sys_ms:
+        return None
+    faults, trial_faults = (statistics.fmean(clock.faults[i] for i in steps) for steps in (after, trial))
+    sys_ms, trial_sys_ms = (statistics.fmean(clock.sys_ms[i] for i in steps) for steps in (after, trial))
+    change_ms = abs(sys_ms - trial_sys_ms)
+    moved = max(faults, trial_faults) >= VOLATILE_FAULTS and 0 < change_ms >= LEVEL_MOVED_PCT / 100 * trial_sys_ms
+    return FaultLevels(
+        faults_per_step=faults,
+        sys_ms=sys_ms,
+        trial_faults_per_step=trial_faults,
+        trial_sys_ms=trial_sys_ms,
+        moved=moved,
+    )
 
 
 def _speed_after_switch(
     manifest: Manifest, then: Then, persistent: bool, config: LoaderConfig | None, batches_per_step: float
-) -> Throughput | None:
-    """The steady speed of the steps from the switch to the end, measured as a trial's segment is; ``config``: the
-    switched loader (:func:`switched_loader`)."""
+) -> tuple[Throughput | None, list[Piece]]:
+    """The steady speed of the steps from the switch to the end, measured as a trial's segment is, and its pieces;
+    ``config``: the switched loader (:func:`switched_loader`)."""
     assert then.first_step is not None and then.num_workers is not None  # called after a switch
     clock = manifest.step_clock
     own_prefetch = config.prefetch_factor if config else None
@@ -105,7 +143,7 @@ def _speed_after_switch(
     )
     busy_at = throughput.all_busy_below(then.num_workers, prefetch)
     pieces = segment_pieces(clock, stretch, (first_queue, queue), busy_at)
-    return steady_speed(clock, pieces, batches_per_step, then.num_workers)
+    return steady_speed(clock, pieces, batches_per_step, then.num_workers), pieces
 
 
 def _no_switch(then: Then, status: str | None, steps_after: int) -> str:

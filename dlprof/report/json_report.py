@@ -18,7 +18,7 @@ from dlprof.results.analysis import (
 )
 from dlprof.results.findings import Finding
 from dlprof.results.report import Report, RunReport
-from dlprof.results.trials import PaddingTrial, TrialsResult, TunedRun, TuningCost
+from dlprof.results.trials import FaultLevels, PaddingTrial, TrialsResult, TunedRun, TuningCost
 
 
 def _summary(summary: Summary) -> dict:
@@ -310,6 +310,17 @@ def _tuned(tuned: TunedRun) -> dict:
         "change_pct": rounded(tuned.change_pct, 2),
         "held": tuned.held,
         "error": tuned.error,
+        "page_faults": _fault_levels(tuned.fault_levels) if tuned.fault_levels is not None else None,
+    }
+
+
+def _fault_levels(levels: FaultLevels) -> dict:
+    return {
+        "faults_per_step": rounded(levels.faults_per_step, 0),
+        "sys_ms": rounded(levels.sys_ms, 2),
+        "trial_faults_per_step": rounded(levels.trial_faults_per_step, 0),
+        "trial_sys_ms": rounded(levels.trial_sys_ms, 2),
+        "moved": levels.moved,
     }
 
 

@@ -58,8 +58,17 @@ def tuned_line(trials: TrialsResult) -> str | None:
         if tuned.change_pct is not None:
             line += f" ({tuned.change_pct:+.1f} %)"
     if tuned.held is not None:
-        return line + (": held" if tuned.held else ": did not hold")
-    return line + (f": {tuned.error}" if tuned.error else "")
+        line += ": held" if tuned.held else ": did not hold"
+    elif tuned.error:
+        line += f": {tuned.error}"
+    levels = tuned.fault_levels
+    if levels is not None and levels.moved:
+        line += (
+            f"; the main process's page faults moved, {levels.faults_per_step:,.0f} a step after the switch against"
+            f" {levels.trial_faults_per_step:,.0f} in its trial ({levels.sys_ms:.1f} vs {levels.trial_sys_ms:.1f} ms"
+            " of kernel time): glibc malloc's level, which moves a CPU training's speed at any setting"
+        )
+    return line
 
 
 def status_note(info: RunInfo) -> str | None:

@@ -105,6 +105,21 @@ class TuningCost:
 
 
 @dataclass(frozen=True, kw_only=True)
+class FaultLevels:
+    """The main process's minor page faults and kernel CPU ms per steady step after the switch and in the trial of
+    the same setting (the step clock's ``faults``, ``sys_ms``): glibc malloc's level, which can move inside one
+    process and move a CPU training's speed with it, whatever its DataLoader setting."""
+
+    faults_per_step: float
+    sys_ms: float
+    trial_faults_per_step: float
+    trial_sys_ms: float
+    #: The level moved between the two: by at least ``analysis.tuned.LEVEL_MOVED_PCT`` of the trial's kernel time,
+    #: with at least ``analysis.unprofiled.VOLATILE_FAULTS`` faults a step in either.
+    moved: bool
+
+
+@dataclass(frozen=True, kw_only=True)
 class TunedRun:
     """The training after its trials (``--then best|keep``): the setting it went on at, and whether that setting's
     speed held beside its trial's measurement (both steady steps on the trials' in-epoch basis)."""
@@ -128,6 +143,8 @@ class TunedRun:
     held: bool | None
     #: Why there was no switch, or why the check could not be made.
     error: str | None = None
+    #: Page faults and kernel time after the switch beside the trial's (None: not measured, or older recordings).
+    fault_levels: FaultLevels | None = None
 
     @property
     def steps_per_s(self) -> float | None:

@@ -154,6 +154,35 @@ def test_untrusted_or_untried_is_not_held_either_way():
     assert run.error == "no trial of this setting measured it: nothing to compare with"
 
 
+def _with_faults(built: Manifest, level: dict[range, tuple[int, float]]) -> Manifest:
+    """``built`` with page faults and kernel ms per step: (faults, ms) for the steps of each range, 0 elsewhere."""
+    count = len(built.step_clock)
+    per_step = [next((v for r, v in level.items() if i in r), (0, 0.0)) for i in range(count)]
+    columns = {"faults": tuple(f for f, _ in per_step), "sys_ms": tuple(ms for _, ms in per_step)}
+    return replace(built, step_clock=replace(built.step_clock, **columns))
+
+
+def test_page_faults_after_the_switch_beside_its_trial():
+    """The trial of num_workers=2 (steps 70-169) at 6,000 faults and 15 ms of kernel time a step; after the switch
+    (175 on) 8,000 and 20 ms, but for the left-out steps 175-179 (at 50,000: never counted)."""
+    built = manifest(_after(26.0, epoch_at=999), BEST)
+    levels = {range(70, 170): (6000, 15.0), range(175, 180): (50000, 90.0), range(180, 400): (8000, 20.0)}
+    result = trials_result(_with_faults(built, levels), 1.0)
+    faults = result.tuned.fault_levels
+    # The trial's steady steps: 75-169 (five left out after its switch); after the switch: 180-329.
+    assert (faults.trial_faults_per_step, faults.trial_sys_ms) == (6000, 15.0)
+    assert (faults.faults_per_step, faults.sys_ms, faults.moved) == (8000, 20.0, True)
+    # 16.4 ms against 15: within LEVEL_MOVED_PCT (10 %) of the trial's kernel time: not moved.
+    near = trials_result(_with_faults(built, {**levels, range(180, 400): (8000, 16.4)}), 1.0).tuned.fault_levels
+    assert near.sys_ms == pytest.approx(16.4) and near.moved is False
+    # Fewer than VOLATILE_FAULTS (1,000) faults a step on both sides: no malloc level to speak of.
+    few = {range(70, 170): (600, 1.0), range(180, 400): (900, 3.0)}
+    assert trials_result(_with_faults(built, few), 1.0).tuned.fault_levels.moved is False
+    # Without the trials' steady steps (or a step clock without faults) nothing is compared.
+    assert tuned_run(_with_faults(built, levels), result.settings, 1.0).fault_levels is None
+    assert trials_result(built, 1.0).tuned.fault_levels is None
+
+
 def test_the_trials_result_carries_it():
     built = manifest(_after(26.0), BEST, epoch_starts=(100,))
     result = trials_result(built, 1.0)

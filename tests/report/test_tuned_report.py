@@ -21,7 +21,7 @@ from dlprof.report import renderer
 from dlprof.report.tuning import status_note, tuned_line
 from dlprof.results.analysis import Throughput
 from dlprof.results.report import Report
-from dlprof.results.trials import BASIS_IN_EPOCH, TrialsResult, TunedRun
+from dlprof.results.trials import BASIS_IN_EPOCH, FaultLevels, TrialsResult, TunedRun
 from dlprof.trace.build import TRAINING_OVER
 from dlprof.trace.discover import load_run
 from dlprof.workflows.analyze import analyze_run, build_report
@@ -104,6 +104,7 @@ def test_the_tuned_line_in_every_format(report):
         "change_pct": round(tuned.change_pct, 2),
         "held": True,
         "error": None,
+        "page_faults": None,  # the trace's step clock kept no page faults
     }
 
 
@@ -173,6 +174,20 @@ def test_the_tuned_line_held_or_not_or_why_not():
     none = _trials(num_workers=None, first_step=None, speed=None, held=None, error="no switch: the training ended")
     assert tuned_line(none) == "after the trials (--then best): no switch: the training ended"
     assert tuned_line(TrialsResult(rounds=1, rounds_planned=1, basis=BASIS_IN_EPOCH, settings=())) is None
+
+
+def test_the_tuned_line_says_where_malloc_moved():
+    levels = FaultLevels(
+        faults_per_step=7568.3, sys_ms=19.84, trial_faults_per_step=6916.9, trial_sys_ms=16.49, moved=True
+    )
+    line = tuned_line(_trials(held=False, fault_levels=levels))
+    assert line.endswith(
+        "(-2.0 %): did not hold; the main process's page faults moved, 7,568 a step after the switch against 6,917 in"
+        " its trial (19.8 vs 16.5 ms of kernel time): glibc malloc's level, which moves a CPU training's speed at any"
+        " setting"
+    )
+    steady = dataclasses.replace(levels, moved=False)
+    assert tuned_line(_trials(fault_levels=steady)).endswith("(-2.0 %): held")  # the levels only in JSON
 
 
 def _written_while_training(tmp_path) -> Path:
