@@ -12,17 +12,24 @@
 
 Prints both comparisons with the launches' spread, and writes every number to ``--json``. Run it on a quiet machine:
 nothing else running (the speeds are compared within one run, but noise still widens them).
+
+``--allocator fixed`` runs every process (the recording and the launches) with glibc's malloc held to fixed
+thresholds (scripts/bench_advice.py's): on CPU a process's page-fault level otherwise settles by chance and moves
+inside it, and the speed with it (docs/validation.md); ``glibc``, the default, keeps glibc's own.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from bench_advice import FIXED_ALLOCATOR_ENV
 
 TRAINER = Path(__file__).resolve().parent / "bench_trainer.py"
 
@@ -81,7 +88,10 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--num-workers", type=int, default=2, help="the workload's own setting [default: 2]")
     parser.add_argument("--json", type=Path, help="also write every number here")
+    parser.add_argument("--allocator", choices=("glibc", "fixed"), default="glibc")
     args = parser.parse_args()
+    if args.allocator == "fixed":
+        os.environ.update(FIXED_ALLOCATOR_ENV)  # inherited by every process started from here
     options = ["--batch-size", str(args.batch_size)]
     options += ["--max-length", str(args.max_length)] if args.case == "lora" else []
     with tempfile.TemporaryDirectory() as tmp:
@@ -97,7 +107,7 @@ def main() -> None:
     what = {"lora": "built-in workload", "trainer": "Trainer (scripts/bench_trainer.py)"}.get(
         args.case, "Trainer with DlprofCallback(try_workers=..., then='best')"
     )
-    print(f"{what}, {' '.join(options)}, its own num_workers={args.num_workers}; {said}")
+    print(f"{what}, {' '.join(options)}, its own num_workers={args.num_workers}, allocator {args.allocator}; {said}")
     print("| after the switch | steps | steps/s (spread) | its trial | vs trial | launches: median (each) | vs them |")
     print("|---|---|---|---|---|---|---|")
     each = ", ".join(f"{s:.2f}" for s in launches)
@@ -109,6 +119,7 @@ def main() -> None:
     )
     if args.json is not None:
         numbers = {"tuned": tuned, "launches": launches, "against_launches_pct": against_launches, "said": said}
+        numbers["allocator"] = args.allocator
         args.json.write_text(json.dumps(numbers, indent=1))
 
 
