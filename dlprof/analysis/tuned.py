@@ -152,7 +152,10 @@ def _no_switch(then: Then, status: str | None, steps_after: int) -> str:
     if status == STATUS_TRAINING:
         return f"{STILL_TRAINING} (no switch yet)"
     if steps_after == 0:  # what a killed training wrote when its trials ended stands in
-        return "no step after the trials was recorded: the training ended before it saved its recording again"
+        return (
+            "no step after the trials was recorded: this is the recording written when the trials ended (the one the"
+            " training's end would have written was not: it was killed, or that write failed)"
+        )
     return "no switch: the training went on at the trials' last setting"
 
 

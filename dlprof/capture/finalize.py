@@ -354,13 +354,23 @@ def write_traces(
         replaces: the traces :func:`write_interim` wrote, removed once these are all written (kept otherwise).
 
     Raises:
-        RecordError: nothing was recorded; the run directory is removed.
+        RecordError: nothing was recorded; the run directory is removed, unless ``replaces`` are in it: they are kept,
+            and the message says so.
     """
-    results = _share_calibration(_traced_results(run_dir, inputs, wording, stopped_by))
-    redactor = _redactor(results, inputs) if inputs.redact else None
-    traces: list[tuple[Path, Manifest]] = []
-    for result in results:
-        traces.append(_write_rank(run_dir, result, inputs, wording, redactor, [path for path, _ in traces]))
+    try:
+        results = _share_calibration(_traced_results(run_dir, inputs, wording, stopped_by))
+        redactor = _redactor(results, inputs) if inputs.redact else None
+        traces: list[tuple[Path, Manifest]] = []
+        for result in results:
+            traces.append(_write_rank(run_dir, result, inputs, wording, redactor, [path for path, _ in traces]))
+    except RecordError as error:
+        kept = [path for path in replaces if path.is_file()]
+        if not kept:
+            raise
+        # The trials' recording stands in (read as partial once this record is gone): say where it is.
+        raise RecordError(
+            f"{error}; the trials' traces written when they ended are kept in {kept[0].parent}", error.exit_code
+        ) from None
     for path in replaces:
         path.unlink(missing_ok=True)
     shutil.rmtree(inputs.session_dir, ignore_errors=True)

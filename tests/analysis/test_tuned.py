@@ -128,7 +128,8 @@ def test_no_switch_says_why():
     # A training killed after its trials: the recording it wrote when they ended has no step after them.
     run = tuned_run(manifest([], replace(then, error=None)), _settings(), 1.0)
     assert run.steps == 0 and run.error == (
-        "no step after the trials was recorded: the training ended before it saved its recording again"
+        "no step after the trials was recorded: this is the recording written when the trials ended (the one the"
+        " training's end would have written was not: it was killed, or that write failed)"
     )
 
 

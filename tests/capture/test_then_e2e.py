@@ -5,14 +5,17 @@ and no process is left behind."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -148,19 +151,44 @@ def _wait_for_trace(run_dir: Path, timeout_s: float) -> Path:
     raise AssertionError(f"no trace in {run_dir} after {timeout_s} s")
 
 
-def _record_until_stopped(tmp_path: Path, name: str, **popen) -> tuple[Path, subprocess.Popen]:
+#: Runs Python with SIGXFSZ ignored (a write past the file-size limit then fails with EFBIG, as one on a full disk
+#: fails with ENOSPC, instead of killing the process): ``[sys.executable, "-c", IGNORE_SIGXFSZ, "-m", ...]``.
+IGNORE_SIGXFSZ = (
+    "import os, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN);"
+    " os.execv(sys.executable, [sys.executable] + sys.argv[1:])"
+)
+
+
+def _record_until_stopped(
+    tmp_path: Path, name: str, python: tuple[str, ...] = (sys.executable,), **popen
+) -> tuple[Path, subprocess.Popen]:
     """``dlprof record --try-workers 0,2 --then best`` of train_then.py, which trains until it is stopped, started
-    into ``tmp_path/name``; returns the script's copy (its processes are looked for afterwards) and the record."""
+    into ``tmp_path/name`` by ``python``; returns the script's copy (its processes are looked for afterwards) and the
+    record."""
     script = unique_copy(SCRIPTS_DIR / "train_then.py", tmp_path)
-    command = [sys.executable, "-m", "dlprof", "record", "--out", str(tmp_path), "--name", name, *SHORT]
+    command = [*python, "-m", "dlprof", "record", "--out", str(tmp_path), "--name", name, *SHORT]
     command += ["--try-workers", "0,2", "--trial-steps", "5", "--then", "best", "--"]
     command += ["python", str(script), "--log", str(tmp_path / "epochs.log")]
     return script, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
+@contextlib.contextmanager
+def _never_left(record: subprocess.Popen, group: bool = False) -> Iterator[None]:
+    """Kills ``record`` (its process group with ``group``) if it is still running when the block is left."""
+    try:
+        yield
+    finally:
+        if record.poll() is None:
+            if group:
+                os.killpg(record.pid, signal.SIGKILL)
+            else:
+                record.kill()
+            record.wait()
+
+
 def test_the_trials_are_read_while_it_trains_and_sigterm_keeps_them(tmp_path):
     script, record = _record_until_stopped(tmp_path, "live")
-    try:
+    with _never_left(record):
         interim = _wait_for_trace(tmp_path / "live", 300)
         document = json.loads(gzip.decompress(interim.read_bytes()))["dlprof"]
         assert document["status"] == "training" and document["trials"]["then"]["mode"] == "best"
@@ -171,10 +199,6 @@ def test_the_trials_are_read_while_it_trains_and_sigterm_keeps_them(tmp_path):
         time.sleep(3)  # the switch, and steps after it
         record.send_signal(signal.SIGTERM)
         stdout, stderr = record.communicate(timeout=120)
-    finally:
-        if record.poll() is None:
-            record.kill()
-            record.wait()
     assert record.returncode == 128 + signal.SIGTERM, stderr
     manifest = _manifest(tmp_path / "live")  # one trace: the final one replaced the trials' traces
     assert manifest["status"] == "partial" and "SIGTERM" in (manifest["error"] or ""), manifest["error"]
@@ -189,16 +213,12 @@ def test_the_trials_are_read_while_it_trains_and_sigterm_keeps_them(tmp_path):
 def test_a_training_killed_after_the_trials_keeps_them(tmp_path):
     """SIGKILL of the training process while it trains on: what it wrote when the trials ended stands in."""
     script, record = _record_until_stopped(tmp_path, "killed")
-    try:
+    with _never_left(record):
         interim = _wait_for_trace(tmp_path / "killed", 300)
         training_pid = int(re.search(r"_(\d+)\.\d+\.pt\.trace\.json\.gz$", interim.name).group(1))
         time.sleep(2)
         os.kill(training_pid, signal.SIGKILL)
         stdout, stderr = record.communicate(timeout=120)
-    finally:
-        if record.poll() is None:
-            record.kill()
-            record.wait()
     assert record.returncode == 128 + signal.SIGKILL, stderr
     assert "killed by SIGKILL" in stderr
     manifest = _manifest(tmp_path / "killed")  # one trace: the final one replaced the trials' traces
@@ -220,15 +240,11 @@ def test_ctrl_c_after_the_trials_keeps_them(tmp_path):
     partial, with the trials and the steps after them; no scratch and no process left."""
     # In a process group of its own, as a terminal starts a command.
     script, record = _record_until_stopped(tmp_path, "ctrl-c", start_new_session=True)
-    try:
+    with _never_left(record, group=True):
         _wait_for_trace(tmp_path / "ctrl-c", 300)
         time.sleep(3)  # the switch, and steps after it
         os.killpg(record.pid, signal.SIGINT)
         stdout, stderr = record.communicate(timeout=120)
-    finally:
-        if record.poll() is None:
-            os.killpg(record.pid, signal.SIGKILL)
-            record.wait()
     assert record.returncode == 130, stderr
     manifest = _manifest(tmp_path / "ctrl-c")  # one trace: the final one replaced the trials' traces
     assert manifest["status"] == "partial" and manifest["error"] == "interrupted (KeyboardInterrupt)", manifest["error"]
@@ -237,6 +253,40 @@ def test_ctrl_c_after_the_trials_keeps_them(tmp_path):
     assert PHASE_TUNED in manifest["step_clock"]["phase"]
     assert list(schema.scratch_dirs(tmp_path / "ctrl-c")) == []
     assert leftover_processes(str(script)) == []
+
+
+def test_a_full_disk_after_the_trials_keeps_them(tmp_path):
+    """The disk fills while the training goes on after its trials (here: dlprof record's file-size limit lowered to 0
+    once the trials' traces are written; a full disk refuses its writes alike), then the training is stopped: the final
+    traces cannot be written. The trials' traces stay, read as partial; one line says so; nothing half-written, no
+    process left."""
+    script, record = _record_until_stopped(tmp_path, "full", python=(sys.executable, "-c", IGNORE_SIGXFSZ))
+    with _never_left(record):
+        interim = _wait_for_trace(tmp_path / "full", 300)
+        kept = interim.read_bytes()
+        time.sleep(2)  # the switch, and steps after it
+        resource.prlimit(record.pid, resource.RLIMIT_FSIZE, (0, 0))  # dlprof record's own writes: the training's run
+        record.send_signal(signal.SIGTERM)
+        stdout, stderr = record.communicate(timeout=120)
+    assert record.returncode == 2, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert (
+        last.startswith(f"dlprof: error: {tmp_path / 'full'}") and "could not write the trace (File too large)" in last
+    )
+    assert last.endswith(
+        "free disk space or choose another --out; the trials' traces written when they ended are kept in"
+        f" {tmp_path / 'full'}"
+    )
+    assert trace_files(tmp_path / "full") == [interim] and interim.read_bytes() == kept  # untouched
+    assert list(schema.scratch_dirs(tmp_path / "full")) == [] and not list((tmp_path / "full").glob("*.tmp"))
+    assert leftover_processes(str(script)) == []
+    read = run_dlprof("analyze", str(tmp_path / "full"))  # the trials, as a partial run's
+    assert read.returncode == 0 and "note: the recording is partial" in read.stdout, read.stdout
+    assert "Measured in this training: in-process trials" in read.stdout
+    assert (
+        "--then best): no step after the trials was recorded: this is the recording written when the trials"
+        in read.stdout
+    )
 
 
 def test_torchrun_ranks_switch_to_the_best_at_the_same_step(tmp_path):

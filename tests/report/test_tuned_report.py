@@ -232,7 +232,8 @@ def test_a_trace_of_a_training_that_went_on_reads_as_partial_once_no_recording_i
     for run in (gone, killed):
         assert not run.info.training and run.info.status == STATUS_PARTIAL and run.manifest.error == TRAINING_OVER
         assert tuned_line(run.trials) == (
-            "after the trials (--then best): no step after the trials was recorded: the training ended before it"
-            " saved its recording again"
+            "after the trials (--then best): no step after the trials was recorded: this is the recording written"
+            " when the trials ended (the one the training's end would have written was not: it was killed, or that"
+            " write failed)"
         )
         assert run.advice.num_workers == 2  # the trials are analysed as any partial run's
