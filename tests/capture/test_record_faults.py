@@ -22,6 +22,7 @@ import psutil
 import pytest
 from conftest import SCRIPTS_DIR, check_recorded_traces, leftover_processes, run_dlprof, trace_files
 
+from dlprof.capture.spanfile import KIND_NEXT, RECORD
 from dlprof.core import schema
 
 pytestmark = pytest.mark.slow
@@ -77,6 +78,16 @@ def _wait_for(condition, timeout_s: float = 120) -> None:
 def _recording(run_dir: Path) -> bool:
     """The training process has started recording (its spans are being written)."""
     return any((run_dir / schema.SCRATCH_DIR / "spans").glob("*/*.spans"))
+
+
+def _batches_taken(run_dir: Path) -> int:
+    """Batches the training process has taken so far: the ``__next__`` records of the span files (a record cut short
+    by a write in progress is not counted)."""
+    taken = 0
+    for path in (run_dir / schema.SCRATCH_DIR / "spans").glob("*/*.spans"):
+        data = path.read_bytes()
+        taken += sum(data[i] == KIND_NEXT for i in range(0, len(data) - RECORD.size + 1, RECORD.size))
+    return taken
 
 
 def _exported(run_dir: Path) -> bool:
@@ -149,8 +160,8 @@ def test_records_without_a_name_started_together_get_their_own_runs(tmp_path, sc
 def test_a_signal_to_dlprof_alone_reaches_the_training(tmp_path, script, signum, code, error):
     """Schedulers and ``timeout`` signal dlprof record only: the training must still save its recording."""
     process = _start(tmp_path, "signalled", script, "--num-workers", "2", "--steps", "100000", "--sleep-ms", "1")
-    _wait_for(lambda: _recording(tmp_path / "signalled"))
-    time.sleep(1.0)
+    # Steps inside the window (it opens after 2): a machine under load may take seconds to get there.
+    _wait_for(lambda: _batches_taken(tmp_path / "signalled") >= 10)
     os.kill(process.pid, signum)  # to dlprof record alone, not its process group
     returncode, stderr = _finish(process)
     assert returncode == code, stderr
