@@ -7,6 +7,7 @@ time. Torch-free.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from dlprof.core import throughput
@@ -69,10 +70,15 @@ def segment_pieces(
     return pieces
 
 
+def steady_steps(pieces: Iterable[Piece]) -> list[int]:
+    """The step clock's indices of the steady steps of ``pieces``: each piece's steps after its transient."""
+    return [i for p in pieces for i in range(p.start + p.left_out, p.stop)]
+
+
 def steady_speed(clock: StepClock, pieces: list[Piece], batches_per_step: float, workers: int) -> Throughput | None:
     """The steady steps of ``pieces`` (:func:`segment_pieces`) as one speed: steps over time, less the steps a surplus
     still there carried (``StepClock.ready``, :func:`dlprof.core.throughput.surplus_steps`)."""
-    steady = [ms for p in pieces for ms in clock.wall_ms[p.start + p.left_out : p.stop]]
+    steady = [clock.wall_ms[i] for i in steady_steps(pieces)]
     surplus = sum(
         throughput.surplus_steps(clock.ready, p.start + p.left_out, p.stop - 1, batches_per_step, max(1, workers))
         for p in pieces

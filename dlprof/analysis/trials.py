@@ -53,7 +53,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from dlprof.analysis.segments import Piece, segment_pieces, steady_speed, switched_loader
+from dlprof.analysis.segments import Piece, segment_pieces, steady_speed, steady_steps, switched_loader
 from dlprof.analysis.trial_memory import segment_pss, workers_pss
 from dlprof.analysis.tuned import tuned_run
 from dlprof.core import throughput
@@ -87,9 +87,8 @@ label = setting_label
 # ------------------------------------------------------------------------------------ one segment
 
 
-def _wait_pct(clock: StepClock, pieces: list[list[Piece]]) -> float | None:
-    """Share of the steady steps' time (every segment's) spent waiting for data, %."""
-    steady = [i for ps in pieces for p in ps for i in range(p.start + p.left_out, p.stop)]
+def _wait_pct(clock: StepClock, steady: list[int]) -> float | None:
+    """Share of the ``steady`` steps' time (every segment's) spent waiting for data, %."""
     wall = sum(clock.wall_ms[i] for i in steady)
     return 100 * sum(clock.wait_ms[i] for i in steady) / wall if wall > 0 else None
 
@@ -282,7 +281,7 @@ def trials_result(
     settings, sources = [], {}
     limit = trials.max_worker_memory_mib
     segment_speeds: dict[int, Throughput | None] = {}
-    steady_steps: dict[Setting, list[int]] = {}
+    steady: dict[Setting, list[int]] = {}
     for setting in _settings(trials):
         mine = [i for i, s in enumerate(trials.segments) if (s.num_workers, s.persistent_workers) == setting]
         queue = throughput.queue_steps(setting[0], prefetch, batches_per_step)
@@ -290,7 +289,7 @@ def trials_result(
         pieces = [segment_pieces(clock, trials.segments[i], (first_queues[i], queue), busy_at) for i in mine]
         speeds = [steady_speed(clock, p, batches_per_step, setting[0]) for p in pieces]
         segment_speeds.update(zip(mine, speeds))
-        steady_steps[setting] = [i for ps in pieces for p in ps for i in range(p.start + p.left_out, p.stop)]
+        steady[setting] = steady_steps(p for ps in pieces for p in ps)
         speed = throughput.combine([s for s in speeds if s is not None])
         pauses: tuple[list[float], list[float]] = ([], [])
         if speed is not None:
@@ -312,7 +311,7 @@ def trials_result(
                 segments=len(mine),
                 predicted_steps_per_s=None,
                 error_pct=None,
-                data_wait_pct=_wait_pct(clock, pieces) if speed is not None else None,
+                data_wait_pct=_wait_pct(clock, steady[setting]) if speed is not None else None,
                 workers_pss_mib=(pss := workers_pss(manifest, [trials.segments[i] for i in mine])),
                 over_memory_limit=pss is not None and limit is not None and pss > limit,
             )
@@ -337,7 +336,7 @@ def trials_result(
         padding=padding,
         padding_not_measured=None if padding is not None else _padding_not_measured(trials),
         max_worker_memory_mib=limit,
-        tuned=tuned_run(manifest, settings, batches_per_step, steady_steps),
+        tuned=tuned_run(manifest, settings, batches_per_step, steady),
     )
 
 

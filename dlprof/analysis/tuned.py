@@ -23,7 +23,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from dlprof.analysis.segments import Piece, segment_pieces, steady_speed, switched_loader
+from dlprof.analysis.segments import Piece, segment_pieces, steady_speed, steady_steps, switched_loader
 from dlprof.analysis.unprofiled import VOLATILE_FAULTS
 from dlprof.core import throughput
 from dlprof.core.manifest import LoaderConfig, Manifest, StepClock, Then, TrialSegment
@@ -95,9 +95,8 @@ def tuned_run(
     change = 100 * (speed.steps_per_s - trial_rate) / trial_rate if trial_rate else None
     error = _not_comparable(speed, trial)
     held = None if error is not None or change is None else change >= -HELD_PCT
-    steady = [i for p in pieces for i in range(p.start + p.left_out, p.stop)]
     assert then.num_workers is not None  # switched
-    levels = _fault_levels(clock, steady, (trial_steps or {}).get((then.num_workers, persistent), ()))
+    levels = _fault_levels(clock, steady_steps(pieces), (trial_steps or {}).get((then.num_workers, persistent), ()))
     return replace(run, speed=speed, change_pct=change, held=held, error=error, fault_levels=levels)
 
 

@@ -22,7 +22,7 @@ import psutil
 import pytest
 from conftest import SCRIPTS_DIR, check_recorded_traces, leftover_processes, run_dlprof, trace_files
 
-from dlprof.capture.spanfile import KIND_NEXT, RECORD
+from dlprof.capture.spanfile import read_span_files
 from dlprof.core import schema
 
 pytestmark = pytest.mark.slow
@@ -81,13 +81,8 @@ def _recording(run_dir: Path) -> bool:
 
 
 def _batches_taken(run_dir: Path) -> int:
-    """Batches the training process has taken so far: the ``__next__`` records of the span files (a record cut short
-    by a write in progress is not counted)."""
-    taken = 0
-    for path in (run_dir / schema.SCRATCH_DIR / "spans").glob("*/*.spans"):
-        data = path.read_bytes()
-        taken += sum(data[i] == KIND_NEXT for i in range(0, len(data) - RECORD.size + 1, RECORD.size))
-    return taken
+    """Batches the training process has taken so far: the ``__next__`` records of the span files."""
+    return sum(len(read_span_files(spans).next_calls) for spans in (run_dir / schema.SCRATCH_DIR / "spans").glob("*"))
 
 
 def _exported(run_dir: Path) -> bool:
