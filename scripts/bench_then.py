@@ -1,6 +1,7 @@
 """``--then best`` checked: the speed after the switch against the trial's and against plain launches.
 
     python scripts/bench_then.py [--case lora|trainer|callback] [--try-workers 0,1,2] [--steps 3000] [--launches 3]
+                                 [--repeats 1]
 
 1. ``dlprof record --try-workers ... --then best`` on the built-in workload (tiny Qwen2 + LoRA, ``--steps N``) or on
    scripts/bench_trainer.py (a Hugging Face Trainer, ``--max-steps N``), or (``callback``) that Trainer with
@@ -12,6 +13,9 @@
 
 Prints both comparisons with the launches' spread, and writes every number to ``--json``. Run it on a quiet machine:
 nothing else running (the speeds are compared within one run, but noise still widens them).
+
+``--repeats R`` does it R times, each recording followed by its launches (so the VM's drift over the hour falls on
+both alike), then compares the medians: the speeds after the switch, their trials, and every launch.
 
 ``--allocator fixed`` runs every process (the recording and the launches) with glibc's malloc held to fixed
 thresholds (scripts/bench_advice.py's): on CPU a process's page-fault level otherwise settles by chance and moves
@@ -89,38 +93,70 @@ def main() -> None:
     parser.add_argument("--num-workers", type=int, default=2, help="the workload's own setting [default: 2]")
     parser.add_argument("--json", type=Path, help="also write every number here")
     parser.add_argument("--allocator", choices=("glibc", "fixed"), default="glibc")
+    parser.add_argument("--repeats", type=int, default=1, help="recordings, each with its launches [default: 1]")
     args = parser.parse_args()
     if args.allocator == "fixed":
         os.environ.update(FIXED_ALLOCATOR_ENV)  # inherited by every process started from here
     options = ["--batch-size", str(args.batch_size)]
     options += ["--max-length", str(args.max_length)] if args.case == "lora" else []
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        run, said = _record(args.case, options, args.num_workers, args.try_workers, args.steps, work)
-        tuned = run["trials"]["tuned"]
-        if tuned is None or tuned["num_workers"] is None or tuned["steps_per_s"] is None:
-            sys.exit(f"bench_then: no speed after the switch: {tuned}")
-        launches = [_launch(args.case, options, tuned, work / f"launch-{i}.json") for i in range(args.launches)]
-    truth = statistics.median(launches)
-    against_launches = 100 * (tuned["steps_per_s"] / truth - 1)
-    spread = 100 * (max(launches) - min(launches)) / truth
     what = {"lora": "built-in workload", "trainer": "Trainer (scripts/bench_trainer.py)"}.get(
         args.case, "Trainer with DlprofCallback(try_workers=..., then='best')"
     )
-    print(f"{what}, {' '.join(options)}, its own num_workers={args.num_workers}, allocator {args.allocator}; {said}")
+    runs = []
+    for repeat in range(args.repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            runs.append(_one_run(args, options, Path(tmp)))
+        print(
+            f"repeat {repeat + 1}: {what}, {' '.join(options)}, its own num_workers={args.num_workers},"
+            f" allocator {args.allocator}; {runs[-1]['said']}",
+            flush=True,
+        )
     print("| after the switch | steps | steps/s (spread) | its trial | vs trial | launches: median (each) | vs them |")
     print("|---|---|---|---|---|---|---|")
-    each = ", ".join(f"{s:.2f}" for s in launches)
-    print(
-        f"| num_workers={tuned['num_workers']} from step {tuned['first_step']} | {tuned['steps_at_setting']} |"
-        f" {tuned['steps_per_s']:.2f} ({tuned['spread_pct']} %) | {tuned['trial_steps_per_s']} |"
-        f" {_pct(tuned['change_pct'])} (held: {tuned['held']}) | {truth:.2f} ({each}; spread {spread:.1f} %) |"
-        f" {_pct(against_launches)} |"
-    )
+    for run in runs:
+        tuned, launches = run["tuned"], run["launches"]
+        print(
+            f"| num_workers={tuned['num_workers']} from step {tuned['first_step']} | {tuned['steps_at_setting']} |"
+            f" {tuned['steps_per_s']:.2f} ({tuned['spread_pct']} %) | {tuned['trial_steps_per_s']} |"
+            f" {_pct(tuned['change_pct'])} (held: {tuned['held']}) | {_launches(launches)} |"
+            f" {_pct(run['against_launches_pct'])} |"
+        )
+    chosen = {run["tuned"]["num_workers"] for run in runs}
+    summary = None
+    if len(runs) > 1 and len(chosen) == 1:
+        after = statistics.median(run["tuned"]["steps_per_s"] for run in runs)
+        trial = statistics.median(run["tuned"]["trial_steps_per_s"] for run in runs)
+        launches = [speed for run in runs for speed in run["launches"]]
+        truth = statistics.median(launches)
+        summary = {"after": after, "trial": trial, "launches": truth}
+        summary |= {"vs_trial_pct": 100 * (after / trial - 1), "vs_launches_pct": 100 * (after / truth - 1)}
+        print(
+            f"| medians of {len(runs)} repeats (num_workers={chosen.pop()}) | | {after:.2f} | {trial:.2f} |"
+            f" {_pct(summary['vs_trial_pct'])} | {_launches(launches)} | {_pct(summary['vs_launches_pct'])} |"
+        )
+    elif len(runs) > 1:
+        print(f"the repeats chose different settings ({sorted(chosen)}): no medians across them")
     if args.json is not None:
-        numbers = {"tuned": tuned, "launches": launches, "against_launches_pct": against_launches, "said": said}
-        numbers["allocator"] = args.allocator
+        numbers = {"runs": runs, "allocator": args.allocator, "medians": summary}
         args.json.write_text(json.dumps(numbers, indent=1))
+
+
+def _launches(launches: list[float]) -> str:
+    """The launches' median, each, and their spread (% of the median)."""
+    truth = statistics.median(launches)
+    each = ", ".join(f"{s:.2f}" for s in launches)
+    return f"{truth:.2f} ({each}; spread {100 * (max(launches) - min(launches)) / truth:.1f} %)"
+
+
+def _one_run(args: argparse.Namespace, options: list[str], work: Path) -> dict:
+    """One recording with ``--then best``, then its plain launches at the setting it chose."""
+    run, said = _record(args.case, options, args.num_workers, args.try_workers, args.steps, work)
+    tuned = run["trials"]["tuned"]
+    if tuned is None or tuned["num_workers"] is None or tuned["steps_per_s"] is None:
+        sys.exit(f"bench_then: no speed after the switch: {tuned}")
+    launches = [_launch(args.case, options, tuned, work / f"launch-{i}.json") for i in range(args.launches)]
+    against = 100 * (tuned["steps_per_s"] / statistics.median(launches) - 1)
+    return {"tuned": tuned, "launches": launches, "against_launches_pct": against, "said": said}
 
 
 if __name__ == "__main__":
