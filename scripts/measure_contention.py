@@ -6,7 +6,8 @@ Trains the claim check's model (the built-in tiny Qwen2 + LoRA, batch 1, up to 2
 beforehand, alone and beside ``k`` processes that keep a core busy the whole time, as DataLoader workers that never
 run out of work do: ``tokenizer`` burns CPU as the workload's ``--tokenizer-cost-ms`` does (reading the thread's CPU
 clock in a loop), ``python`` in a pure-Python loop. Rounds interleave the counts. Prints the median step at each
-count, the training's speed (alone / beside k) and what ``dlprof.advice.model.shared_cores`` assumes for the
+count, the training's speed (alone / beside k) by the median step and by the mean one (what throughput sees: a busy
+process holds some steps back for whole time slices) and what ``dlprof.advice.model.shared_cores`` assumes for the
 training's threads on this machine's cores: the term that predicts the step with workers from a window without
 them (docs/validation.md#the-model-under-contention).
 """
@@ -69,6 +70,7 @@ def main() -> None:
         step_ms(batch)
     fork = multiprocessing.get_context("fork")
     medians: dict[int, list[float]] = {k: [] for k in counts}
+    means: dict[int, list[float]] = {k: [] for k in counts}
     for round_ in range(args.rounds):
         for k in counts if round_ % 2 == 0 else reversed(counts):
             stop = fork.Event()
@@ -76,22 +78,26 @@ def main() -> None:
             for burner in burners:
                 burner.start()
             time.sleep(0.3)  # every burner busy
-            medians[k].append(statistics.median(step_ms(batch) for batch in batches))
+            steps = [step_ms(batch) for batch in batches]
+            medians[k].append(statistics.median(steps))
+            means[k].append(statistics.fmean(steps))
             stop.set()
             for burner in burners:
                 burner.join()
     cores = len(os.sched_getaffinity(0))
     threads = torch.get_num_threads()
     alone = statistics.median(medians[counts[0]]) if counts[0] == 0 else None
+    alone_mean = statistics.median(means[counts[0]]) if counts[0] == 0 else None
     print(f"{cores} usable cores, {threads} intra-op threads, burner: {args.burn}, {args.rounds} rounds")
-    print("| busy beside it | step ms (each round) | speed (alone / beside) | model's speed |")
-    print("|---|---|---|---|")
+    print("| busy beside it | median step ms (each round) | speed by median | speed by mean | model's speed |")
+    print("|---|---|---|---|---|")
     for k in counts:
         median = statistics.median(medians[k])
         speed = f"{alone / median:.3f}" if alone else "-"
+        by_mean = f"{alone_mean / statistics.median(means[k]):.3f}" if alone_mean else "-"
         model = shared_cores(cores, min(threads, cores), k)[0]
         each = ", ".join(f"{m:.1f}" for m in medians[k])
-        print(f"| {k} | {median:.1f} ({each}) | {speed} | {model:.3f} |")
+        print(f"| {k} | {median:.1f} ({each}) | {speed} | {by_mean} | {model:.3f} |")
 
 
 if __name__ == "__main__":

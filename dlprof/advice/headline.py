@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dlprof.advice.measured import candidates
+from dlprof.advice.model import CONTENTION
 from dlprof.advice.rules import CHOOSE_WITHIN, SHARED_MEMORY, WORKER_MEMORY_LIMIT, close_enough
 from dlprof.analysis.trials import predicted_on_basis
 from dlprof.results.advice import (
@@ -181,7 +182,7 @@ def _reason(advice: Advice, speeds: _Speeds, was: tuple[int, bool], now: tuple[i
         bound = speeds.by_count[was_n].bound if was_n in speeds.by_count else None
         if bound == "loader":
             return f"loading binds at {_workers(was_n)}"
-        if bound == "cpu":
+        if bound in ("cpu", CONTENTION):
             return f"the cores bind at {_workers(was_n)}"
     if now_p and not was_p and now_n > 0 and (restart := speeds.restart_ms(now_n)) is not None:
         return restarts_clause(restart)

@@ -36,6 +36,10 @@ MAX_CANDIDATES = 64
 MIN_STEP_MS = 0.001
 #: Halvings that find the uncontended consumer (:func:`uncontended`): to 2**-30 of it.
 UNCONTENDED_ITERATIONS = 30
+#: The bound of a step set by the contention term (:func:`contended_ms`): the workers share the cores with the
+#: training's threads. The least certain of the bounds: how much a busy worker holds back a parallel region is the
+#: scheduler's, which a recording does not measure (docs/validation.md#the-model-under-contention).
+CONTENTION = "contention"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,8 +169,10 @@ def _raw(inputs: ModelInputs, num_workers: int) -> tuple[float, str]:
     if inputs.usable_cores:
         handoff_cpu = 0.0 if inputs.cpu_includes_handoff else inputs.handoff_ms
         workers_cpu = inputs.batches_per_step * inputs.batch_cpu_ms + inputs.worker_send_ms
-        cpu = (inputs.main_cpu_ms + handoff_cpu + workers_cpu) / inputs.usable_cores
-        bounds["cpu"] = max(cpu, contended_ms(inputs, num_workers) or 0.0)
+        bounds["cpu"] = (inputs.main_cpu_ms + handoff_cpu + workers_cpu) / inputs.usable_cores
+        contended = contended_ms(inputs, num_workers)
+        if contended is not None and contended > bounds["cpu"]:
+            bounds[CONTENTION] = contended
     bound = max(bounds, key=bounds.__getitem__)
     return bounds[bound], bound
 

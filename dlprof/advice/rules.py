@@ -12,7 +12,7 @@ from dlprof.advice.findings import input_findings
 from dlprof.advice.inputs import model_inputs
 from dlprof.advice.measured import Candidate, candidates, tuning_cost
 from dlprof.advice.measured import evidence as measured_evidence
-from dlprof.advice.model import ModelInputs, candidate_counts, memory_limit, predict
+from dlprof.advice.model import CONTENTION, ModelInputs, candidate_counts, memory_limit, predict
 from dlprof.advice.settings import (
     UNDECIDED,
     persistent_from_trials,
@@ -414,9 +414,41 @@ def _num_workers_evidence(
             f"{inputs.usable_cores} usable cores; main process needs ~{inputs.main_cpu_ms:.1f} core-ms per step"
         )
     recorded = config.num_workers if config else None
+    if chosen_on_predictions:
+        evidence += _contention_caution(inputs, predicted, num_workers, recorded)
     if recorded is not None and recorded > num_workers and recorded < len(predicted):
         evidence.append(
             f"num_workers={recorded} (as recorded) is predicted at {predicted[recorded].effective_steps_per_s:.2f}"
             f" steps/s: the {recorded - num_workers} extra worker(s) buy nothing and cost memory and CPU"
         )
     return evidence
+
+
+def _contention_caution(
+    inputs: ModelInputs, predicted: list[Prediction], num_workers: int, recorded: int | None
+) -> list[str]:
+    """A caution where predictions the choice compared (up to the recommended count and the usable cores) rest on the
+    contention term, with the trials that measure them instead; none otherwise."""
+    upto = max(num_workers, inputs.usable_cores or 0, recorded or 0)
+    contended = [p.num_workers for p in predicted if p.bound == CONTENTION and p.num_workers <= upto]
+    if not contended:
+        return []
+    counts = ",".join(str(n) for n in sorted({recorded or 0, num_workers, *contended[:3]}))
+    threads = f"{inputs.training_threads:.0f}" if inputs.training_threads else "several"
+    return [
+        f"caution: the predictions at {_counts_text(contended)} rest on the model's contention term (their workers"
+        f" share the cores with the training's {threads} busy threads, and hold back its parallel work by as much as"
+        " the scheduler lets them, which a recording does not measure): the model's least certain predictions"
+        f" (docs/validation.md#the-model-under-contention); measure them with dlprof record --try-workers {counts}"
+    ]
+
+
+def _counts_text(counts: list[int]) -> str:
+    """``num_workers=1-4``, ``num_workers=3`` or ``num_workers=1, 3``: runs of consecutive counts joined."""
+    runs: list[list[int]] = []
+    for n in counts:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return "num_workers=" + ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)

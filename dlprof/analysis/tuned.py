@@ -66,11 +66,9 @@ def tuned_run(
     persistent = (
         then.persistent_workers if then.persistent_workers is not None else bool(config and config.persistent_workers)
     )
-    trial = next(
-        (s for s in settings if (s.num_workers, s.persistent_workers) == (then.num_workers, persistent)),
-        None,
-    )
+    trial = _trial_of(settings, then.num_workers, persistent)
     trial_rate = trial.steps_per_s if trial is not None else None
+    other = trial is not None and trial.persistent_workers != persistent
     switched = then.first_step is not None and then.num_workers is not None
     first = then.first_step if then.first_step is not None else len(clock)
     run = TunedRun(
@@ -84,6 +82,7 @@ def tuned_run(
         trial_steps_per_s=trial_rate,
         change_pct=None,
         held=None,
+        trial_persistent_workers=trial.persistent_workers if trial is not None and other else None,
     )
     if not switched:
         return replace(run, error=_no_switch(then, manifest.status, run.steps))
@@ -96,8 +95,18 @@ def tuned_run(
     error = _not_comparable(speed, trial)
     held = None if error is not None or change is None else change >= -HELD_PCT
     assert then.num_workers is not None  # switched
-    levels = _fault_levels(clock, steady_steps(pieces), (trial_steps or {}).get((then.num_workers, persistent), ()))
+    tried = (then.num_workers, trial.persistent_workers if trial is not None else persistent)
+    levels = _fault_levels(clock, steady_steps(pieces), (trial_steps or {}).get(tried, ()))
     return replace(run, speed=speed, change_pct=change, held=held, error=error, fault_levels=levels)
+
+
+def _trial_of(settings: Sequence[TrialSetting], num_workers: int | None, persistent: bool) -> TrialSetting | None:
+    """The trial the setting gone on at is held against: its own, else (``--then best`` may advise
+    ``persistent_workers`` the trials did not try) the trial of the same count with the other ``persistent_workers``,
+    which inside an epoch, where both speeds are measured, runs the same loader; None: the count was not tried."""
+    same_count = [s for s in settings if s.num_workers == num_workers]
+    own = next((s for s in same_count if s.persistent_workers == persistent), None)
+    return own if own is not None else next(iter(same_count), None)
 
 
 def _fault_levels(clock: StepClock, after: Sequence[int], trial: Sequence[int]) -> FaultLevels | None:
@@ -170,7 +179,7 @@ def _too_few(speed: Throughput | None) -> str:
 def _not_comparable(speed: Throughput, trial: TrialSetting | None) -> str | None:
     """Why the speed after the switch cannot be held against its trial's; None when it can."""
     if trial is None or trial.speed is None:
-        return "no trial of this setting measured it: nothing to compare with"
+        return "no trial of this count measured it: nothing to compare with"
     if not speed.trusted:
         return (
             f"its rate after the switch varied {speed.spread_pct:.0f} % (more than {throughput.MAX_SPREAD_PCT:g} %):"

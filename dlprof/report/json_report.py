@@ -307,6 +307,7 @@ def _tuned(tuned: TunedRun) -> dict:
         "steps_timed": speed.steps if speed else 0,
         "trusted": speed.trusted if speed else False,
         "trial_steps_per_s": rounded(tuned.trial_steps_per_s),
+        "trial_persistent_workers": tuned.trial_persistent_workers,
         "change_pct": rounded(tuned.change_pct, 2),
         "held": tuned.held,
         "error": tuned.error,

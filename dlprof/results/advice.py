@@ -45,7 +45,7 @@ class Prediction:
     num_workers: int
     step_ms: float  # a step inside an epoch (steady state)
     steps_per_s: float
-    bound: str  # "consumer" | "loader" | "cpu" | "main process"
+    bound: str  # "consumer" | "loader" | "cpu" | "contention" | "main process"
     #: Steps/s over whole epochs, worker restarts included (None when the epoch length is unknown).
     epoch_steps_per_s: float | None = None
     restart_ms: float = 0.0  # per epoch

@@ -145,6 +145,9 @@ class TunedRun:
     error: str | None = None
     #: Page faults and kernel time after the switch beside the trial's (None: not measured, or older recordings).
     fault_levels: FaultLevels | None = None
+    #: Where the setting itself was not tried, the ``persistent_workers`` of the trial of the same count it is held
+    #: against (inside an epoch persistent workers change nothing); None: its own trial, or none.
+    trial_persistent_workers: bool | None = None
 
     @property
     def steps_per_s(self) -> float | None:

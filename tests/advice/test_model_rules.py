@@ -21,7 +21,16 @@ from dlprof.advice.model import (
     shared_cores,
     uncontended,
 )
-from dlprof.advice.rules import CHOOSE_WITHIN, WITHIN_BEST, _choose, advise, trainer_arguments, verdict_of
+from dlprof.advice.rules import (
+    CHOOSE_WITHIN,
+    WITHIN_BEST,
+    _choose,
+    _counts_text,
+    _num_workers_evidence,
+    advise,
+    trainer_arguments,
+    verdict_of,
+)
 from dlprof.analysis.unprofiled import unprofiled_stats
 from dlprof.core.manifest import Host, LoaderConfig
 from dlprof.report import render
@@ -93,7 +102,7 @@ def test_contention_term():
     # n=1: the 10 ms compute takes 20 ms beside the worker, which makes 10 of its 30 ms then; the other 20 ms the
     # training waits: 40 ms, above every other bound (loader 30, cores (20 + 30) / 2 = 25).
     assert contended_ms(model, 1) == pytest.approx(40.0)
-    assert predict(model, 1).step_ms == pytest.approx(40.0) and predict(model, 1).bound == "cpu"
+    assert predict(model, 1).step_ms == pytest.approx(40.0) and predict(model, 1).bound == "contention"
     # n=2: the compute takes 10 * sqrt(8) = 28.3 ms beside both workers, who make 28.3 ms of the 30 meanwhile; the
     # rest on both cores: 10 sqrt(8) + (30 - 10 sqrt(8)) / 2 = 15 + 10 sqrt(2).
     assert contended_ms(model, 2) == pytest.approx(15 + 10 * math.sqrt(2))
@@ -118,6 +127,39 @@ def test_contention_term():
     # Unknown threads, or no workers: no contention term (the other bounds alone).
     assert contended_ms(inputs(), 2) is None and contended_ms(model, 0) is None
     assert predict(inputs(usable_cores=2, main_cpu_ms=20.0), 1).step_ms == pytest.approx(30.0)
+    # The contention term names the bound only where it is above the cores' own: 1.5 busy cores beside one light
+    # worker ((10 + 13) / 2 = 11.5 ms) against the cores' (20 + 3) / 2 = 11.5 ms: a tie, "cpu".
+    assert predict(dataclasses.replace(light, batch_ms=3.0, training_threads=1.5), 1).bound == "cpu"
+    assert predict(model, 2).bound == "contention" and predict(model, 0).bound == "main process"
+
+
+def test_caution_where_the_choice_rests_on_the_contention_term():
+    model = inputs(usable_cores=2, training_threads=2.0, main_cpu_ms=20.0)
+    predicted = [predict(model, n) for n in range(9)]
+    lines = _num_workers_evidence(model, predicted, 2, "contention", LoaderConfig(id=0, num_workers=0))
+    caution = [line for line in lines if line.startswith("caution:")]
+    # Counts up to the recommended one and the usable cores: 1 and 2, both set by the contention term.
+    assert caution == [
+        "caution: the predictions at num_workers=1-2 rest on the model's contention term (their workers share the"
+        " cores with the training's 2 busy threads, and hold back its parallel work by as much as the scheduler lets"
+        " them, which a recording does not measure): the model's least certain predictions"
+        " (docs/validation.md#the-model-under-contention); measure them with dlprof record --try-workers 0,1,2"
+    ]
+    # Chosen by the trials: their measurement stands, no caution.
+    assert not any(
+        line.startswith("caution:")
+        for line in _num_workers_evidence(model, predicted, 2, "contention", None, chosen_on_predictions=False)
+    )
+    # A training that keeps one core busy: no contention term, no caution.
+    single = dataclasses.replace(model, training_threads=1.0)
+    plain = _num_workers_evidence(single, [predict(single, n) for n in range(9)], 2, "cpu", None)
+    assert not any(line.startswith("caution:") for line in plain)
+
+
+def test_counts_text_joins_runs():
+    assert _counts_text([1, 2, 3, 4]) == "num_workers=1-4"
+    assert _counts_text([3]) == "num_workers=3"
+    assert _counts_text([1, 3, 4, 6]) == "num_workers=1, 3-4, 6"
 
 
 def test_a_consumer_measured_beside_busy_workers_is_freed_of_their_contention():

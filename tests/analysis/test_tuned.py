@@ -148,11 +148,24 @@ def test_untrusted_or_untried_is_not_held_either_way():
     assert run.speed.steps_per_s == pytest.approx(100 / 3) and run.speed.spread_pct == pytest.approx(75.0)
     assert run.change_pct == pytest.approx(100 * (100 / 3 - 40) / 40) and run.held is None
     assert run.error == "its rate after the switch varied 75 % (more than 10 %): too wide to trust"
-    # Persistent workers at 2 were not tried: nothing to hold the speed against.
-    run = tuned_run(manifest(_after(26.0, epoch_at=999), replace(BEST, persistent_workers=True)), _settings(), 1.0)
-    assert run.persistent_workers is True and run.trial_steps_per_s is None
+    # A count not tried: nothing to hold the speed against.
+    untried = replace(BEST, num_workers=1)
+    run = tuned_run(manifest(_after(26.0, epoch_at=999), untried), _settings(), 1.0)
+    assert run.num_workers == 1 and run.trial_steps_per_s is None and run.trial_persistent_workers is None
     assert run.speed.steps_per_s == pytest.approx(1000 / 26) and run.change_pct is None and run.held is None
-    assert run.error == "no trial of this setting measured it: nothing to compare with"
+    assert run.error == "no trial of this count measured it: nothing to compare with"
+
+
+def test_persistent_workers_not_tried_are_held_against_the_same_count():
+    # --then best advised persistent workers at 2, which the trials tried without: inside an epoch, where both speeds
+    # are measured, the same loader runs, so the speed after the switch (26 ms a step) is held against that trial's
+    # (25 ms): -3.85 %, held; the run says which trial it was.
+    run = tuned_run(manifest(_after(26.0, epoch_at=999), replace(BEST, persistent_workers=True)), _settings(), 1.0)
+    assert run.persistent_workers is True and run.trial_persistent_workers is False
+    assert run.trial_steps_per_s == pytest.approx(40.0)
+    assert run.change_pct == pytest.approx(100 * (1000 / 26 - 40) / 40) and run.held is True and run.error is None
+    # Its own trial, where there is one: no other named.
+    assert tuned_run(manifest(_after(26.0, epoch_at=999), BEST), _settings(), 1.0).trial_persistent_workers is None
 
 
 def _with_faults(built: Manifest, level: dict[range, tuple[int, float]]) -> Manifest:

@@ -101,6 +101,7 @@ def test_the_tuned_line_in_every_format(report):
         "steps_timed": 195,
         "trusted": True,
         "trial_steps_per_s": round(trial.steps_per_s, 3),
+        "trial_persistent_workers": None,
         "change_pct": round(tuned.change_pct, 2),
         "held": True,
         "error": None,
@@ -167,13 +168,20 @@ def test_the_tuned_line_held_or_not_or_why_not():
     head = "after the trials (--then best): trained on at num_workers=2 from step 412 (1,200 steps): "
     assert tuned_line(_trials()) == head + "24.10 steps/s (spread 1.5 %) against 24.60 in its trial (-2.0 %): held"
     assert tuned_line(_trials(held=False)).endswith("(-2.0 %): did not hold")
-    untried = _trials(trial_steps_per_s=None, change_pct=None, held=None, error="no trial of this setting measured it")
-    assert tuned_line(untried) == head + "24.10 steps/s (spread 1.5 %): no trial of this setting measured it"
+    untried = _trials(trial_steps_per_s=None, change_pct=None, held=None, error="no trial of this count measured it")
+    assert tuned_line(untried) == head + "24.10 steps/s (spread 1.5 %): no trial of this count measured it"
     short = _trials(speed=None, change_pct=None, held=None, error="15 steady steps in 0.39 s after the switch")
     assert tuned_line(short) == head.removesuffix(": ") + ": 15 steady steps in 0.39 s after the switch"
     none = _trials(num_workers=None, first_step=None, speed=None, held=None, error="no switch: the training ended")
     assert tuned_line(none) == "after the trials (--then best): no switch: the training ended"
     assert tuned_line(TrialsResult(rounds=1, rounds_planned=1, basis=BASIS_IN_EPOCH, settings=())) is None
+    # Persistent workers the trials did not try, held against the same count's trial without them.
+    other = _trials(persistent_workers=True, trial_persistent_workers=False)
+    assert tuned_line(other) == (
+        "after the trials (--then best): trained on at num_workers=2 (persistent) from step 412 (1,200 steps): 24.10"
+        " steps/s (spread 1.5 %) against 24.60 in its count's trial without persistent workers (inside an epoch they"
+        " change nothing) (-2.0 %): held"
+    )
 
 
 def test_the_tuned_line_says_where_malloc_moved():
