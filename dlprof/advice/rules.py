@@ -334,10 +334,8 @@ def _ruled_out_line(trials: TrialsResult, ruled_out: dict[int, tuple[float, bool
     measured = [f"num_workers={n} ({mib:,.0f} MiB measured)" for n, (mib, tried) in ruled_out.items() if tried]
     predicted = sorted(n for n, (_, tried) in ruled_out.items() if not tried)
     if predicted:
-        span = len(predicted) > 2 and predicted[-1] - predicted[0] == len(predicted) - 1
-        counts = f"{predicted[0]}-{predicted[-1]}" if span else ", ".join(map(str, predicted))
         first = ruled_out[predicted[0]][0]
-        measured.append(f"num_workers={counts} (from {first:,.0f} MiB, predicted)")
+        measured.append(f"{_counts_text(predicted)} (from {first:,.0f} MiB, predicted)")
     return (
         f"--max-worker-memory {trials.max_worker_memory_mib:,.0f} MiB rules out {', '.join(measured)}: their workers'"
         " memory together (PSS) is more"
@@ -444,11 +442,6 @@ def _contention_caution(
 
 
 def _counts_text(counts: list[int]) -> str:
-    """``num_workers=1-4``, ``num_workers=3`` or ``num_workers=1, 3``: runs of consecutive counts joined."""
-    runs: list[list[int]] = []
-    for n in counts:
-        if runs and n == runs[-1][-1] + 1:
-            runs[-1].append(n)
-        else:
-            runs.append([n])
-    return "num_workers=" + ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+    """``num_workers=1-4`` for more than two consecutive counts (sorted), else ``num_workers=1, 3``."""
+    span = len(counts) > 2 and counts[-1] - counts[0] == len(counts) - 1
+    return "num_workers=" + (f"{counts[0]}-{counts[-1]}" if span else ", ".join(map(str, counts)))

@@ -68,7 +68,7 @@ def tuned_run(
     )
     trial = _trial_of(settings, then.num_workers, persistent)
     trial_rate = trial.steps_per_s if trial is not None else None
-    other = trial is not None and trial.persistent_workers != persistent
+    other = trial.persistent_workers if trial is not None and trial.persistent_workers != persistent else None
     switched = then.first_step is not None and then.num_workers is not None
     first = then.first_step if then.first_step is not None else len(clock)
     run = TunedRun(
@@ -82,7 +82,7 @@ def tuned_run(
         trial_steps_per_s=trial_rate,
         change_pct=None,
         held=None,
-        trial_persistent_workers=trial.persistent_workers if trial is not None and other else None,
+        trial_persistent_workers=other,
     )
     if not switched:
         return replace(run, error=_no_switch(then, manifest.status, run.steps))

@@ -53,14 +53,12 @@ def tuned_line(trials: TrialsResult) -> str | None:
     )
     if tuned.speed is not None:
         line += f": {tuned.speed.steps_per_s:.2f} steps/s (spread {tuned.speed.spread_pct:.1f} %)"
-        if tuned.trial_steps_per_s is not None and tuned.trial_persistent_workers is not None:
-            tried = "with" if tuned.trial_persistent_workers else "without"
-            line += (
-                f" against {tuned.trial_steps_per_s:.2f} in its count's trial {tried} persistent workers (inside an"
-                " epoch they change nothing)"
-            )
-        elif tuned.trial_steps_per_s is not None:
-            line += f" against {tuned.trial_steps_per_s:.2f} in its trial"
+        if tuned.trial_steps_per_s is not None:
+            trial = "its trial"
+            if tuned.trial_persistent_workers is not None:
+                tried = "with" if tuned.trial_persistent_workers else "without"
+                trial = f"its count's trial {tried} persistent workers (inside an epoch they change nothing)"
+            line += f" against {tuned.trial_steps_per_s:.2f} in {trial}"
         if tuned.change_pct is not None:
             line += f" ({tuned.change_pct:+.1f} %)"
     if tuned.held is not None:

@@ -140,7 +140,7 @@ def test_caution_where_the_choice_rests_on_the_contention_term():
     caution = [line for line in lines if line.startswith("caution:")]
     # Counts up to the recommended one and the usable cores: 1 and 2, both set by the contention term.
     assert caution == [
-        "caution: the predictions at num_workers=1-2 rest on the model's contention term (their workers share the"
+        "caution: the predictions at num_workers=1, 2 rest on the model's contention term (their workers share the"
         " cores with the training's 2 busy threads, and hold back its parallel work by as much as the scheduler lets"
         " them, which a recording does not measure): the model's least certain predictions"
         " (docs/validation.md#the-model-under-contention); measure them with dlprof record --try-workers 0,1,2"
@@ -156,10 +156,11 @@ def test_caution_where_the_choice_rests_on_the_contention_term():
     assert not any(line.startswith("caution:") for line in plain)
 
 
-def test_counts_text_joins_runs():
+def test_counts_text_spans_consecutive_counts():
     assert _counts_text([1, 2, 3, 4]) == "num_workers=1-4"
     assert _counts_text([3]) == "num_workers=3"
-    assert _counts_text([1, 3, 4, 6]) == "num_workers=1, 3-4, 6"
+    assert _counts_text([1, 2]) == "num_workers=1, 2"
+    assert _counts_text([1, 3, 4, 6]) == "num_workers=1, 3, 4, 6"
 
 
 def test_a_consumer_measured_beside_busy_workers_is_freed_of_their_contention():
