@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from dlprof.analysis.batch_widths import Scaler
 from dlprof.core import throughput
 from dlprof.core.manifest import EPOCH_SETTLE_STEPS, LoaderConfig, Manifest, StepClock, TrialSegment
 from dlprof.results.analysis import Throughput
@@ -75,14 +76,27 @@ def steady_steps(pieces: Iterable[Piece]) -> list[int]:
     return [i for p in pieces for i in range(p.start + p.left_out, p.stop)]
 
 
-def steady_speed(clock: StepClock, pieces: list[Piece], batches_per_step: float, workers: int) -> Throughput | None:
+def steady_speed(
+    clock: StepClock, pieces: list[Piece], batches_per_step: float, workers: int, scaler: Scaler | None = None
+) -> Throughput | None:
     """The steady steps of ``pieces`` (:func:`segment_pieces`) as one speed: steps over time, less the steps a surplus
-    still there carried (``StepClock.ready``, :func:`dlprof.core.throughput.surplus_steps`)."""
-    steady = [clock.wall_ms[i] for i in steady_steps(pieces)]
+    still there carried (``StepClock.ready``, :func:`dlprof.core.throughput.surplus_steps`); with a ``scaler``, on
+    the steps' times scaled to the run's mean batch (:mod:`dlprof.analysis.batch_widths`)."""
+    steps = steady_steps(pieces)
     surplus = sum(
         throughput.surplus_steps(clock.ready, p.start + p.left_out, p.stop - 1, batches_per_step, max(1, workers))
         for p in pieces
         if p.surplus_left
     )
-    measured = throughput.measure(steady, surplus=surplus)
-    return None if measured is None else replace(measured, transient_steps=sum(p.left_out for p in pieces))
+    measured = throughput.measure([clock.wall_ms[i] for i in steps], surplus=surplus)
+    if measured is None:
+        return None
+    measured = replace(measured, transient_steps=sum(p.left_out for p in pieces))
+    scaled = throughput.measure(scaler.wall_ms(clock, steps), surplus=surplus) if scaler is not None else None
+    if scaled is None:
+        return measured
+    return replace(
+        scaled,
+        transient_steps=measured.transient_steps,
+        width_scaled_pct=100 * (scaled.steps_per_s / measured.steps_per_s - 1),
+    )

@@ -53,9 +53,10 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from dlprof.analysis import batch_widths
 from dlprof.analysis.segments import Piece, segment_pieces, steady_speed, steady_steps, switched_loader
 from dlprof.analysis.trial_memory import segment_pss, workers_pss
-from dlprof.analysis.tuned import tuned_run
+from dlprof.analysis.tuned import switch_pieces, tuned_run
 from dlprof.core import throughput
 from dlprof.core.manifest import (
     TRIM_MIN_PCT,
@@ -73,6 +74,7 @@ from dlprof.results.trials import (
     PaddingTrial,
     TrialSetting,
     TrialsResult,
+    WidthScaling,
     setting_label,
 )
 
@@ -282,12 +284,19 @@ def trials_result(
     limit = trials.max_worker_memory_mib
     segment_speeds: dict[int, Throughput | None] = {}
     steady: dict[Setting, list[int]] = {}
+    # Each setting's segments (their indices) and their pieces: all of them, and the steps after a switch, first
+    # tell whether the speeds are to be scaled to the run's mean batch.
+    pieces_of: dict[Setting, tuple[list[int], list[list[Piece]]]] = {}
     for setting in _settings(trials):
         mine = [i for i, s in enumerate(trials.segments) if (s.num_workers, s.persistent_workers) == setting]
         queue = throughput.queue_steps(setting[0], prefetch, batches_per_step)
         busy_at = throughput.all_busy_below(setting[0], prefetch)
-        pieces = [segment_pieces(clock, trials.segments[i], (first_queues[i], queue), busy_at) for i in mine]
-        speeds = [steady_speed(clock, p, batches_per_step, setting[0]) for p in pieces]
+        cut = [segment_pieces(clock, trials.segments[i], (first_queues[i], queue), busy_at) for i in mine]
+        pieces_of[setting] = (mine, cut)
+    fitted = [p for _, cut in pieces_of.values() for ps in cut for p in ps] + switch_pieces(manifest, batches_per_step)
+    scaler = batch_widths.scaler(manifest, config.id if config else None, [steady_steps([p]) for p in fitted])
+    for setting, (mine, pieces) in pieces_of.items():
+        speeds = [steady_speed(clock, p, batches_per_step, setting[0], scaler) for p in pieces]
         segment_speeds.update(zip(mine, speeds))
         steady[setting] = steady_steps(p for ps in pieces for p in ps)
         speed = throughput.combine([s for s in speeds if s is not None])
@@ -320,8 +329,11 @@ def trials_result(
     whole = bool(measured) and all(r.epoch_steps_per_s is not None for r in measured)
     basis = BASIS_WHOLE_EPOCHS if whole else BASIS_IN_EPOCH
     rounds = _complete_rounds(trials)
-    notes = _notes(trials, settings, sources, rounds, basis)
-    padding, padding_speeds = _padding_trial(clock, trials, padding_segments, settings, prefetch, batches_per_step)
+    scaling = _width_scaling(scaler, settings)
+    notes = _notes(trials, settings, sources, rounds, basis) + ([batch_widths.note(scaling)] if scaling else [])
+    padding, padding_speeds = _padding_trial(
+        clock, trials, padding_segments, settings, prefetch, batches_per_step, scaler
+    )
     speed_of = {id(s): segment_speeds.get(i) for i, s in enumerate(trials.segments)}
     speed_of.update((id(s), speed) for s, speed in zip(padding_segments, padding_speeds))
     return TrialsResult(
@@ -336,8 +348,17 @@ def trials_result(
         padding=padding,
         padding_not_measured=None if padding is not None else _padding_not_measured(trials),
         max_worker_memory_mib=limit,
-        tuned=tuned_run(manifest, settings, batches_per_step, steady),
+        tuned=tuned_run(manifest, settings, batches_per_step, steady, scaler),
+        width_scaling=scaling,
     )
+
+
+def _width_scaling(scaler: batch_widths.Scaler | None, settings: Sequence[TrialSetting]) -> WidthScaling | None:
+    """The scaling the trials' speeds were measured with, and the range it moved them by; None: not scaled."""
+    if scaler is None:
+        return None
+    moved = [s.speed.width_scaled_pct for s in settings if s.speed is not None and s.speed.width_scaled_pct is not None]
+    return replace(scaler.scaling, low_pct=min(moved, default=0.0), high_pct=max(moved, default=0.0))
 
 
 def _padding_trial(
@@ -347,6 +368,7 @@ def _padding_trial(
     settings: list[TrialSetting],
     prefetch: int | None,
     batches_per_step: float,
+    scaler: batch_widths.Scaler | None,
 ) -> tuple[PaddingTrial | None, list[Throughput | None]]:
     """The padding segment's speed against its setting's, padded (steady steps inside an epoch, both); and each
     padding segment's own speed."""
@@ -357,7 +379,7 @@ def _padding_trial(
     queue = throughput.queue_steps(setting[0], prefetch, batches_per_step)
     busy_at = throughput.all_busy_below(setting[0], prefetch)
     pieces = [segment_pieces(clock, s, (0, queue), busy_at, started=False) for s in segments]
-    speeds = [steady_speed(clock, p, batches_per_step, setting[0]) for p in pieces]
+    speeds = [steady_speed(clock, p, batches_per_step, setting[0], scaler) for p in pieces]
     trimmed = throughput.combine([s for s in speeds if s is not None])
     padded = next((r for r in settings if (r.num_workers, r.persistent_workers) == setting), None)
     padded_rate = padded.steps_per_s if padded is not None else None

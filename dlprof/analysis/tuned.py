@@ -23,10 +23,11 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from dlprof.analysis.batch_widths import Scaler
 from dlprof.analysis.segments import Piece, segment_pieces, steady_speed, steady_steps, switched_loader
 from dlprof.analysis.unprofiled import VOLATILE_FAULTS
 from dlprof.core import throughput
-from dlprof.core.manifest import LoaderConfig, Manifest, StepClock, Then, TrialSegment
+from dlprof.core.manifest import Manifest, StepClock, Then, TrialSegment
 from dlprof.core.schema import STATUS_TRAINING
 from dlprof.results.analysis import Throughput
 from dlprof.results.trials import FaultLevels, TrialSetting, TunedRun
@@ -47,6 +48,7 @@ def tuned_run(
     settings: Sequence[TrialSetting],
     batches_per_step: float,
     trial_steps: Mapping[tuple[int, bool], Sequence[int]] | None = None,
+    scaler: Scaler | None = None,
 ) -> TunedRun | None:
     """What the training did after its trials and whether the chosen setting's speed held beside its trial's; None
     for a run without ``--then best|keep`` (``Trials.then``).
@@ -56,6 +58,7 @@ def tuned_run(
         batches_per_step: the run's batches per training step (the refill transient's queue, in steps).
         trial_steps: each tried setting's steady steps in the step clock (its page faults against those after the
             switch); None: not compared.
+        scaler: what scaled the trials' speeds to the run's mean batch: the speed after the switch is scaled alike.
     """
     trials = manifest.trials
     then = trials.then if trials is not None else None
@@ -88,7 +91,8 @@ def tuned_run(
         return replace(run, error=_no_switch(then, manifest.status, run.steps))
     if manifest.status == STATUS_TRAINING:
         return replace(run, error=STILL_TRAINING)
-    speed, pieces = _speed_after_switch(manifest, then, persistent, config, batches_per_step)
+    pieces = switch_pieces(manifest, batches_per_step)
+    speed = steady_speed(clock, pieces, batches_per_step, then.num_workers or 0, scaler) if pieces else None
     if speed is None or not throughput.enough(speed.steps, speed.seconds):
         return replace(run, error=_too_few(speed))
     change = 100 * (speed.steps_per_s - trial_rate) / trial_rate if trial_rate else None
@@ -127,17 +131,22 @@ def _fault_levels(clock: StepClock, after: Sequence[int], trial: Sequence[int]) 
     )
 
 
-def _speed_after_switch(
-    manifest: Manifest, then: Then, persistent: bool, config: LoaderConfig | None, batches_per_step: float
-) -> tuple[Throughput | None, list[Piece]]:
-    """The steady speed of the steps from the switch to the end, measured as a trial's segment is, and its pieces;
-    ``config``: the switched loader (:func:`switched_loader`)."""
-    assert then.first_step is not None and then.num_workers is not None  # called after a switch
+def switch_pieces(manifest: Manifest, batches_per_step: float) -> list[Piece]:
+    """The pieces of the steps from the switch to the end, cut as a trial's segment is; none where the training did
+    not switch (or has not ended: its steps after the switch are not written yet)."""
+    trials = manifest.trials
+    then = trials.then if trials is not None else None
+    if trials is None or then is None or then.first_step is None or then.num_workers is None:
+        return []
     clock = manifest.step_clock
+    config = switched_loader(manifest)
+    persistent = (
+        then.persistent_workers if then.persistent_workers is not None else bool(config and config.persistent_workers)
+    )
     own_prefetch = config.prefetch_factor if config else None
     prefetch = then.prefetch_factor or own_prefetch
     # Until the switch the training ran at the trials' last segment's setting: its batches in flight are served first.
-    segments = manifest.trials.segments if manifest.trials is not None else ()
+    segments = trials.segments
     before = max(segments, key=lambda s: s.first_step).num_workers if segments else None
     queue = throughput.queue_steps(then.num_workers, prefetch, batches_per_step)
     first_queue = max(queue, throughput.queue_steps(before, own_prefetch, batches_per_step))
@@ -150,8 +159,7 @@ def _speed_after_switch(
         steps=len(clock) - then.first_step,
     )
     busy_at = throughput.all_busy_below(then.num_workers, prefetch)
-    pieces = segment_pieces(clock, stretch, (first_queue, queue), busy_at)
-    return steady_speed(clock, pieces, batches_per_step, then.num_workers), pieces
+    return segment_pieces(clock, stretch, (first_queue, queue), busy_at)
 
 
 def _no_switch(then: Then, status: str | None, steps_after: int) -> str:

@@ -286,6 +286,10 @@ def combine(parts: Sequence[Throughput]) -> Throughput | None:
     seconds = sum(p.seconds for p in parts)
     surplus = sum(p.surplus_steps for p in parts)
     rate = (steps - surplus) / seconds
+    scaled_pct = None
+    if all(p.width_scaled_pct is not None for p in parts):  # each part's own seconds, before the scaling
+        own_seconds = sum(p.seconds * (1 + (p.width_scaled_pct or 0) / 100) for p in parts)
+        scaled_pct = 100 * (own_seconds / seconds - 1)
     spread = _spread_pct([p.steps_per_s for p in parts], rate)
     transient = sum(p.transient_steps for p in parts)
     return Throughput(
@@ -296,6 +300,7 @@ def combine(parts: Sequence[Throughput]) -> Throughput | None:
         transient_steps=transient,
         trusted=_trusted(steps, seconds, spread),
         surplus_steps=surplus,
+        width_scaled_pct=scaled_pct,
     )
 
 

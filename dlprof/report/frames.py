@@ -70,6 +70,7 @@ TRIAL_COLUMNS = {
     "transient_steps": INT,
     "seconds": FLOAT,
     "surplus_steps": FLOAT,
+    "width_scaled_pct": FLOAT,
     "spread_pct": FLOAT,
     "trusted": BOOL,
 }
@@ -190,8 +191,9 @@ def predictions(report: Report) -> pd.DataFrame:
 def trials(report: Report) -> pd.DataFrame:
     """Every segment of the in-process trials (``--try-workers``): its setting, round and place in the step clock
     (``steps`` with its refill transient), the switch's timings, and its own steady speed (``steps_timed`` steps in
-    ``seconds``, less the ``surplus_steps`` a queue made earlier carried); a setting's speed in the JSON report combines
-    its segments'. No rows for a run without trials."""
+    ``seconds``, less the ``surplus_steps`` a queue made earlier carried, scaled by ``width_scaled_pct`` to the run's
+    mean batch where batch widths vary); a setting's speed in the JSON report combines its segments'. No rows for a run
+    without trials."""
     rows: list[dict[str, object]] = []
     for run in report.runs:
         for measured in run.trials.segments if run.trials is not None else ():
@@ -216,6 +218,7 @@ def trials(report: Report) -> pd.DataFrame:
                     "transient_steps": speed.transient_steps if speed else None,
                     "seconds": speed.seconds if speed else None,
                     "surplus_steps": speed.surplus_steps if speed else None,
+                    "width_scaled_pct": speed.width_scaled_pct if speed else None,
                     "spread_pct": speed.spread_pct if speed else None,
                     "trusted": speed.trusted if speed else None,
                 }

@@ -18,7 +18,7 @@ from dlprof.results.analysis import (
 )
 from dlprof.results.findings import Finding
 from dlprof.results.report import Report, RunReport
-from dlprof.results.trials import FaultLevels, PaddingTrial, TrialsResult, TunedRun, TuningCost
+from dlprof.results.trials import FaultLevels, PaddingTrial, TrialsResult, TunedRun, TuningCost, WidthScaling
 
 
 def _summary(summary: Summary) -> dict:
@@ -256,6 +256,7 @@ def _trials(trials: TrialsResult) -> dict:
                 "persistent_workers": r.persistent_workers,
                 "steps_per_s": rounded(r.steps_per_s),
                 "spread_pct": rounded(r.speed.spread_pct if r.speed else None, 2),
+                "width_scaled_pct": rounded(r.speed.width_scaled_pct if r.speed else None, 2),
                 "epoch_steps_per_s": rounded(r.epoch_steps_per_s),
                 "restart_ms": rounded(r.restart_ms),
                 "steps_timed": r.speed.steps if r.speed else 0,
@@ -275,6 +276,19 @@ def _trials(trials: TrialsResult) -> dict:
         "notes": list(trials.notes),
         "padding": _padding_trial(trials.padding) if trials.padding is not None else None,
         "padding_not_measured": trials.padding_not_measured,
+        "width_scaling": _width_scaling(trials.width_scaling) if trials.width_scaling is not None else None,
+    }
+
+
+def _width_scaling(scaling: WidthScaling) -> dict:
+    return {
+        "mean_positions": rounded(scaling.mean_positions, 1),
+        "ms_per_position": rounded(scaling.ms_per_position, 6),
+        "correlation": rounded(scaling.correlation),
+        "steps": scaling.steps,
+        "lag_steps": scaling.lag_steps,
+        "low_pct": rounded(scaling.low_pct, 2),
+        "high_pct": rounded(scaling.high_pct, 2),
     }
 
 
@@ -304,6 +318,7 @@ def _tuned(tuned: TunedRun) -> dict:
         "steps_at_setting": tuned.steps_at_setting,
         "steps_per_s": rounded(tuned.steps_per_s),
         "spread_pct": rounded(speed.spread_pct if speed else None, 2),
+        "width_scaled_pct": rounded(speed.width_scaled_pct if speed else None, 2),
         "steps_timed": speed.steps if speed else 0,
         "trusted": speed.trusted if speed else False,
         "trial_steps_per_s": rounded(tuned.trial_steps_per_s),

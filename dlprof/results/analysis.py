@@ -177,6 +177,9 @@ class Throughput:
     #: Of the steps timed, how many a surplus made before them carried (batches, in steps): the queue of made batches
     #: shrank by that much over them. The rate leaves them out: ``(steps - surplus_steps) / seconds``.
     surplus_steps: float = 0.0
+    #: How much the rate moved when scaled to the run's mean batch width (its steps' batches were narrower or wider),
+    #: %; None: not scaled (:class:`~dlprof.results.trials.WidthScaling`).
+    width_scaled_pct: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -155,6 +155,26 @@ class TunedRun:
 
 
 @dataclass(frozen=True, kw_only=True)
+class WidthScaling:
+    """Batches of varying width (padded to their longest sequence) whose steps' times follow them: every trial speed,
+    and the speed after the switch, scaled to the run's mean batch (:mod:`dlprof.analysis.batch_widths`)."""
+
+    #: Token positions (rows x width) of the run's mean batch.
+    mean_positions: float
+    #: What a token position adds to a step's time (the slope fitted within the pieces), ms.
+    ms_per_position: float
+    #: The correlation of steps' times with their batches' positions within the pieces, and the steps fitted.
+    correlation: float
+    steps: int
+    #: 1 where a step computes on the batch taken in the step before (a loader read one batch ahead, as
+    #: accelerate's is), else 0.
+    lag_steps: int
+    #: The range of the scaling's changes to the trials' speeds, %.
+    low_pct: float = 0.0
+    high_pct: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
 class TrialsResult:
     """The trials of one run, and the basis they compare on."""
 
@@ -180,6 +200,8 @@ class TrialsResult:
     cost: TuningCost | None = None
     #: The training after the trials (``--then best|keep``; None: ``--then stop``).
     tuned: TunedRun | None = None
+    #: The speeds scaled to the run's mean batch width (None: the widths did not vary, or did not move the steps).
+    width_scaling: WidthScaling | None = None
 
     def measured(self, setting: TrialSetting) -> float | None:
         """``setting``'s measured speed on this result's basis."""

@@ -156,6 +156,7 @@ def test_json_trials_follow_the_documented_schema(reports):
         "persistent_workers",
         "steps_per_s",
         "spread_pct",
+        "width_scaled_pct",
         "epoch_steps_per_s",
         "restart_ms",
         "steps_timed",

@@ -98,6 +98,7 @@ def test_the_tuned_line_in_every_format(report):
         "steps_at_setting": 200,
         "steps_per_s": 40.0,
         "spread_pct": 0.0,
+        "width_scaled_pct": None,  # the hand-written trace has no batch facts
         "steps_timed": 195,
         "trusted": True,
         "trial_steps_per_s": round(trial.steps_per_s, 3),
