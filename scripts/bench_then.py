@@ -111,15 +111,18 @@ def main() -> None:
             f" allocator {args.allocator}; {runs[-1]['said']}",
             flush=True,
         )
-    print("| after the switch | steps | steps/s (spread) | its trial | vs trial | launches: median (each) | vs them |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| after the switch | steps | steps/s (spread) | its trial | vs trial | launches: median (each) | vs them"
+        " | widths moved: after, trial |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for run in runs:
         tuned, launches = run["tuned"], run["launches"]
         print(
             f"| num_workers={tuned['num_workers']} from step {tuned['first_step']} | {tuned['steps_at_setting']} |"
             f" {tuned['steps_per_s']:.2f} ({tuned['spread_pct']} %) | {tuned['trial_steps_per_s']} |"
             f" {_pct(tuned['change_pct'])} (held: {tuned['held']}) | {_launches(launches)} |"
-            f" {_pct(run['against_launches_pct'])} |"
+            f" {_pct(run['against_launches_pct'])} | {_widths_moved(run)} |"
         )
     chosen = {run["tuned"]["num_workers"] for run in runs}
     summary = None
@@ -141,6 +144,22 @@ def main() -> None:
         args.json.write_text(json.dumps(numbers, indent=1))
 
 
+def _widths_moved(run: dict) -> str:
+    """How much scaling to the run's mean batch moved the speed after the switch and its trial's (- : not scaled)."""
+    tuned = run["tuned"]
+    persistent = tuned["trial_persistent_workers"]
+    persistent = tuned["persistent_workers"] if persistent is None else persistent
+    trial = next(
+        (
+            r
+            for r in run["trials"]["runs"]
+            if r["num_workers"] == tuned["num_workers"] and r["persistent_workers"] == persistent
+        ),
+        None,
+    )
+    return f"{_pct(tuned['width_scaled_pct'])}, {_pct(trial['width_scaled_pct'] if trial else None)}"
+
+
 def _launches(launches: list[float]) -> str:
     """The launches' median, each, and their spread (% of the median)."""
     truth = statistics.median(launches)
@@ -156,7 +175,9 @@ def _one_run(args: argparse.Namespace, options: list[str], work: Path) -> dict:
         sys.exit(f"bench_then: no speed after the switch: {tuned}")
     launches = [_launch(args.case, options, tuned, work / f"launch-{i}.json") for i in range(args.launches)]
     against = 100 * (tuned["steps_per_s"] / statistics.median(launches) - 1)
-    return {"tuned": tuned, "launches": launches, "against_launches_pct": against, "said": said}
+    # The trials' settings and their scaling to the run's mean batch: how much the widths moved each speed.
+    trials = {"runs": run["trials"]["runs"], "width_scaling": run["trials"]["width_scaling"]}
+    return {"tuned": tuned, "launches": launches, "against_launches_pct": against, "said": said, "trials": trials}
 
 
 if __name__ == "__main__":
