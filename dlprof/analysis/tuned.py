@@ -30,7 +30,7 @@ from dlprof.core import throughput
 from dlprof.core.manifest import Manifest, StepClock, Then, TrialSegment
 from dlprof.core.schema import STATUS_TRAINING
 from dlprof.results.analysis import Throughput
-from dlprof.results.trials import FaultLevels, TrialSetting, TunedRun
+from dlprof.results.trials import CpuLevels, FaultLevels, TrialSetting, TunedRun
 
 #: The speed after the switch held when it is at most this much (%) below the same setting's trial: more than two
 #: trusted measurements of one setting differ by (throughput.MAX_SPREAD_PCT bounds each one's spread).
@@ -38,6 +38,12 @@ HELD_PCT = 5.0
 
 #: Kernel time per step after the switch this much (%) above or below the trial's: malloc's level moved.
 LEVEL_MOVED_PCT = 10.0
+
+#: CPU time per step after the switch this much (%) above or below the trial's, with the cores kept busy within
+#: CORES_SAME_PCT of each other: the same work took the machine more or less CPU time (on this project's 2-core VM,
+#: 52-74 ms a step for one workload at one setting within one process, tracking its speed).
+CPU_MOVED_PCT = 10.0
+CORES_SAME_PCT = 5.0
 
 #: Why a run still training has no speed after the switch.
 STILL_TRAINING = "the training goes on; the rest is measured when it ends"
@@ -100,8 +106,10 @@ def tuned_run(
     held = None if error is not None or change is None else change >= -HELD_PCT
     assert then.num_workers is not None  # switched
     tried = (then.num_workers, trial.persistent_workers if trial is not None else persistent)
-    levels = _fault_levels(clock, steady_steps(pieces), (trial_steps or {}).get(tried, ()))
-    return replace(run, speed=speed, change_pct=change, held=held, error=error, fault_levels=levels)
+    after, in_trial = steady_steps(pieces), (trial_steps or {}).get(tried, ())
+    levels = _fault_levels(clock, after, in_trial)
+    cpu = _cpu_levels(clock, (after, speed), (in_trial, trial.speed if trial is not None else None))
+    return replace(run, speed=speed, change_pct=change, held=held, error=error, fault_levels=levels, cpu_levels=cpu)
 
 
 def _trial_of(settings: Sequence[TrialSetting], num_workers: int | None, persistent: bool) -> TrialSetting | None:
@@ -111,6 +119,31 @@ def _trial_of(settings: Sequence[TrialSetting], num_workers: int | None, persist
     same_count = [s for s in settings if s.num_workers == num_workers]
     own = next((s for s in same_count if s.persistent_workers == persistent), None)
     return own if own is not None else next(iter(same_count), None)
+
+
+def _cpu_levels(
+    clock: StepClock, after: tuple[Sequence[int], Throughput], trial: tuple[Sequence[int], Throughput | None]
+) -> CpuLevels | None:
+    """The main process's CPU ms per steady step and the cores it kept busy after the switch and in its trial, each
+    at the run's mean batch where its speed was scaled to it; None where either has no steady steps."""
+    measured = []
+    for steps, speed in (after, trial):
+        wall_ms = sum(clock.wall_ms[i] for i in steps)
+        if not steps or speed is None or wall_ms <= 0:
+            return None
+        cpu_ms = sum(clock.cpu_ms[i] for i in steps)
+        # A step of the mean batch took (1 + scaled %) times less wall time than these, and as much less CPU time.
+        measured.append((cpu_ms / len(steps) / (1 + (speed.width_scaled_pct or 0.0) / 100), cpu_ms / wall_ms))
+    (cpu_ms, cores), (trial_cpu_ms, trial_cores) = measured
+    moved = (
+        trial_cpu_ms > 0
+        and abs(cpu_ms / trial_cpu_ms - 1) >= CPU_MOVED_PCT / 100
+        and trial_cores > 0
+        and abs(cores / trial_cores - 1) <= CORES_SAME_PCT / 100
+    )
+    return CpuLevels(
+        cpu_ms=cpu_ms, trial_cpu_ms=trial_cpu_ms, cores=cores, trial_cores=trial_cores, machine_moved=moved
+    )
 
 
 def _fault_levels(clock: StepClock, after: Sequence[int], trial: Sequence[int]) -> FaultLevels | None:

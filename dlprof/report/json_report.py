@@ -18,7 +18,7 @@ from dlprof.results.analysis import (
 )
 from dlprof.results.findings import Finding
 from dlprof.results.report import Report, RunReport
-from dlprof.results.trials import FaultLevels, PaddingTrial, TrialsResult, TunedRun, TuningCost, WidthScaling
+from dlprof.results.trials import CpuLevels, FaultLevels, PaddingTrial, TrialsResult, TunedRun, TuningCost, WidthScaling
 
 
 def _summary(summary: Summary) -> dict:
@@ -327,6 +327,17 @@ def _tuned(tuned: TunedRun) -> dict:
         "held": tuned.held,
         "error": tuned.error,
         "page_faults": _fault_levels(tuned.fault_levels) if tuned.fault_levels is not None else None,
+        "cpu": _cpu_levels(tuned.cpu_levels) if tuned.cpu_levels is not None else None,
+    }
+
+
+def _cpu_levels(levels: CpuLevels) -> dict:
+    return {
+        "cpu_ms_per_step": rounded(levels.cpu_ms, 2),
+        "trial_cpu_ms_per_step": rounded(levels.trial_cpu_ms, 2),
+        "cores": rounded(levels.cores),
+        "trial_cores": rounded(levels.trial_cores),
+        "machine_moved": levels.machine_moved,
     }
 
 

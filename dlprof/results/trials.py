@@ -120,6 +120,22 @@ class FaultLevels:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CpuLevels:
+    """The main process's CPU ms per steady step (all its threads; at the run's mean batch where the speeds are
+    scaled to it) and the cores it kept busy (CPU time over wall time), after the switch and in the trial of the same
+    setting: the same work at the same setting, so CPU time per step that moved while as many cores stayed busy is
+    the machine's own speed moving (other tenants of a shared host, its clock), not the setting."""
+
+    cpu_ms: float
+    trial_cpu_ms: float
+    cores: float
+    trial_cores: float
+    #: CPU time per step apart by at least ``analysis.tuned.CPU_MOVED_PCT`` with the cores kept busy within
+    #: ``analysis.tuned.CORES_SAME_PCT`` of each other.
+    machine_moved: bool
+
+
+@dataclass(frozen=True, kw_only=True)
 class TunedRun:
     """The training after its trials (``--then best|keep``): the setting it went on at, and whether that setting's
     speed held beside its trial's measurement (both steady steps on the trials' in-epoch basis)."""
@@ -148,6 +164,8 @@ class TunedRun:
     #: Where the setting itself was not tried, the ``persistent_workers`` of the trial of the same count it is held
     #: against (inside an epoch persistent workers change nothing); None: its own trial, or none.
     trial_persistent_workers: bool | None = None
+    #: The main process's CPU time per step and cores busy after the switch and in its trial (None: not measured).
+    cpu_levels: CpuLevels | None = None
 
     @property
     def steps_per_s(self) -> float | None:

@@ -211,5 +211,7 @@ def test_the_speed_after_the_switch_is_scaled_as_its_trial_is():
     assert tuned.change_pct == pytest.approx(0.0) and tuned.held is True
     # Measured, the 92 steady steps after the switch averaged 60 ms: scaled to the mean batch, faster.
     assert tuned.speed.width_scaled_pct == pytest.approx(100 * (60 / mean_step_ms - 1))
+    # Its CPU time per step (1 ms a hand-written step) at the mean batch: as much less as its wall time.
+    assert tuned.cpu_levels.cpu_ms == pytest.approx(mean_step_ms / 60)
     unscaled = trials_result(replace(manifest, batches=BatchFacts()), 1.0).tuned
     assert unscaled.change_pct == pytest.approx(100 * (40 / 60 - 1)) and unscaled.held is False

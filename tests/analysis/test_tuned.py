@@ -197,10 +197,46 @@ def test_page_faults_after_the_switch_beside_its_trial():
     assert trials_result(built, 1.0).tuned.fault_levels is None
 
 
+def _with_cpu(built: Manifest, cpu_ms: dict[range, float]) -> Manifest:
+    """``built`` with the main process's CPU ms per step: that of the steps of each range, 1 elsewhere."""
+    per_step = [next((v for r, v in cpu_ms.items() if i in r), 1.0) for i in range(len(built.step_clock))]
+    return replace(built, step_clock=replace(built.step_clock, cpu_ms=tuple(per_step)))
+
+
+def test_cpu_time_per_step_after_the_switch_beside_its_trial():
+    """The trial of num_workers=2: 25 ms steps (steady: 75-169); after the switch 26 ms steps (steady: 180-329). The
+    machine's own speed moved only where the CPU time per step moved by 10 % or more with as many cores busy."""
+    built = manifest(_after(26.0, epoch_at=999), BEST)
+    # 57.2 ms on 2.2 cores against 50 on 2: 14.4 % more CPU time, but 10 % more cores busy: not the machine alone.
+    busier = trials_result(_with_cpu(built, {range(70, 170): 50.0, range(175, 400): 57.2}), 1.0).tuned.cpu_levels
+    assert (busier.trial_cpu_ms, busier.cpu_ms) == (pytest.approx(50.0), pytest.approx(57.2))
+    assert (busier.trial_cores, busier.cores) == (pytest.approx(2.0), pytest.approx(2.2))
+    assert busier.machine_moved is False
+    # 52 ms against 50, both on 2 cores: 4 % apart.
+    slight = trials_result(_with_cpu(built, {range(70, 170): 50.0, range(175, 400): 52.0}), 1.0).tuned.cpu_levels
+    assert slight.cores == pytest.approx(2.0) and slight.machine_moved is False
+    # 57.2 ms on 2.2 cores against 55 ms on 2.2 cores: 4 % apart.
+    same = trials_result(_with_cpu(built, {range(70, 170): 55.0, range(175, 400): 57.2}), 1.0).tuned.cpu_levels
+    assert (same.trial_cores, same.cores) == (pytest.approx(2.2), pytest.approx(2.2))
+    assert same.trial_cpu_ms == pytest.approx(55.0) and same.machine_moved is False
+    far = trials_result(_with_cpu(built, {range(70, 170): 50.0, range(175, 400): 56.5}), 1.0).tuned.cpu_levels
+    # 56.5 ms over 26: 2.17 cores against 2.0, 8.7 % apart (beyond CORES_SAME_PCT): not said either.
+    assert far.machine_moved is False
+    # Twice as slow on twice the CPU time, both cores busy: the machine.
+    slow = manifest(_after(50.0, epoch_at=999), BEST)
+    halved = trials_result(_with_cpu(slow, {range(70, 170): 50.0, range(175, 400): 100.0}), 1.0).tuned
+    assert halved.held is False and halved.cpu_levels.machine_moved is True
+    assert (halved.cpu_levels.cpu_ms, halved.cpu_levels.cores) == (pytest.approx(100.0), pytest.approx(2.0))
+    # Without the trials' steady steps nothing is compared.
+    assert tuned_run(built, trials_result(built, 1.0).settings, 1.0).cpu_levels is None
+
+
 def test_the_trials_result_carries_it():
     built = manifest(_after(26.0), BEST, epoch_starts=(100,))
     result = trials_result(built, 1.0)
-    assert result.tuned == tuned_run(built, result.settings, 1.0) and result.tuned.held is True
+    # With the trials' steady steps, its CPU time beside the trial's too.
+    assert replace(result.tuned, cpu_levels=None) == tuned_run(built, result.settings, 1.0) and result.tuned.held
+    assert result.tuned.cpu_levels is not None
     stopped = replace(built, trials=replace(built.trials, then=None))
     assert trials_result(stopped, 1.0).tuned is None and tuned_run(stopped, (), 1.0) is None
 

@@ -21,7 +21,7 @@ from dlprof.report import renderer
 from dlprof.report.tuning import status_note, tuned_line
 from dlprof.results.analysis import Throughput
 from dlprof.results.report import Report
-from dlprof.results.trials import BASIS_IN_EPOCH, FaultLevels, TrialsResult, TunedRun
+from dlprof.results.trials import BASIS_IN_EPOCH, CpuLevels, FaultLevels, TrialsResult, TunedRun
 from dlprof.trace.build import TRAINING_OVER
 from dlprof.trace.discover import load_run
 from dlprof.workflows.analyze import analyze_run, build_report
@@ -107,6 +107,14 @@ def test_the_tuned_line_in_every_format(report):
         "held": True,
         "error": None,
         "page_faults": None,  # the trace's step clock kept no page faults
+        # Its CPU time: 1 ms a step after the switch (hand-written), 21.92 in the trial.
+        "cpu": {
+            "cpu_ms_per_step": 1.0,
+            "trial_cpu_ms_per_step": 21.92,
+            "cores": 0.04,
+            "trial_cores": 0.9,
+            "machine_moved": False,
+        },
     }
 
 
@@ -197,6 +205,17 @@ def test_the_tuned_line_says_where_malloc_moved():
     )
     steady = dataclasses.replace(levels, moved=False)
     assert tuned_line(_trials(fault_levels=steady)).endswith("(-2.0 %): held")  # the levels only in JSON
+
+
+def test_the_tuned_line_says_where_the_machine_moved():
+    cpu = CpuLevels(cpu_ms=71.3, trial_cpu_ms=62.6, cores=1.98, trial_cores=1.97, machine_moved=True)
+    line = tuned_line(_trials(held=False, cpu_levels=cpu))
+    assert line.endswith(
+        "(-2.0 %): did not hold; the main process took 71.3 ms of CPU a step after the switch against 62.6 in its"
+        " trial, with as many cores busy (1.98 vs 1.97): the same work took this machine more CPU time, its own speed"
+        " moved (other tenants of a shared host, its clock), not the setting's"
+    )
+    assert tuned_line(_trials(cpu_levels=dataclasses.replace(cpu, machine_moved=False))).endswith("(-2.0 %): held")
 
 
 def _written_while_training(tmp_path) -> Path:
