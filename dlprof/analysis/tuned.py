@@ -27,7 +27,7 @@ from dlprof.analysis.batch_widths import Scaler
 from dlprof.analysis.segments import Piece, segment_pieces, steady_speed, steady_steps, switched_loader
 from dlprof.analysis.unprofiled import VOLATILE_FAULTS
 from dlprof.core import throughput
-from dlprof.core.manifest import Manifest, StepClock, Then, TrialSegment
+from dlprof.core.manifest import LoaderConfig, Manifest, StepClock, Then, TrialSegment
 from dlprof.core.schema import STATUS_TRAINING
 from dlprof.results.analysis import Throughput
 from dlprof.results.trials import CpuLevels, FaultLevels, TrialSetting, TunedRun
@@ -72,9 +72,7 @@ def tuned_run(
         return None
     clock = manifest.step_clock
     config = switched_loader(manifest)
-    persistent = (
-        then.persistent_workers if then.persistent_workers is not None else bool(config and config.persistent_workers)
-    )
+    persistent = _persistent_after(then, config)
     trial = _trial_of(settings, then.num_workers, persistent)
     trial_rate = trial.steps_per_s if trial is not None else None
     other = trial.persistent_workers if trial is not None and trial.persistent_workers != persistent else None
@@ -110,6 +108,13 @@ def tuned_run(
     levels = _fault_levels(clock, after, in_trial)
     cpu = _cpu_levels(clock, (after, speed), (in_trial, trial.speed if trial is not None else None))
     return replace(run, speed=speed, change_pct=change, held=held, error=error, fault_levels=levels, cpu_levels=cpu)
+
+
+def _persistent_after(then: Then, config: LoaderConfig | None) -> bool:
+    """The ``persistent_workers`` the training went on with: the switch's, else the switched loader's own."""
+    if then.persistent_workers is not None:
+        return then.persistent_workers
+    return bool(config and config.persistent_workers)
 
 
 def _trial_of(settings: Sequence[TrialSetting], num_workers: int | None, persistent: bool) -> TrialSetting | None:
@@ -166,16 +171,14 @@ def _fault_levels(clock: StepClock, after: Sequence[int], trial: Sequence[int]) 
 
 def switch_pieces(manifest: Manifest, batches_per_step: float) -> list[Piece]:
     """The pieces of the steps from the switch to the end, cut as a trial's segment is; none where the training did
-    not switch (or has not ended: its steps after the switch are not written yet)."""
+    not switch."""
     trials = manifest.trials
     then = trials.then if trials is not None else None
     if trials is None or then is None or then.first_step is None or then.num_workers is None:
         return []
     clock = manifest.step_clock
     config = switched_loader(manifest)
-    persistent = (
-        then.persistent_workers if then.persistent_workers is not None else bool(config and config.persistent_workers)
-    )
+    persistent = _persistent_after(then, config)
     own_prefetch = config.prefetch_factor if config else None
     prefetch = then.prefetch_factor or own_prefetch
     # Until the switch the training ran at the trials' last segment's setting: its batches in flight are served first.
