@@ -1,7 +1,7 @@
 """``--then best`` checked: the speed after the switch against the trial's and against plain launches.
 
     python scripts/bench_then.py [--case lora|trainer|callback] [--try-workers 0,1,2] [--steps 3000] [--launches 3]
-                                 [--repeats 1]
+                                 [--repeats 1] [--trial-steps N]
 
 1. ``dlprof record --try-workers ... --then best`` on the built-in workload (tiny Qwen2 + LoRA, ``--steps N``) or on
    scripts/bench_trainer.py (a Hugging Face Trainer, ``--max-steps N``), or (``callback``) that Trainer with
@@ -16,6 +16,9 @@ nothing else running (the speeds are compared within one run, but noise still wi
 
 ``--repeats R`` does it R times, each recording followed by its launches (so the VM's drift over the hour falls on
 both alike), then compares the medians: the speeds after the switch, their trials, and every launch.
+
+``--trial-steps N`` times each trial segment for N steps (dlprof's default: at least 40 steps and 2 s): longer
+segments average more of the VM's minute-to-minute drift into each setting's trial.
 
 ``--allocator fixed`` runs every process (the recording and the launches) with glibc's malloc held to fixed
 thresholds (scripts/bench_advice.py's): on CPU a process's page-fault level otherwise settles by chance and moves
@@ -47,12 +50,16 @@ def _training(case: str, options: list[str], num_workers: int, steps: int, persi
     return argv + (["--persistent-workers"] if persistent else [])
 
 
-def _record(case: str, options: list[str], own: int, try_workers: str, steps: int, out: Path) -> tuple[dict, str]:
+def _record(
+    case: str, options: list[str], own: int, try_workers: str, steps: int, out: Path, trial_steps: int | None = None
+) -> tuple[dict, str]:
     record = [sys.executable, "-m", "dlprof", "record", "--out", str(out), "--name", "then"]
     record += ["--try-workers", try_workers, "--then", "best"]
+    record += ["--trial-steps", str(trial_steps)] if trial_steps else []
     if case == "callback":
         record = [sys.executable, *_training(case, options, own, steps)]
         record += ["--dlprof-try-workers", try_workers, "--dlprof-out", str(out)]
+        record += ["--dlprof-trial-steps", str(trial_steps)] if trial_steps else []
     elif case == "trainer":
         record += ["--", "python", *_training(case, options, own, steps)]
     else:
@@ -94,6 +101,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write every number here")
     parser.add_argument("--allocator", choices=("glibc", "fixed"), default="glibc")
     parser.add_argument("--repeats", type=int, default=1, help="recordings, each with its launches [default: 1]")
+    parser.add_argument("--trial-steps", type=int, help="steps per trial segment [default: dlprof's]")
     args = parser.parse_args()
     if args.allocator == "fixed":
         os.environ.update(FIXED_ALLOCATOR_ENV)  # inherited by every process started from here
@@ -113,16 +121,16 @@ def main() -> None:
         )
     print(
         "| after the switch | steps | steps/s (spread) | its trial | vs trial | launches: median (each) | vs them"
-        " | widths moved: after, trial |"
+        " | widths moved: after, trial | main CPU ms a step: after, trial |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for run in runs:
         tuned, launches = run["tuned"], run["launches"]
         print(
             f"| num_workers={tuned['num_workers']} from step {tuned['first_step']} | {tuned['steps_at_setting']} |"
             f" {tuned['steps_per_s']:.2f} ({tuned['spread_pct']} %) | {tuned['trial_steps_per_s']} |"
             f" {_pct(tuned['change_pct'])} (held: {tuned['held']}) | {_launches(launches)} |"
-            f" {_pct(run['against_launches_pct'])} | {_widths_moved(run)} |"
+            f" {_pct(run['against_launches_pct'])} | {_widths_moved(run)} | {_cpu_levels(tuned)} |"
         )
     chosen = {run["tuned"]["num_workers"] for run in runs}
     summary = None
@@ -142,6 +150,16 @@ def main() -> None:
     if args.json is not None:
         numbers = {"runs": runs, "allocator": args.allocator, "medians": summary}
         args.json.write_text(json.dumps(numbers, indent=1))
+
+
+def _cpu_levels(tuned: dict) -> str:
+    """The main process's CPU time per steady step after the switch and in its trial, and whether the report named
+    the machine's own speed as moved between them (the same work taking it more or less CPU time)."""
+    cpu = tuned.get("cpu")
+    if not cpu:
+        return "-"
+    moved = " (the machine moved)" if cpu["machine_moved"] else ""
+    return f"{cpu['cpu_ms_per_step']:.1f}, {cpu['trial_cpu_ms_per_step']:.1f}{moved}"
 
 
 def _widths_moved(run: dict) -> str:
@@ -169,7 +187,7 @@ def _launches(launches: list[float]) -> str:
 
 def _one_run(args: argparse.Namespace, options: list[str], work: Path) -> dict:
     """One recording with ``--then best``, then its plain launches at the setting it chose."""
-    run, said = _record(args.case, options, args.num_workers, args.try_workers, args.steps, work)
+    run, said = _record(args.case, options, args.num_workers, args.try_workers, args.steps, work, args.trial_steps)
     tuned = run["trials"]["tuned"]
     if tuned is None or tuned["num_workers"] is None or tuned["steps_per_s"] is None:
         sys.exit(f"bench_then: no speed after the switch: {tuned}")

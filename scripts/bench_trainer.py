@@ -118,13 +118,22 @@ def main() -> None:
         help="record with DlprofCallback(try_workers=COUNTS, then='best') into --dlprof-out/then (in-process trials)",
     )
     parser.add_argument("--dlprof-out", type=Path, default=Path("traces"))
+    parser.add_argument(
+        "--dlprof-trial-steps", type=int, help="steps per trial segment (default: dlprof's, from the step time)"
+    )
     args = parser.parse_args()
     callbacks: list = []
     if args.dlprof_try_workers:  # created right before the Trainer: it instruments the DataLoaders made from then on
         from dlprof.hf import DlprofCallback
 
         callbacks.append(
-            DlprofCallback(out_dir=args.dlprof_out, name="then", try_workers=args.dlprof_try_workers, then="best")
+            DlprofCallback(
+                out_dir=args.dlprof_out,
+                name="then",
+                try_workers=args.dlprof_try_workers,
+                trial_steps=args.dlprof_trial_steps,
+                then="best",
+            )
         )
 
     tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(DATA / "tokenizer.json"), eos_token="<|endoftext|>")
