@@ -154,11 +154,11 @@ def main() -> None:
 
 def _cpu_levels(tuned: dict) -> str:
     """The main process's CPU time per steady step after the switch and in its trial, and whether the report named
-    the machine's own speed as moved between them (the same work taking it more or less CPU time)."""
+    the training's own speed as moved between them (the same work taking it more or less CPU time)."""
     cpu = tuned.get("cpu")
     if not cpu:
         return "-"
-    moved = " (the machine moved)" if cpu["machine_moved"] else ""
+    moved = " (its own speed moved)" if cpu["cpu_per_step_moved"] else ""
     return f"{cpu['cpu_ms_per_step']:.1f}, {cpu['trial_cpu_ms_per_step']:.1f}{moved}"
 
 

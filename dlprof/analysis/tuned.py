@@ -40,8 +40,9 @@ HELD_PCT = 5.0
 LEVEL_MOVED_PCT = 10.0
 
 #: CPU time per step after the switch this much (%) above or below the trial's, with the cores kept busy within
-#: CORES_SAME_PCT of each other: the same work took the machine more or less CPU time (on this project's 2-core VM,
-#: 52-74 ms a step for one workload at one setting within one process, tracking its speed).
+#: CORES_SAME_PCT of each other: the same work took the training more or less CPU time (on this project's 2-core VM,
+#: 52-74 ms a step for one workload at one setting within one process, tracking its speed, while a fixed unit of work
+#: in another process held steady).
 CPU_MOVED_PCT = 10.0
 CORES_SAME_PCT = 5.0
 
@@ -147,7 +148,7 @@ def _cpu_levels(
         and abs(cores / trial_cores - 1) <= CORES_SAME_PCT / 100
     )
     return CpuLevels(
-        cpu_ms=cpu_ms, trial_cpu_ms=trial_cpu_ms, cores=cores, trial_cores=trial_cores, machine_moved=moved
+        cpu_ms=cpu_ms, trial_cpu_ms=trial_cpu_ms, cores=cores, trial_cores=trial_cores, cpu_per_step_moved=moved
     )
 
 

@@ -337,7 +337,7 @@ def _cpu_levels(levels: CpuLevels) -> dict:
         "trial_cpu_ms_per_step": rounded(levels.trial_cpu_ms, 2),
         "cores": rounded(levels.cores),
         "trial_cores": rounded(levels.trial_cores),
-        "machine_moved": levels.machine_moved,
+        "cpu_per_step_moved": levels.cpu_per_step_moved,
     }
 
 

@@ -73,13 +73,12 @@ def tuned_line(trials: TrialsResult) -> str | None:
             " of kernel time): glibc malloc's level, which moves a CPU training's speed at any setting"
         )
     cpu = tuned.cpu_levels
-    if cpu is not None and cpu.machine_moved:
+    if cpu is not None and cpu.cpu_per_step_moved:
         more = "more" if cpu.cpu_ms > cpu.trial_cpu_ms else "less"
         line += (
             f"; the main process took {cpu.cpu_ms:.1f} ms of CPU a step after the switch against"
             f" {cpu.trial_cpu_ms:.1f} in its trial, with as many cores busy ({cpu.cores:.2f} vs {cpu.trial_cores:.2f}):"
-            f" the same work took this machine {more} CPU time, its own speed moved (other tenants of a shared host,"
-            " its clock), not the setting's"
+            f" the same work took the training {more} CPU time, a move of its own speed, not the setting's"
         )
     return line
 

@@ -124,7 +124,9 @@ class CpuLevels:
     """The main process's CPU ms per steady step (all its threads; at the run's mean batch where the speeds are
     scaled to it) and the cores it kept busy (CPU time over wall time), after the switch and in the trial of the same
     setting: the same work at the same setting, so CPU time per step that moved while as many cores stayed busy is
-    the machine's own speed moving (other tenants of a shared host, its clock), not the setting."""
+    the training's own speed moving, not the setting's. On a CPU training whose intra-op threads fill the cores, that
+    speed wanders by itself while a fixed unit of work in another process does not
+    (docs/validation.md#why-a-cpu-trainings-speed-wanders)."""
 
     cpu_ms: float
     trial_cpu_ms: float
@@ -132,7 +134,7 @@ class CpuLevels:
     trial_cores: float
     #: CPU time per step apart by at least ``analysis.tuned.CPU_MOVED_PCT`` with the cores kept busy within
     #: ``analysis.tuned.CORES_SAME_PCT`` of each other.
-    machine_moved: bool
+    cpu_per_step_moved: bool
 
 
 @dataclass(frozen=True, kw_only=True)

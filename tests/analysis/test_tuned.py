@@ -205,27 +205,27 @@ def _with_cpu(built: Manifest, cpu_ms: dict[range, float]) -> Manifest:
 
 def test_cpu_time_per_step_after_the_switch_beside_its_trial():
     """The trial of num_workers=2: 25 ms steps (steady: 75-169); after the switch 26 ms steps (steady: 180-329). The
-    machine's own speed moved only where the CPU time per step moved by 10 % or more with as many cores busy."""
+    training's own speed moved only where the CPU time per step moved by 10 % or more with as many cores busy."""
     built = manifest(_after(26.0, epoch_at=999), BEST)
-    # 57.2 ms on 2.2 cores against 50 on 2: 14.4 % more CPU time, but 10 % more cores busy: not the machine alone.
+    # 57.2 ms on 2.2 cores against 50 on 2: 14.4 % more CPU time, but 10 % more cores busy: not the work's cost alone.
     busier = trials_result(_with_cpu(built, {range(70, 170): 50.0, range(175, 400): 57.2}), 1.0).tuned.cpu_levels
     assert (busier.trial_cpu_ms, busier.cpu_ms) == (pytest.approx(50.0), pytest.approx(57.2))
     assert (busier.trial_cores, busier.cores) == (pytest.approx(2.0), pytest.approx(2.2))
-    assert busier.machine_moved is False
+    assert busier.cpu_per_step_moved is False
     # 52 ms against 50, both on 2 cores: 4 % apart.
     slight = trials_result(_with_cpu(built, {range(70, 170): 50.0, range(175, 400): 52.0}), 1.0).tuned.cpu_levels
-    assert slight.cores == pytest.approx(2.0) and slight.machine_moved is False
+    assert slight.cores == pytest.approx(2.0) and slight.cpu_per_step_moved is False
     # 57.2 ms on 2.2 cores against 55 ms on 2.2 cores: 4 % apart.
     same = trials_result(_with_cpu(built, {range(70, 170): 55.0, range(175, 400): 57.2}), 1.0).tuned.cpu_levels
     assert (same.trial_cores, same.cores) == (pytest.approx(2.2), pytest.approx(2.2))
-    assert same.trial_cpu_ms == pytest.approx(55.0) and same.machine_moved is False
+    assert same.trial_cpu_ms == pytest.approx(55.0) and same.cpu_per_step_moved is False
     far = trials_result(_with_cpu(built, {range(70, 170): 50.0, range(175, 400): 56.5}), 1.0).tuned.cpu_levels
     # 56.5 ms over 26: 2.17 cores against 2.0, 8.7 % apart (beyond CORES_SAME_PCT): not said either.
-    assert far.machine_moved is False
-    # Twice as slow on twice the CPU time, both cores busy: the machine.
+    assert far.cpu_per_step_moved is False
+    # Twice as slow on twice the CPU time, both cores busy: the training's own speed.
     slow = manifest(_after(50.0, epoch_at=999), BEST)
     halved = trials_result(_with_cpu(slow, {range(70, 170): 50.0, range(175, 400): 100.0}), 1.0).tuned
-    assert halved.held is False and halved.cpu_levels.machine_moved is True
+    assert halved.held is False and halved.cpu_levels.cpu_per_step_moved is True
     assert (halved.cpu_levels.cpu_ms, halved.cpu_levels.cores) == (pytest.approx(100.0), pytest.approx(2.0))
     # Without the trials' steady steps nothing is compared.
     assert tuned_run(built, trials_result(built, 1.0).settings, 1.0).cpu_levels is None

@@ -113,7 +113,7 @@ def test_the_tuned_line_in_every_format(report):
             "trial_cpu_ms_per_step": 21.92,
             "cores": 0.04,
             "trial_cores": 0.9,
-            "machine_moved": False,
+            "cpu_per_step_moved": False,
         },
     }
 
@@ -207,15 +207,15 @@ def test_the_tuned_line_says_where_malloc_moved():
     assert tuned_line(_trials(fault_levels=steady)).endswith("(-2.0 %): held")  # the levels only in JSON
 
 
-def test_the_tuned_line_says_where_the_machine_moved():
-    cpu = CpuLevels(cpu_ms=71.3, trial_cpu_ms=62.6, cores=1.98, trial_cores=1.97, machine_moved=True)
+def test_the_tuned_line_says_where_the_cpu_per_step_moved():
+    cpu = CpuLevels(cpu_ms=71.3, trial_cpu_ms=62.6, cores=1.98, trial_cores=1.97, cpu_per_step_moved=True)
     line = tuned_line(_trials(held=False, cpu_levels=cpu))
     assert line.endswith(
         "(-2.0 %): did not hold; the main process took 71.3 ms of CPU a step after the switch against 62.6 in its"
-        " trial, with as many cores busy (1.98 vs 1.97): the same work took this machine more CPU time, its own speed"
-        " moved (other tenants of a shared host, its clock), not the setting's"
+        " trial, with as many cores busy (1.98 vs 1.97): the same work took the training more CPU time, a move of its"
+        " own speed, not the setting's"
     )
-    assert tuned_line(_trials(cpu_levels=dataclasses.replace(cpu, machine_moved=False))).endswith("(-2.0 %): held")
+    assert tuned_line(_trials(cpu_levels=dataclasses.replace(cpu, cpu_per_step_moved=False))).endswith("(-2.0 %): held")
 
 
 def _written_while_training(tmp_path) -> Path:
