@@ -1,0 +1,110 @@
+"""Does a CPU training's speed wander with the machine, or by itself? A fixed unit of work timed beside it.
+
+    python scripts/measure_wander.py [--unit python|copy|matmul] [--steps 4500] [--window-s 10] [-- WORKLOAD OPTIONS]
+
+Launches the built-in workload plainly (no dlprof; default ``--batch-size 4 --max-length 128 --num-workers 0``) and,
+in this process, times a fixed unit of work every 0.25 s by its thread's CPU time: ``python`` squares 20,000
+integers, ``copy`` copies 8 MiB (beyond the cache), ``matmul`` multiplies 256 x 256 matrices ten times on one thread.
+Prints the training's steps/s and the unit's median CPU time in each window, and their correlation (speed against
+1 / the unit's time). A machine that slows (other tenants, its clock) slows both; a training whose speed wanders
+while the unit holds steady moves by itself (docs/validation.md#why-a-cpu-trainings-speed-wanders). Set
+``OMP_NUM_THREADS`` to change the training's intra-op threads. ``--allocator fixed`` as in scripts/bench_advice.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from bench_advice import FIXED_ALLOCATOR_ENV
+
+#: Seconds between two timings of the unit (it takes about 1-2 ms: a fraction of a per cent of one core).
+PERIOD_S = 0.25
+DEFAULT_WORKLOAD = ["--batch-size", "4", "--max-length", "128", "--num-workers", "0"]
+
+
+def _unit(kind: str) -> Callable[[], object]:
+    if kind == "python":
+        return lambda: sum(i * i for i in range(20_000))
+    if kind == "copy":
+        import numpy
+
+        source = numpy.ones(2**20)  # 8 MiB of float64
+        target = numpy.empty_like(source)
+        return lambda: numpy.copyto(target, source)
+    import torch
+
+    torch.set_num_threads(1)
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+    return lambda: [torch.mm(a, b) for _ in range(10)]
+
+
+def _correlation(xs: list[float], ys: list[float]) -> float | None:
+    if len(xs) < 3 or statistics.pvariance(xs) == 0 or statistics.pvariance(ys) == 0:
+        return None
+    return statistics.correlation(xs, ys)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--unit", choices=("python", "copy", "matmul"), default="python")
+    parser.add_argument("--steps", type=int, default=4500)
+    parser.add_argument("--window-s", type=float, default=10.0)
+    parser.add_argument("--allocator", choices=("glibc", "fixed"), default="fixed")
+    parser.add_argument("workload", nargs="*", help="the built-in workload's options (after --)")
+    args = parser.parse_args()
+    env = dict(os.environ, **(FIXED_ALLOCATOR_ENV if args.allocator == "fixed" else {}))
+    unit, timings, stop = _unit(args.unit), [], threading.Event()
+
+    def time_the_unit() -> None:
+        while not stop.is_set():
+            started = time.thread_time_ns()
+            unit()
+            timings.append((time.time(), (time.thread_time_ns() - started) / 1e3))
+            time.sleep(PERIOD_S)
+
+    threading.Thread(target=time_the_unit, daemon=True).start()
+    with tempfile.TemporaryDirectory() as work:
+        report = os.path.join(work, "report.json")
+        command = [sys.executable, "-m", "dlprof.workloads.lora", *(args.workload or DEFAULT_WORKLOAD)]
+        subprocess.run([*command, "--steps", str(args.steps), "--report", report], check=True, env=env)
+        ended = time.time()
+        stop.set()
+        step_ms = json.loads(Path(report).read_text())["step_ms"]
+    # Each step's end, counted back from the training's end (its shut-down is a small share of a window).
+    ends, at = [], ended
+    for ms in reversed(step_ms):
+        ends.append(at)
+        at -= ms / 1000
+    ends.reverse()
+    speeds, units = [], []
+    print(f"unit: {args.unit}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')}")
+    print("| window | training steps/s | unit's CPU time (median, µs) |\n|---|---|---|")
+    start = ends[0]
+    while start + args.window_s <= ends[-1]:
+        steps = sum(1 for end in ends if start <= end < start + args.window_s)
+        inside = [us for at, us in timings if start <= at < start + args.window_s]
+        if steps and inside:
+            speeds.append(steps / args.window_s)
+            units.append(statistics.median(inside))
+            print(f"| {len(speeds)} | {speeds[-1]:.2f} | {units[-1]:.0f} |")
+        start += args.window_s
+    correlation = _correlation(speeds, [1 / us for us in units])
+    spread = 100 * (max(speeds) - min(speeds)) / statistics.median(speeds) if speeds else 0.0
+    unit_spread = 100 * (max(units) - min(units)) / statistics.median(units) if units else 0.0
+    said = f"{correlation:.2f}" if correlation is not None else "-"
+    windows = len(speeds)
+    print(f"training's spread {spread:.1f} %, the unit's {unit_spread:.1f} %; correlation {said}, {windows} windows")
+
+
+if __name__ == "__main__":
+    main()
