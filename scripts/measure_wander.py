@@ -48,6 +48,11 @@ def _unit(kind: str) -> Callable[[], object]:
     return lambda: [torch.mm(a, b) for _ in range(10)]
 
 
+def _spread_pct(values: list[float]) -> float:
+    """The values' range, % of their median (0 with none)."""
+    return 100 * (max(values) - min(values)) / statistics.median(values) if values else 0.0
+
+
 def _correlation(xs: list[float], ys: list[float]) -> float | None:
     if len(xs) < 3 or statistics.pvariance(xs) == 0 or statistics.pvariance(ys) == 0:
         return None
@@ -92,18 +97,18 @@ def main() -> None:
     start = ends[0]
     while start + args.window_s <= ends[-1]:
         steps = sum(1 for end in ends if start <= end < start + args.window_s)
-        inside = [us for at, us in timings if start <= at < start + args.window_s]
+        inside = [us for timed_at, us in timings if start <= timed_at < start + args.window_s]
         if steps and inside:
             speeds.append(steps / args.window_s)
             units.append(statistics.median(inside))
             print(f"| {len(speeds)} | {speeds[-1]:.2f} | {units[-1]:.0f} |")
         start += args.window_s
     correlation = _correlation(speeds, [1 / us for us in units])
-    spread = 100 * (max(speeds) - min(speeds)) / statistics.median(speeds) if speeds else 0.0
-    unit_spread = 100 * (max(units) - min(units)) / statistics.median(units) if units else 0.0
     said = f"{correlation:.2f}" if correlation is not None else "-"
-    windows = len(speeds)
-    print(f"training's spread {spread:.1f} %, the unit's {unit_spread:.1f} %; correlation {said}, {windows} windows")
+    print(
+        f"training's spread {_spread_pct(speeds):.1f} %, the unit's {_spread_pct(units):.1f} %;"
+        f" correlation {said}, {len(speeds)} windows"
+    )
 
 
 if __name__ == "__main__":
