@@ -5,9 +5,11 @@
 Launches the built-in workload plainly (no dlprof; default ``--batch-size 4 --max-length 128 --num-workers 0``) and,
 in this process, times a fixed unit of work every 0.25 s by its thread's CPU time: ``python`` squares 20,000
 integers, ``copy`` copies 8 MiB (beyond the cache), ``matmul`` multiplies 256 x 256 matrices ten times on one thread.
-Prints the training's steps/s and the unit's median CPU time in each window, and their correlation (speed against
-1 / the unit's time). A machine that slows (other tenants, its clock) slows both; a training whose speed wanders
-while the unit holds steady moves by itself (docs/validation.md#why-a-cpu-trainings-speed-wanders). Set
+Prints the training's steps/s and the unit's median CPU and wall time in each window, the cores' time the hypervisor
+took (steal, from ``/proc/stat``), and the correlations of the speed with 1 / the unit's CPU time and with the cores
+left by steal. A unit's CPU time does not count what the host took (a stolen vCPU stops its thread's CPU clock): steal
+shows it. A training on two intra-op threads loses more than the steal itself: while one vCPU is taken, its peer
+spins at the parallel region's barrier (docs/validation.md#why-a-cpu-trainings-speed-wanders). Set
 ``OMP_NUM_THREADS`` to change the training's intra-op threads. ``--allocator fixed`` as in scripts/bench_advice.py.
 """
 
@@ -48,6 +50,15 @@ def _unit(kind: str) -> Callable[[], object]:
     return lambda: [torch.mm(a, b) for _ in range(10)]
 
 
+def _steal_jiffies() -> tuple[int, int]:
+    """The steal and total jiffies of all cores so far (``/proc/stat``'s first line; (0, 0) where it is missing)."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return 0, 0
+    return fields[7], sum(fields)
+
+
 def _spread_pct(values: list[float]) -> float:
     """The values' range, % of their median (0 with none)."""
     return 100 * (max(values) - min(values)) / statistics.median(values) if values else 0.0
@@ -68,13 +79,15 @@ def main() -> None:
     parser.add_argument("workload", nargs="*", help="the built-in workload's options (after --)")
     args = parser.parse_args()
     env = dict(os.environ, **(FIXED_ALLOCATOR_ENV if args.allocator == "fixed" else {}))
-    unit, timings, stop = _unit(args.unit), [], threading.Event()
+    unit, timings, steals, stop = _unit(args.unit), [], [], threading.Event()
 
     def time_the_unit() -> None:
         while not stop.is_set():
-            started = time.thread_time_ns()
+            started, wall = time.thread_time_ns(), time.perf_counter_ns()
             unit()
-            timings.append((time.time(), (time.thread_time_ns() - started) / 1e3))
+            cpu_us, wall_us = (time.thread_time_ns() - started) / 1e3, (time.perf_counter_ns() - wall) / 1e3
+            timings.append((time.time(), cpu_us, wall_us))
+            steals.append((time.time(), *_steal_jiffies()))
             time.sleep(PERIOD_S)
 
     threading.Thread(target=time_the_unit, daemon=True).start()
@@ -91,24 +104,35 @@ def main() -> None:
         ends.append(at)
         at -= ms / 1000
     ends.reverse()
-    speeds, units = [], []
+    speeds, units, stolen = [], [], []
     print(f"unit: {args.unit}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')}")
-    print("| window | training steps/s | unit's CPU time (median, µs) |\n|---|---|---|")
+    print(
+        "| window | training steps/s | unit's CPU time (median, µs) | unit's wall time (median, µs)"
+        " | cores' time stolen by the host (%) |\n|---|---|---|---|---|"
+    )
     start = ends[0]
     while start + args.window_s <= ends[-1]:
         steps = sum(1 for end in ends if start <= end < start + args.window_s)
-        inside = [us for timed_at, us in timings if start <= timed_at < start + args.window_s]
-        if steps and inside:
+        inside = [(cpu, wall) for timed_at, cpu, wall in timings if start <= timed_at < start + args.window_s]
+        read = [(steal, total) for at, steal, total in steals if start <= at < start + args.window_s]
+        if steps and inside and len(read) >= 2 and read[-1][1] > read[0][1]:
             speeds.append(steps / args.window_s)
-            units.append(statistics.median(inside))
-            print(f"| {len(speeds)} | {speeds[-1]:.2f} | {units[-1]:.0f} |")
+            units.append(statistics.median(cpu for cpu, _ in inside))
+            stolen.append(100 * (read[-1][0] - read[0][0]) / (read[-1][1] - read[0][1]))
+            wall_us = statistics.median(wall for _, wall in inside)
+            print(f"| {len(speeds)} | {speeds[-1]:.2f} | {units[-1]:.0f} | {wall_us:.0f} | {stolen[-1]:.1f} |")
         start += args.window_s
-    correlation = _correlation(speeds, [1 / us for us in units])
-    said = f"{correlation:.2f}" if correlation is not None else "-"
+    by_unit = _correlation(speeds, [1 / us for us in units])
+    by_steal = _correlation(speeds, [100 - pct for pct in stolen])
     print(
-        f"training's spread {_spread_pct(speeds):.1f} %, the unit's {_spread_pct(units):.1f} %;"
-        f" correlation {said}, {len(speeds)} windows"
+        f"training's spread {_spread_pct(speeds):.1f} %, the unit's {_spread_pct(units):.1f} %, steal"
+        f" {min(stolen, default=0):.1f}-{max(stolen, default=0):.1f} %; correlation with 1 / the unit's CPU time"
+        f" {_said(by_unit)}, with the cores left by steal {_said(by_steal)}; {len(speeds)} windows"
     )
+
+
+def _said(correlation: float | None) -> str:
+    return f"{correlation:.2f}" if correlation is not None else "-"
 
 
 if __name__ == "__main__":

@@ -89,14 +89,19 @@ def shared_cores(cores: int, threads: int, workers: int) -> tuple[float, float]:
 
     Workers fill the cores the training leaves free first; the rest share the training's cores evenly, each thread
     on a core with ``q`` workers running ``1 / (1 + q)`` of the time. A parallel region advances only while all its
-    threads run: at the least of their shares if the scheduler kept them in step, at the product of their shares if
-    it ran them independently. Threads waiting at a region's barrier are woken ahead of the workers, which keeps them
-    partly in step, so the speed is taken between the two bounds: their geometric mean (equal for one thread).
+    threads run, which three pictures of the scheduler price differently:
 
-    Not priced: before they sleep, threads waiting at a barrier spin on their cores (OpenMP's default wait policy), so
-    the training holds its share of the cores for as long as its compute is stretched. With more busy workers than
-    cores its CPU per step then grows beyond this term, by an amount set by how often the scheduler runs its threads
-    together, which a run does not measure.
+    * in step (threads waiting at a region's barrier are woken ahead of the workers): the least of their shares;
+    * independently: the product of their shares;
+    * all at once: before they sleep, threads waiting at a barrier spin on their cores (OpenMP's default wait
+      policy), so they stay runnable and every runnable thread holds a core for an even share of the time; the region
+      advances only while all its threads hold one at once, ``C(workers, cores - threads) / C(threads + workers,
+      cores)`` of the time.
+
+    The speed is the geometric mean of the three (equal for one thread on a core of its own): measured against the
+    claim check's trials, the first two alone left the contention of two busy workers too small (a consumer recorded
+    beside them was freed to 23-24 ms where the training alone took 16-17) and the third alone too large (11-12 ms);
+    the three together gave 18-19 (docs/validation.md#all-threads-at-once).
     """
     free = cores - threads
     overflow = workers - free
@@ -105,7 +110,8 @@ def shared_cores(cores: int, threads: int, workers: int) -> tuple[float, float]:
     low, extra = divmod(overflow, threads)
     independent = (1 / (1 + low)) ** (threads - extra) * (1 / (2 + low)) ** extra
     in_step = 1 / (2 + low) if extra else 1 / (1 + low)
-    speed = math.sqrt(independent * in_step)
+    all_at_once = math.comb(workers, max(0, free)) / math.comb(threads + workers, cores)
+    speed = (independent * in_step * all_at_once) ** (1 / 3)
     return speed, free + (threads - extra) * low / (1 + low) + extra * (low + 1) / (low + 2)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 
 import pytest
 from conftest import DATA_DIR
@@ -83,53 +82,64 @@ def test_cpu_bound_and_handoff():
 
 
 def test_workers_sharing_the_training_s_cores():
-    # Both cores busy with training: one worker shares a core with one thread, each running half the time, and a
-    # parallel region waits for that thread: half speed.
-    assert shared_cores(2, 2, 1) == pytest.approx((0.5, 0.5))
-    # A worker on each core: a quarter if the two threads ran independently, a half if in step; between: 1 / sqrt(8).
-    assert shared_cores(2, 2, 2) == pytest.approx((1 / math.sqrt(8), 1.0))
-    # Two workers on each core: each thread runs a third of the time: sqrt(1/9 * 1/3); the workers get 2 * 2/3.
-    assert shared_cores(2, 2, 4) == pytest.approx((1 / math.sqrt(27), 4 / 3))
+    # Both cores busy with training: one worker shares a core with one thread, each running half the time. A parallel
+    # region waits for that thread: half speed in step and independently; all at once, the two threads and the worker
+    # share the 2 cores evenly and both threads hold one a third of the time: (1/2 * 1/2 * 1/3) ** (1/3).
+    assert shared_cores(2, 2, 1) == pytest.approx((12 ** (-1 / 3), 0.5))
+    # A worker on each core: a half in step, a quarter independently, all at once 1/6 (one pair of four threads).
+    assert shared_cores(2, 2, 2) == pytest.approx((48 ** (-1 / 3), 1.0))
+    # Two workers on each core: each thread runs a third of the time, and both at once 1/15 of it; the workers get
+    # 2 * 2/3.
+    assert shared_cores(2, 2, 4) == pytest.approx((405 ** (-1 / 3), 4 / 3))
     # Workers fill the cores the training leaves free first: on 4 cores, 2 workers run beside 2 threads unslowed, a
-    # third shares a core with one thread, a fourth with the other.
+    # third shares a core with one thread (both threads on a core at once: 3 of the 5 ways to pick 4 of 5 threads),
+    # a fourth with the other (6 of 15).
     assert shared_cores(4, 2, 2) == pytest.approx((1.0, 2.0))
-    assert shared_cores(4, 2, 3) == pytest.approx((0.5, 2.5))
-    assert shared_cores(4, 2, 4) == pytest.approx((1 / math.sqrt(8), 3.0))
+    assert shared_cores(4, 2, 3) == pytest.approx(((1 / 2 * 1 / 2 * 3 / 5) ** (1 / 3), 2.5))
+    assert shared_cores(4, 2, 4) == pytest.approx(((1 / 4 * 1 / 2 * 6 / 15) ** (1 / 3), 3.0))
+    # The more busy workers, the slower the training.
+    speeds = [shared_cores(2, 2, n)[0] for n in range(6)]
+    assert speeds == sorted(speeds, reverse=True) and speeds[0] == 1.0
 
 
 def test_contention_term():
     model = inputs(usable_cores=2, training_threads=2.0, main_cpu_ms=20.0)
-    # n=1: the 10 ms compute takes 20 ms beside the worker, which makes 10 of its 30 ms then; the other 20 ms the
-    # training waits: 40 ms, above every other bound (loader 30, cores (20 + 30) / 2 = 25).
-    assert contended_ms(model, 1) == pytest.approx(40.0)
-    assert predict(model, 1).step_ms == pytest.approx(40.0) and predict(model, 1).bound == "contention"
-    # n=2: the compute takes 10 * sqrt(8) = 28.3 ms beside both workers, who make 28.3 ms of the 30 meanwhile; the
-    # rest on both cores: 10 sqrt(8) + (30 - 10 sqrt(8)) / 2 = 15 + 10 sqrt(2).
-    assert contended_ms(model, 2) == pytest.approx(15 + 10 * math.sqrt(2))
-    # n=4: the workers keep up, and a worker gets a batch to make only when the training takes one, so no more are busy
-    # than the batches need: 2 workers make 28.3 of the 30 ms inside the compute, 3 (at 1/sqrt(18) and 7/6 cores) make
-    # them with room to spare. A share x of the step with 3 busy, the rest with 2, where the compute and the 30 ms end
-    # together: 10 * (1 + x/6) = 30 * (1/sqrt(8) - x (1/sqrt(8) - 1/sqrt(18))); the extra workers change nothing.
-    two, three = 1 / math.sqrt(8), 1 / math.sqrt(18)
-    share = (30 * two - 10) / (10 / 6 + 30 * (two - three))
-    assert contended_ms(model, 4) == pytest.approx(10 / (two - share * (two - three)))
-    assert contended_ms(model, 8) == pytest.approx(contended_ms(model, 3))
-    assert contended_ms(model, 4) > contended_ms(model, 2)
+    one, two = shared_cores(2, 2, 1)[0], shared_cores(2, 2, 2)[0]
+    # n=1: the 10 ms compute takes 10 / one = 22.9 ms beside the worker, which makes half of that of its 30 ms; the
+    # rest the training waits: 30 + 5 / one = 41.4 ms, above every other bound (loader 30, cores (20 + 30) / 2 = 25).
+    assert contended_ms(model, 1) == pytest.approx(30 + 5 / one)
+    assert predict(model, 1).step_ms == pytest.approx(30 + 5 / one) and predict(model, 1).bound == "contention"
+    # n=2: beside both workers the compute would take 10 / two = 36.3 ms, in which they make 36.3 of the 30 ms: they
+    # keep up, and a worker gets a batch to make only when the training takes one, so no more are busy than the batches
+    # need. A share x of the step with both busy, the rest with one, where the compute and the 30 ms end together:
+    # 10 * (x + (1 - x) / 2) = 30 * (one - x (one - two)).
+    share = (30 * one - 5) / (5 + 30 * (one - two))
+    both = 10 / (one - share * (one - two))
+    assert contended_ms(model, 2) == pytest.approx(both)
+    # More workers than the batches need change nothing: at 4 as at 2.
+    assert contended_ms(model, 4) == pytest.approx(both) and contended_ms(model, 8) == pytest.approx(both)
+    assert contended_ms(model, 2) < contended_ms(model, 1)
     # With the batches' CPU well inside the compute (3 ms), fewer than one worker is busy on average, however many
-    # there are: the step is the compute beside one worker part of the time, 10 + 3 ms, at 1 worker as at 4.
+    # there are: the compute beside one worker a share y of the step, alone the rest, where its 3 ms end with it:
+    # 10 * y / 2 = 3 * (1 - y (1 - one)).
     light = dataclasses.replace(model, batch_cpu_ms=3.0)
-    assert contended_ms(light, 1) == pytest.approx(13.0) and contended_ms(light, 4) == pytest.approx(13.0)
+    beside = 3 / (5 + 3 * (1 - one))
+    assert contended_ms(light, 1) == pytest.approx(10 / (1 - beside * (1 - one)))
+    assert contended_ms(light, 4) == pytest.approx(contended_ms(light, 1))
     # One busy training thread has no parallel region to hold back: no term (the cores' bound covers it); 1.5 busy
     # cores: halfway between its unslowed consumer and two threads' term.
     assert contended_ms(dataclasses.replace(model, training_threads=1.0), 2) is None
     half = dataclasses.replace(model, training_threads=1.5)
-    assert contended_ms(half, 2) == pytest.approx((10.0 + 15 + 10 * math.sqrt(2)) / 2)
+    assert contended_ms(half, 2) == pytest.approx((10.0 + both) / 2)
     # Unknown threads, or no workers: no contention term (the other bounds alone).
     assert contended_ms(inputs(), 2) is None and contended_ms(model, 0) is None
     assert predict(inputs(usable_cores=2, main_cpu_ms=20.0), 1).step_ms == pytest.approx(30.0)
     # The contention term names the bound only where it is above the cores' own: 1.5 busy cores beside one light
-    # worker ((10 + 13) / 2 = 11.5 ms) against the cores' (20 + 3) / 2 = 11.5 ms: a tie, "cpu".
-    assert predict(dataclasses.replace(light, batch_ms=3.0, training_threads=1.5), 1).bound == "cpu"
+    # worker ((10 + 13.4) / 2 = 11.7 ms) against the cores' (21 + 3) / 2 = 12 ms: "cpu"; with 20 ms of CPU (11.5),
+    # "contention".
+    lighter = dataclasses.replace(light, batch_ms=3.0, training_threads=1.5)
+    assert predict(dataclasses.replace(lighter, main_cpu_ms=21.0), 1).bound == "cpu"
+    assert predict(lighter, 1).bound == "contention"
     assert predict(model, 2).bound == "contention" and predict(model, 0).bound == "main process"
 
 
@@ -165,12 +175,15 @@ def test_counts_text_spans_consecutive_counts():
 
 def test_a_consumer_measured_beside_busy_workers_is_freed_of_their_contention():
     model = inputs(usable_cores=2, training_threads=2.0, main_cpu_ms=20.0, recorded_workers=1, measured_step_ms=34.0)
-    # At one worker the step is the consumer plus the worker's 30 ms: 10 + 30 = 40 against the 34 measured, so the
-    # consumer on cores of its own took 4 ms (and its CPU 20 * 0.4).
+    # At one worker the step is the worker's 30 ms plus half the consumer's contended time: 30 + 5 f / one for a
+    # consumer 10 f (test_contention_term), against the 34 measured: f = 4 one / 5, and its CPU 20 f.
+    one = shared_cores(2, 2, 1)[0]
     freed, factor = uncontended(model)
-    assert factor == pytest.approx(0.4)
-    assert (freed.consumer_ms, freed.main_cpu_ms) == pytest.approx((4.0, 8.0))
-    assert predict(freed, 1).step_ms == pytest.approx(34.0) and predict(freed, 0).step_ms == pytest.approx(34.0)
+    assert factor == pytest.approx(4 * one / 5)
+    assert (freed.consumer_ms, freed.main_cpu_ms) == pytest.approx((10 * factor, 20 * factor))
+    assert predict(freed, 1).step_ms == pytest.approx(34.0)
+    # Without workers the main process loads the batch itself beside a consumer of its own cores: 10 f + 30.
+    assert predict(freed, 0).step_ms == pytest.approx(10 * factor + 30.0)
     # Measured slower than the model (the anchoring scales that), or threads unknown: left as it is.
     assert uncontended(dataclasses.replace(model, measured_step_ms=45.0)) == (
         dataclasses.replace(model, measured_step_ms=45.0),
