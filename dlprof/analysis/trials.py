@@ -81,6 +81,10 @@ from dlprof.results.trials import (
 #: A DataLoader setting tried: (num_workers, persistent_workers).
 Setting = tuple[int, bool]
 
+#: Where the recorded setting's trials ran this far (%) from the reference steps the predictions are anchored to, a
+#: note says every prediction carries that move (:func:`with_predictions`): the predictions' own targets are 5-10 %.
+ANCHOR_MOVED_PCT = 5.0
+
 
 #: How the notes name a setting (the advice's evidence too).
 label = setting_label
@@ -434,16 +438,26 @@ def predicted_on_basis(
     return value if value is not None and math.isfinite(value) else None
 
 
-def with_predictions(result: TrialsResult, predicted: Sequence[Prediction], recorded_persistent: bool) -> TrialsResult:
+def with_predictions(
+    result: TrialsResult,
+    predicted: Sequence[Prediction],
+    recorded_persistent: bool,
+    anchored_workers: int | None = None,
+) -> TrialsResult:
     """``result`` with the model's prediction for each tried setting on its basis, and the error against the measured
     speed, % ((predicted - measured) / measured).
 
     Args:
         predicted: the advice's predictions (:attr:`dlprof.results.advice.Advice.predicted`).
         recorded_persistent: the recorded run's ``persistent_workers`` (what the predictions assume).
+        anchored_workers: the recorded ``num_workers`` where the predictions are anchored to the run's reference steps
+            (None: not anchored). Where that setting's own trials ran :data:`ANCHOR_MOVED_PCT` or more apart from the
+            reference steps, a note says so: every prediction carries that move, which is the training's, not the
+            model's.
     """
     by_count = {p.num_workers: p for p in predicted}
     settings = []
+    notes = list(result.notes)
     for setting in result.settings:
         guess = predicted_on_basis(
             by_count.get(setting.num_workers), setting.persistent_workers, result.basis, recorded_persistent
@@ -451,4 +465,12 @@ def with_predictions(result: TrialsResult, predicted: Sequence[Prediction], reco
         measured = result.measured(setting)
         error = 100 * (guess - measured) / measured if guess is not None and measured else None
         settings.append(replace(setting, predicted_steps_per_s=guess, error_pct=error))
-    return replace(result, settings=tuple(settings))
+        recorded = (setting.num_workers, setting.persistent_workers) == (anchored_workers, recorded_persistent)
+        if recorded and guess is not None and error is not None and abs(error) >= ANCHOR_MOVED_PCT:
+            notes.append(
+                f"{label(setting.num_workers, setting.persistent_workers)} (recorded): the predictions rest on the"
+                f" reference steps after the window, which ran {abs(error):.1f} % {'faster' if error > 0 else 'slower'}"
+                f" than this setting's own trials ({guess:.2f} vs {measured:.2f} steps/s): the training's speed moved"
+                " between the two, at one setting in one process, and every prediction carries that move"
+            )
+    return replace(result, settings=tuple(settings), notes=tuple(notes))

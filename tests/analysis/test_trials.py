@@ -220,6 +220,29 @@ def test_predictions_on_the_basis_and_their_error():
     assert inside.settings[1].error_pct == pytest.approx(100 * (1000 / 30 - BURSTY_RATE) / BURSTY_RATE)
 
 
+def test_a_recorded_setting_whose_trials_moved_from_its_reference_steps_is_noted():
+    result = trials_result(two_rounds().manifest(), 1.0)
+    zero = result.settings[0]
+    measured = result.measured(zero)
+    assert zero.num_workers == 0 and not zero.persistent_workers and measured
+    fast = measured * 1.12
+    ahead = [Prediction(num_workers=0, step_ms=1.0, steps_per_s=fast, bound="main process", epoch_steps_per_s=fast)]
+    noted = with_predictions(result, ahead, recorded_persistent=False, anchored_workers=0)
+    moved = [note for note in noted.notes if "(recorded)" in note]
+    assert moved == [
+        f"num_workers=0 (recorded): the predictions rest on the reference steps after the window, which ran 12.0 %"
+        f" faster than this setting's own trials ({measured * 1.12:.2f} vs {measured:.2f} steps/s): the training's"
+        " speed moved between the two, at one setting in one process, and every prediction carries that move"
+    ]
+    # Within 5 %, not anchored, or another setting recorded: no note.
+    close = [replace(ahead[0], steps_per_s=measured * 1.04, epoch_steps_per_s=measured * 1.04)]
+    assert not any("(recorded)" in n for n in with_predictions(result, close, False, 0).notes)
+    assert not any("(recorded)" in n for n in with_predictions(result, ahead, False, None).notes)
+    assert not any("(recorded)" in n for n in with_predictions(result, ahead, False, 2).notes)
+    slower = [replace(ahead[0], steps_per_s=measured * 0.9, epoch_steps_per_s=measured * 0.9)]
+    assert "ran 10.0 % slower" in next(n for n in with_predictions(result, slower, False, 0).notes if "(recorded)" in n)
+
+
 def test_a_run_without_trials_has_none():
     manifest = two_rounds().manifest()
     assert trials_result(Manifest(manifest_version=3, step_clock=manifest.step_clock), 1.0) is None
