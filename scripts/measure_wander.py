@@ -7,10 +7,10 @@ in this process, times a fixed unit of work every 0.25 s by its thread's CPU tim
 integers, ``copy`` copies 8 MiB (beyond the cache), ``matmul`` multiplies 256 x 256 matrices ten times on one thread.
 Prints the training's steps/s and the unit's median CPU and wall time in each window, the cores' time the hypervisor
 took (steal, from ``/proc/stat``), and the correlations of the speed with 1 / the unit's CPU time and with the cores
-left by steal. A unit's CPU time does not count what the host took (a stolen vCPU stops its thread's CPU clock): steal
-shows it. A training on two intra-op threads loses more than the steal itself: while one vCPU is taken, its peer
-spins at the parallel region's barrier (docs/validation.md#why-a-cpu-trainings-speed-wanders). Set
-``OMP_NUM_THREADS`` to change the training's intra-op threads. ``--allocator fixed`` as in scripts/bench_advice.py.
+left by steal. A unit's CPU time does not count what the host took (a stolen vCPU stops its thread's CPU clock), so
+steal is read beside it; a unit whose CPU time grows with no steal ran on slower cores (measured both ways on this
+project's VM: docs/validation.md#why-a-cpu-trainings-speed-wanders). Set ``OMP_NUM_THREADS`` to change the
+training's intra-op threads. ``--allocator fixed`` as in scripts/bench_advice.py.
 """
 
 from __future__ import annotations
@@ -79,15 +79,15 @@ def main() -> None:
     parser.add_argument("workload", nargs="*", help="the built-in workload's options (after --)")
     args = parser.parse_args()
     env = dict(os.environ, **(FIXED_ALLOCATOR_ENV if args.allocator == "fixed" else {}))
-    unit, timings, steals, stop = _unit(args.unit), [], [], threading.Event()
+    # One per timing: (when, the unit's CPU µs, its wall µs, steal jiffies so far, all jiffies so far).
+    unit, samples, stop = _unit(args.unit), [], threading.Event()
 
     def time_the_unit() -> None:
         while not stop.is_set():
             started, wall = time.thread_time_ns(), time.perf_counter_ns()
             unit()
             cpu_us, wall_us = (time.thread_time_ns() - started) / 1e3, (time.perf_counter_ns() - wall) / 1e3
-            timings.append((time.time(), cpu_us, wall_us))
-            steals.append((time.time(), *_steal_jiffies()))
+            samples.append((time.time(), cpu_us, wall_us, *_steal_jiffies()))
             time.sleep(PERIOD_S)
 
     threading.Thread(target=time_the_unit, daemon=True).start()
@@ -113,13 +113,12 @@ def main() -> None:
     start = ends[0]
     while start + args.window_s <= ends[-1]:
         steps = sum(1 for end in ends if start <= end < start + args.window_s)
-        inside = [(cpu, wall) for timed_at, cpu, wall in timings if start <= timed_at < start + args.window_s]
-        read = [(steal, total) for at, steal, total in steals if start <= at < start + args.window_s]
-        if steps and inside and len(read) >= 2 and read[-1][1] > read[0][1]:
+        inside = [sample[1:] for sample in samples if start <= sample[0] < start + args.window_s]
+        if steps and len(inside) >= 2 and inside[-1][3] > inside[0][3]:
             speeds.append(steps / args.window_s)
-            units.append(statistics.median(cpu for cpu, _ in inside))
-            stolen.append(100 * (read[-1][0] - read[0][0]) / (read[-1][1] - read[0][1]))
-            wall_us = statistics.median(wall for _, wall in inside)
+            units.append(statistics.median(cpu for cpu, *_ in inside))
+            stolen.append(100 * (inside[-1][2] - inside[0][2]) / (inside[-1][3] - inside[0][3]))
+            wall_us = statistics.median(wall for _, wall, *_ in inside)
             print(f"| {len(speeds)} | {speeds[-1]:.2f} | {units[-1]:.0f} | {wall_us:.0f} | {stolen[-1]:.1f} |")
         start += args.window_s
     by_unit = _correlation(speeds, [1 / us for us in units])

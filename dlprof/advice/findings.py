@@ -215,12 +215,12 @@ def pretokenized_inputs(inputs: ModelInputs, loader: LoaderStats) -> ModelInputs
     without = replace(
         inputs, batch_ms=inputs.batch_ms * (1 - wall_share), batch_cpu_ms=inputs.batch_cpu_ms * (1 - cpu_share)
     )
-    recorded = inputs.recorded_workers
-    if inputs.measured_step_ms and recorded is not None:
+    if inputs.anchor is not None:
+        recorded, measured_ms = inputs.anchor
         # The anchor's factor (measured over modelled at the recorded count) stays the run's own.
         before = predict(replace(inputs, measured_step_ms=None), recorded).step_ms
         after = predict(replace(without, measured_step_ms=None), recorded).step_ms
-        without = replace(without, measured_step_ms=inputs.measured_step_ms * after / before)
+        without = replace(without, measured_step_ms=measured_ms * after / before)
     return without
 
 

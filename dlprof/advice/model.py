@@ -82,6 +82,14 @@ class ModelInputs:
     #: no contention term.
     training_threads: float | None = None
 
+    @property
+    def anchor(self) -> tuple[int, float] | None:
+        """The recorded ``num_workers`` and its measured unprofiled step, ms, to which the predictions of its regime
+        are anchored (:func:`predict`); None where either is unknown."""
+        if self.recorded_workers is None or not self.measured_step_ms:
+            return None
+        return self.recorded_workers, self.measured_step_ms
+
 
 def shared_cores(cores: int, threads: int, workers: int) -> tuple[float, float]:
     """``workers`` busy single-threaded workers and the training's ``threads`` busy threads on ``cores`` cores: the
@@ -238,11 +246,12 @@ def predict(inputs: ModelInputs, num_workers: int) -> Prediction:
     fixed cost added on top.
     """
     step_ms, bound = _raw(inputs, num_workers)
-    recorded = inputs.recorded_workers
-    if inputs.measured_step_ms and recorded is not None and (num_workers == 0) == (recorded == 0):
+    anchor = inputs.anchor
+    if anchor is not None and (num_workers == 0) == (anchor[0] == 0):
+        recorded, measured_ms = anchor
         at_recorded, _ = _raw(inputs, recorded)
         if at_recorded > 0:
-            step_ms *= inputs.measured_step_ms / at_recorded
+            step_ms *= measured_ms / at_recorded
     step_ms = max(step_ms, MIN_STEP_MS)
     restart = restart_ms(inputs, num_workers)
     epoch_rate = None

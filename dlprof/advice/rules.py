@@ -266,7 +266,7 @@ def advise(
     predicted = [predict(inputs, n) for n in candidate_counts(inputs)] if inputs is not None else []
     recorded_persistent = bool(loader_config is not None and loader_config.persistent_workers)
     if trials is not None:
-        anchored = inputs.recorded_workers if inputs is not None and inputs.measured_step_ms else None
+        anchored = inputs.anchor[0] if inputs is not None and inputs.anchor is not None else None
         trials = with_predictions(trials, predicted, recorded_persistent, anchored)
     cpu_bound_loading = loader.bound == "cpu" if loader else True
     facts = pipeline_facts(manifest, loader, unprofiled)

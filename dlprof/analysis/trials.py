@@ -466,7 +466,7 @@ def with_predictions(
         error = 100 * (guess - measured) / measured if guess is not None and measured else None
         settings.append(replace(setting, predicted_steps_per_s=guess, error_pct=error))
         recorded = (setting.num_workers, setting.persistent_workers) == (anchored_workers, recorded_persistent)
-        if recorded and guess is not None and error is not None and abs(error) >= ANCHOR_MOVED_PCT:
+        if recorded and error is not None and abs(error) >= ANCHOR_MOVED_PCT:
             notes.append(
                 f"{label(setting.num_workers, setting.persistent_workers)} (recorded): the predictions rest on the"
                 f" reference steps after the window, which ran {abs(error):.1f} % {'faster' if error > 0 else 'slower'}"
