@@ -32,6 +32,7 @@ HISTORY: dict[str, dict[str, int | str]] = {
     "0.8.3": {"manifest": 8, "report": "dlprof.report/1", "sweep": "dlprof.sweep/1", "diff": "dlprof.diff/1"},
     "0.8.4": {"manifest": 8, "report": "dlprof.report/1", "sweep": "dlprof.sweep/1", "diff": "dlprof.diff/1"},
     "0.8.5": {"manifest": 8, "report": "dlprof.report/1", "sweep": "dlprof.sweep/1", "diff": "dlprof.diff/1"},
+    "0.8.6": {"manifest": 8, "report": "dlprof.report/1", "sweep": "dlprof.sweep/1", "diff": "dlprof.diff/1"},
 }
 
 _HEADING = re.compile(r"^## \[(?P<version>[^\]]+)\]", re.MULTILINE)

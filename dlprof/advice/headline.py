@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from dlprof.advice.measured import candidates
 from dlprof.advice.model import CONTENTION
 from dlprof.advice.rules import CHOOSE_WITHIN, SHARED_MEMORY, WORKER_MEMORY_LIMIT, close_enough
-from dlprof.analysis.trials import predicted_on_basis
+from dlprof.analysis.trial_predictions import predicted_on_basis
 from dlprof.results.advice import (
     HEADLINE_CHANGE,
     HEADLINE_KEEP,

@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dlprof.analysis.trials import Setting, label, predicted_on_basis
+from dlprof.analysis.trial_predictions import predicted_on_basis
+from dlprof.analysis.trials import Setting, label
 from dlprof.core.manifest import StepClock
 from dlprof.results.advice import Prediction
 from dlprof.results.analysis import UnprofiledStats

@@ -23,7 +23,8 @@ from dlprof.advice.settings import (
     trainer_arguments,
 )
 from dlprof.analysis.pipeline import fits, pipeline_facts
-from dlprof.analysis.trials import label, with_predictions
+from dlprof.analysis.trial_predictions import with_predictions
+from dlprof.analysis.trials import label
 from dlprof.core.manifest import LoaderConfig, Manifest
 from dlprof.results.advice import RESTS_ON_MEASURED, RESTS_ON_PREDICTED, Advice, Prediction
 from dlprof.results.analysis import GpuStats, LoaderStats, StepBreakdown, UnprofiledStats
@@ -266,8 +267,9 @@ def advise(
     predicted = [predict(inputs, n) for n in candidate_counts(inputs)] if inputs is not None else []
     recorded_persistent = bool(loader_config is not None and loader_config.persistent_workers)
     if trials is not None:
-        anchored = inputs.anchor[0] if inputs is not None and inputs.anchor is not None else None
-        trials = with_predictions(trials, predicted, recorded_persistent, anchored)
+        recorded_workers = (loader_config.num_workers or 0) if loader_config is not None else None
+        anchored = inputs is not None and inputs.anchor is not None and inputs.anchor[0] == recorded_workers
+        trials = with_predictions(trials, predicted, recorded_persistent, recorded_workers, anchored)
     cpu_bound_loading = loader.bound == "cpu" if loader else True
     facts = pipeline_facts(manifest, loader, unprofiled)
     shm_cap = facts.shared_memory.max_workers if facts.shared_memory is not None else None

@@ -42,8 +42,14 @@ The trials trained on after the reference steps, switching the training DataLoad
 * **The training after the trials** (``--then best|keep``): :mod:`dlprof.analysis.tuned`, its speed at the chosen
   setting measured as a segment is, beside that setting's trial.
 
-:func:`trials_result` measures; :func:`with_predictions` sets the model's predictions beside the measurements once the
-advice has made them. Torch-free.
+* **The trials' pace.** The predictions rest on the reference steps, which ran in one block before the trials; the
+  trials interleave their settings in rounds, so a move of the training's (or the machine's) speed between the two
+  falls on every prediction, while the trials share it. Beside the trials the predictions are therefore also given
+  at the trials' pace (:class:`~dlprof.results.trials.TrialsPace`): scaled so that the recorded setting's matches its
+  own trials. Their errors at the other settings are then the model's own.
+
+:func:`trials_result` measures; :func:`dlprof.analysis.trial_predictions.with_predictions` sets the model's predictions
+beside the measurements once the advice has made them. Torch-free.
 """
 
 from __future__ import annotations
@@ -65,7 +71,6 @@ from dlprof.core.manifest import (
     Trials,
     TrialSegment,
 )
-from dlprof.results.advice import Prediction
 from dlprof.results.analysis import LoaderStats, Throughput
 from dlprof.results.trials import (
     BASIS_IN_EPOCH,
@@ -80,10 +85,6 @@ from dlprof.results.trials import (
 
 #: A DataLoader setting tried: (num_workers, persistent_workers).
 Setting = tuple[int, bool]
-
-#: Where the recorded setting's trials ran this far (%) from the reference steps the predictions are anchored to, a
-#: note says every prediction carries that move (:func:`with_predictions`): the predictions' own targets are 5-10 %.
-ANCHOR_MOVED_PCT = 5.0
 
 
 #: How the notes name a setting (the advice's evidence too).
@@ -266,7 +267,7 @@ def trials_result(
 ) -> TrialsResult | None:
     """What the in-process trials of this run measured; None for a run without trials (or without a step clock).
 
-    The predictions are not set yet (:func:`with_predictions` sets them).
+    The predictions are not set yet (:func:`~dlprof.analysis.trial_predictions.with_predictions` sets them).
 
     Args:
         batches_per_step: the run's batches per training step (the queue's length in steps, the epoch's in steps).
@@ -414,63 +415,3 @@ def _padding_not_measured(trials: Trials) -> str | None:
     if trials.incomplete and trials.trimmable_pct is not None and trials.trimmable_pct >= TRIM_MIN_PCT:
         return "the trials ended before the segment with trimmed batches"
     return None
-
-
-def predicted_on_basis(
-    prediction: Prediction | None, persistent_workers: bool, basis: str, recorded_persistent: bool
-) -> float | None:
-    """The model's prediction for a tried setting on ``basis``; None when the model does not predict it.
-
-    The model predicts for the recorded run's ``persistent_workers``, with no restart for persistent workers: over whole
-    epochs a persistent setting's prediction is its rate inside an epoch, and a setting whose workers restart has no
-    prediction over whole epochs when the run was recorded with persistent workers (the model saw no restart).
-    """
-    if prediction is None:
-        return None
-    if basis == BASIS_IN_EPOCH:
-        value = prediction.steps_per_s
-    elif prediction.epoch_steps_per_s is None:
-        value = None
-    elif prediction.num_workers == 0 or persistent_workers:
-        value = prediction.steps_per_s
-    else:
-        value = None if recorded_persistent else prediction.epoch_steps_per_s
-    return value if value is not None and math.isfinite(value) else None
-
-
-def with_predictions(
-    result: TrialsResult,
-    predicted: Sequence[Prediction],
-    recorded_persistent: bool,
-    anchored_workers: int | None = None,
-) -> TrialsResult:
-    """``result`` with the model's prediction for each tried setting on its basis, and the error against the measured
-    speed, % ((predicted - measured) / measured).
-
-    Args:
-        predicted: the advice's predictions (:attr:`dlprof.results.advice.Advice.predicted`).
-        recorded_persistent: the recorded run's ``persistent_workers`` (what the predictions assume).
-        anchored_workers: the recorded ``num_workers`` where the predictions are anchored to the run's reference steps
-            (None: not anchored). Where that setting's own trials ran :data:`ANCHOR_MOVED_PCT` or more apart from the
-            reference steps, a note says so: every prediction carries that move, which is the training's, not the
-            model's.
-    """
-    by_count = {p.num_workers: p for p in predicted}
-    settings = []
-    notes = list(result.notes)
-    for setting in result.settings:
-        guess = predicted_on_basis(
-            by_count.get(setting.num_workers), setting.persistent_workers, result.basis, recorded_persistent
-        )
-        measured = result.measured(setting)
-        error = 100 * (guess - measured) / measured if guess is not None and measured else None
-        settings.append(replace(setting, predicted_steps_per_s=guess, error_pct=error))
-        recorded = (setting.num_workers, setting.persistent_workers) == (anchored_workers, recorded_persistent)
-        if recorded and error is not None and abs(error) >= ANCHOR_MOVED_PCT:
-            notes.append(
-                f"{label(setting.num_workers, setting.persistent_workers)} (recorded): the predictions rest on the"
-                f" reference steps after the window, which ran {abs(error):.1f} % {'faster' if error > 0 else 'slower'}"
-                f" than this setting's own trials ({guess:.2f} vs {measured:.2f} steps/s): the training's speed moved"
-                " between the two, at one setting in one process, and every prediction carries that move"
-            )
-    return replace(result, settings=tuple(settings), notes=tuple(notes))

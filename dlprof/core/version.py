@@ -5,7 +5,7 @@ Every change of a format below moves ``__version__`` and gets an entry in CHANGE
 set of formats (tests/test_version.py checks both).
 """
 
-__version__ = "0.8.5"
+__version__ = "0.8.6"
 
 #: The manifest each trace carries (dlprof.core.manifest describes each version's fields).
 MANIFEST_VERSION = 8

@@ -6,7 +6,7 @@ from dlprof.report.format import NOT_APPLICABLE, UNKNOWN, fixed, ms, pct
 from dlprof.results.advice import HEADLINE_CHANGE, HEADLINE_KEEP, HEADLINE_NONE, RESTS_ON_MEASURED
 from dlprof.results.analysis import CATEGORIES, DATA_REASON_SHARE
 from dlprof.results.report import RunReport
-from dlprof.results.trials import TrialSetting
+from dlprof.results.trials import TrialSetting, TrialsResult
 
 CATEGORY_LABELS = {
     "data_wait": "data wait",
@@ -232,7 +232,9 @@ def trials_heading(trials) -> str:
     limit = trials.max_worker_memory_mib
     return (
         f"Measured in this training: in-process trials, {trials.rounds} of {trials.rounds_planned} round(s); settings"
-        f" compared {trials.basis} (the predictions too); workers MiB: the workers' memory together (PSS)"
+        f" compared {trials.basis} (the predictions too"
+        + (", at the trials' pace: see the notes" if trials.pace is not None else "")
+        + "); workers MiB: the workers' memory together (PSS)"
         + (f", at most {limit:,.0f} MiB allowed (--max-worker-memory)" if limit is not None else "")
     )
 
@@ -259,10 +261,30 @@ def trials_rows(run: RunReport, mark: str = "") -> list[list[str]]:
             fixed(r.restart_ms, ".0f"),
             fixed(r.workers_pss_mib, ".0f") + (" (over the limit)" if r.over_memory_limit else ""),
             str(r.speed.steps if r.speed else 0),
-            fixed(r.predicted_steps_per_s, ".2f", NOT_APPLICABLE),
-            fixed(r.error_pct, "+.1f", NOT_APPLICABLE),
+            *trial_prediction_cells(run.trials, r),
         ]
         for r in run.trials.settings
+    ]
+
+
+#: The error cell of the setting that sets the trials' pace (its paced prediction is its measurement).
+PACE_CELL = "pace"
+
+
+def trial_prediction_cells(trials: TrialsResult, setting: TrialSetting) -> list[str]:
+    """The predicted and error cells of a tried setting: at the trials' pace where they have one, else as predicted."""
+    if trials.pace is None:
+        return [
+            fixed(setting.predicted_steps_per_s, ".2f", NOT_APPLICABLE),
+            fixed(setting.error_pct, "+.1f", NOT_APPLICABLE),
+        ]
+    sets_pace = (setting.num_workers, setting.persistent_workers) == (
+        trials.pace.num_workers,
+        trials.pace.persistent_workers,
+    )
+    return [
+        fixed(setting.paced_steps_per_s, ".2f", NOT_APPLICABLE),
+        PACE_CELL if sets_pace else fixed(setting.paced_error_pct, "+.1f", NOT_APPLICABLE),
     ]
 
 

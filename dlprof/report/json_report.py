@@ -18,7 +18,16 @@ from dlprof.results.analysis import (
 )
 from dlprof.results.findings import Finding
 from dlprof.results.report import Report, RunReport
-from dlprof.results.trials import CpuLevels, FaultLevels, PaddingTrial, TrialsResult, TunedRun, TuningCost, WidthScaling
+from dlprof.results.trials import (
+    CpuLevels,
+    FaultLevels,
+    PaddingTrial,
+    TrialsPace,
+    TrialsResult,
+    TunedRun,
+    TuningCost,
+    WidthScaling,
+)
 
 
 def _summary(summary: Summary) -> dict:
@@ -264,6 +273,8 @@ def _trials(trials: TrialsResult) -> dict:
                 "segments": r.segments,
                 "predicted_steps_per_s": rounded(r.predicted_steps_per_s),
                 "error_pct": rounded(r.error_pct, 2),
+                "paced_steps_per_s": rounded(r.paced_steps_per_s),
+                "paced_error_pct": rounded(r.paced_error_pct, 2),
                 "data_wait_pct": rounded(r.data_wait_pct, 2),
                 "workers_pss_mib": rounded(r.workers_pss_mib, 1),
                 "over_memory_limit": r.over_memory_limit,
@@ -277,6 +288,7 @@ def _trials(trials: TrialsResult) -> dict:
         "padding": _padding_trial(trials.padding) if trials.padding is not None else None,
         "padding_not_measured": trials.padding_not_measured,
         "width_scaling": _width_scaling(trials.width_scaling) if trials.width_scaling is not None else None,
+        "pace": _pace(trials.pace) if trials.pace is not None else None,
     }
 
 
@@ -289,6 +301,18 @@ def _width_scaling(scaling: WidthScaling) -> dict:
         "lag_steps": scaling.lag_steps,
         "low_pct": rounded(scaling.low_pct, 2),
         "high_pct": rounded(scaling.high_pct, 2),
+    }
+
+
+def _pace(pace: TrialsPace) -> dict:
+    return {
+        "num_workers": pace.num_workers,
+        "persistent_workers": pace.persistent_workers,
+        "measured_steps_per_s": rounded(pace.measured_steps_per_s),
+        "predicted_steps_per_s": rounded(pace.predicted_steps_per_s),
+        "from_reference_steps": pace.from_reference_steps,
+        "factor": rounded(pace.factor, 4),
+        "moved_pct": rounded(pace.moved_pct, 2),
     }
 
 

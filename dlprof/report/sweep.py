@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from dlprof.report import page, svg
-from dlprof.report.common import headline_class
+from dlprof.report.common import PACE_CELL, headline_class
 from dlprof.report.format import NOT_APPLICABLE, fixed, rounded
 from dlprof.report.json_report import headline_document
 from dlprof.report.page import esc
@@ -71,8 +71,8 @@ def rows(result: SweepResult) -> list[list[str]]:
             str(r.num_workers),
             f"{r.steps_per_s:.2f}",
             fixed(r.spread_pct, ".1f", NOT_APPLICABLE),
-            fixed(r.predicted_steps_per_s, ".2f", NOT_APPLICABLE),
-            fixed(r.error_pct, "+.1f", NOT_APPLICABLE),
+            fixed(r.shown_steps_per_s, ".2f", NOT_APPLICABLE),
+            PACE_CELL if r.sets_pace else fixed(r.shown_error_pct, "+.1f", NOT_APPLICABLE),
             f"{r.data_wait_pct:.1f}",
             fixed(r.worker_pss_mib, ".1f", NOT_APPLICABLE),
             str(r.run_dir),
@@ -163,8 +163,14 @@ def footnotes(result: SweepResult) -> list[str]:
         notes = [
             "measured: steps over time of each count's steady steps in its trial segments, over every round (or over"
             " whole epochs: those steps plus the count's measured restart per epoch); spread: the range of the"
-            f" rounds' rates, % of it; predicted: from the profiled window at num_workers={result.from_run}; error %"
-            " = (predicted - measured) / measured"
+            f" rounds' rates, % of it; predicted: from the profiled window at num_workers={result.from_run}"
+            + (
+                f", at the trials' pace (scaled so that num_workers={result.from_run}'s is what its own trials"
+                " measured: see below)"
+                if any(r.sets_pace for r in result.points)
+                else ""
+            )
+            + "; error % = (predicted - measured) / measured"
         ]
         notes += list(result.notes)
     else:
@@ -254,6 +260,9 @@ def document(result: SweepResult) -> dict:
                 "worker_pss_mib": rounded(r.worker_pss_mib, 1),
                 "predicted_steps_per_s": rounded(r.predicted_steps_per_s),
                 "error_pct": rounded(r.error_pct, 2),
+                "paced_steps_per_s": rounded(r.paced_steps_per_s),
+                "paced_error_pct": rounded(r.paced_error_pct, 2),
+                "sets_pace": r.sets_pace,
                 "num_workers_recorded": r.num_workers_recorded,
                 "profiler_overhead_pct": rounded(r.profiler_overhead_pct, 2),
             }
@@ -287,9 +296,7 @@ def _chart(result: SweepResult, title_id: str) -> str:
     lo_n = runs[0].num_workers
     hi_n = max(runs[-1].num_workers, lo_n + 1)
     x_of = lambda n: CHART_LEFT + (n - lo_n) / (hi_n - lo_n) * plot_w
-    values = [r.steps_per_s for r in runs] + [
-        r.predicted_steps_per_s for r in runs if r.predicted_steps_per_s is not None
-    ]
+    values = [r.steps_per_s for r in runs] + [r.shown_steps_per_s for r in runs if r.shown_steps_per_s is not None]
     ticks = svg.ticks(max(values))
     y_of = lambda v: CHART_TOP + CHART_PLOT_H - v / ticks[-1] * CHART_PLOT_H
     base = CHART_TOP + CHART_PLOT_H
@@ -308,18 +315,18 @@ def _chart(result: SweepResult, title_id: str) -> str:
             f' stroke="{RECOMMENDED_COLOUR}" stroke-dasharray="4 3"/><text x="{coord(tx)}" y="{CHART_TOP - 12}"'
             f' text-anchor="{anchor}" fill="{RECOMMENDED_COLOUR}">{esc(text)}</text></g>'
         )
-    predicted = [r for r in runs if r.predicted_steps_per_s is not None]
+    predicted = [(r, value) for r in runs if (value := r.shown_steps_per_s) is not None]
     if predicted:
-        coords = " ".join(f"{coord(x_of(r.num_workers))},{coord(y_of(r.predicted_steps_per_s))}" for r in predicted)
+        coords = " ".join(f"{coord(x_of(r.num_workers))},{coord(y_of(value))}" for r, value in predicted)
         body.append(
             f'<polyline class="predicted" points="{coords}" fill="none" stroke="{PREDICTED_COLOUR}" stroke-width="2"'
             ' stroke-dasharray="6 4"/>'
         )
-        for r in predicted:
+        for r, value in predicted:
             body.append(
                 f'<circle class="point predicted" data-num-workers="{r.num_workers}" cx="{coord(x_of(r.num_workers))}"'
-                f' cy="{coord(y_of(r.predicted_steps_per_s))}" r="4" fill="#fff" stroke="{PREDICTED_COLOUR}"'
-                f' stroke-width="2"><title>num_workers={r.num_workers}: predicted {r.predicted_steps_per_s:.2f}'
+                f' cy="{coord(y_of(value))}" r="4" fill="#fff" stroke="{PREDICTED_COLOUR}"'
+                f' stroke-width="2"><title>num_workers={r.num_workers}: predicted {value:.2f}'
                 " steps/s</title></circle>"
             )
     coords = " ".join(f"{coord(x_of(r.num_workers))},{coord(y_of(r.steps_per_s))}" for r in runs)
@@ -327,7 +334,7 @@ def _chart(result: SweepResult, title_id: str) -> str:
         f'<polyline class="measured" points="{coords}" fill="none" stroke="{MEASURED_COLOUR}" stroke-width="2"/>'
     )
     for r in runs:
-        error = "" if r.error_pct is None else f", prediction error {r.error_pct:+.1f} %"
+        error = "" if r.shown_error_pct is None else f", prediction error {r.shown_error_pct:+.1f} %"
         body.append(
             f'<circle class="point measured" data-num-workers="{r.num_workers}" cx="{coord(x_of(r.num_workers))}"'
             f' cy="{coord(y_of(r.steps_per_s))}" r="5" fill="{MEASURED_COLOUR}" stroke="#fff"'

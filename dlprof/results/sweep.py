@@ -63,6 +63,21 @@ class SweepPoint:
     #: Why the measured speed is not to be trusted (too few steady steps or seconds, too wide a spread); None when
     #: it is, or when that is unknown.
     distrust: str | None = None
+    #: In-process: the prediction at the trials' pace (:class:`~dlprof.results.trials.TrialsPace`) and its error, %
+    #: (None: no pace; the error also for the count that sets it, whose paced prediction is its measurement).
+    paced_steps_per_s: float | None = None
+    paced_error_pct: float | None = None
+    sets_pace: bool = False
+
+    @property
+    def shown_steps_per_s(self) -> float | None:
+        """The prediction the report shows: at the trials' pace where there is one."""
+        return self.paced_steps_per_s if self.paced_steps_per_s is not None else self.predicted_steps_per_s
+
+    @property
+    def shown_error_pct(self) -> float | None:
+        """The error of :attr:`shown_steps_per_s` (None for the count that sets the pace)."""
+        return self.paced_error_pct if self.paced_steps_per_s is not None else self.error_pct
 
 
 @dataclass(frozen=True, kw_only=True)

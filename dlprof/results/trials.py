@@ -38,6 +38,11 @@ class TrialSetting:
     #: the measured speed, % ((predicted - measured) / measured).
     predicted_steps_per_s: float | None
     error_pct: float | None
+    #: The prediction at the trials' pace (:class:`TrialsPace`: scaled so that the recorded setting's matches its own
+    #: trials) and its error, % (None: no pace, or this is the setting that sets it, whose error would be 0 by
+    #: construction).
+    paced_steps_per_s: float | None = None
+    paced_error_pct: float | None = None
     #: Share of its steady steps' time spent waiting for data, %; None when nothing was measured.
     data_wait_pct: float | None = None
     #: Its workers' memory together (PSS, MiB: each worker's peak, summed over the workers a switch to it started;
@@ -49,6 +54,36 @@ class TrialSetting:
     @property
     def steps_per_s(self) -> float | None:
         return self.speed.steps_per_s if self.speed is not None else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialsPace:
+    """The pace the trials ran at, which the predictions beside them are scaled to: the recorded setting's speed in
+    its own trials against the model's prediction for it, anchored on the reference steps minutes before them.
+
+    The trials interleave every setting in rounds, so a move of the training's (or the machine's) speed falls on all of
+    them alike; the reference steps ran before, in one block, and a move between the two falls on every prediction.
+    Scaled to the pace, the predictions' errors are the model's own.
+    """
+
+    num_workers: int
+    persistent_workers: bool
+    #: The recorded setting's speed in its trials, and the model's prediction for it, steps/s on the trials' basis.
+    measured_steps_per_s: float
+    predicted_steps_per_s: float
+    #: Whether that prediction rests on the run's reference steps (else on the profiled window alone).
+    from_reference_steps: bool
+
+    @property
+    def factor(self) -> float:
+        """What every prediction is multiplied by to be at the trials' pace."""
+        return self.measured_steps_per_s / self.predicted_steps_per_s
+
+    @property
+    def moved_pct(self) -> float:
+        """How far the prediction at the recorded setting was from its trials, % ((predicted - measured) / measured):
+        the training's move between the reference steps and the trials, where the prediction rests on them."""
+        return 100 * (self.predicted_steps_per_s - self.measured_steps_per_s) / self.measured_steps_per_s
 
 
 @dataclass(frozen=True)
@@ -222,6 +257,9 @@ class TrialsResult:
     tuned: TunedRun | None = None
     #: The speeds scaled to the run's mean batch width (None: the widths did not vary, or did not move the steps).
     width_scaling: WidthScaling | None = None
+    #: The pace the predictions beside the trials are scaled to (None: the recorded setting was not measured or not
+    #: predicted, or no predictions were set).
+    pace: TrialsPace | None = None
 
     def measured(self, setting: TrialSetting) -> float | None:
         """``setting``'s measured speed on this result's basis."""

@@ -427,4 +427,8 @@ def trial_point(
         else recorded.unprofiled.overhead_pct,
         spread_pct=speed.spread_pct,
         distrust=distrust(speed),
+        paced_steps_per_s=trial.paced_steps_per_s,
+        paced_error_pct=trial.paced_error_pct,
+        sets_pace=trials.pace is not None
+        and (trial.num_workers, trial.persistent_workers) == (trials.pace.num_workers, trials.pace.persistent_workers),
     )

@@ -22,6 +22,9 @@ TAG_SPREAD_PCT = "spread_pct"
 TAG_EPOCH_STEPS_PER_S = "epoch_steps_per_s"
 TAG_RESTART_MS = "restart_ms"
 TAG_ERROR_PCT = "error_pct"
+#: The prediction and its error at the trials' pace (``TrialsPace``), as the report's table shows them.
+TAG_PACED_STEPS_PER_S = "paced_steps_per_s"
+TAG_PACED_ERROR_PCT = "paced_error_pct"
 #: Prefix of the tags of settings tried with persistent workers (``--try-persistent``).
 PERSISTENT_PREFIX = "persistent_workers/"
 
@@ -38,6 +41,8 @@ def scalars(trials: TrialsResult) -> list[tuple[str, float, int]]:
             TAG_EPOCH_STEPS_PER_S: setting.epoch_steps_per_s,
             TAG_RESTART_MS: setting.restart_ms,
             TAG_ERROR_PCT: setting.error_pct,
+            TAG_PACED_STEPS_PER_S: setting.paced_steps_per_s,
+            TAG_PACED_ERROR_PCT: setting.paced_error_pct,
         }
         points += [(prefix + tag, value, setting.num_workers) for tag, value in values.items() if value is not None]
     return points
@@ -46,7 +51,8 @@ def scalars(trials: TrialsResult) -> list[tuple[str, float, int]]:
 def write_trial_scalars(directory: Path, trials: TrialsResult) -> Path:
     """Write the trials' scalars as TensorBoard event files into ``directory`` (created), and return it.
 
-    ``predicted_steps_per_s`` and ``error_pct`` are on the trials' basis (``trials.basis``), as the report shows them.
+    ``predicted_steps_per_s`` and ``error_pct`` are on the trials' basis (``trials.basis``); ``paced_steps_per_s`` and
+    ``paced_error_pct`` the same at the trials' pace, as the report's table shows them.
 
     Raises:
         ImportError: the ``tensorboard`` package is not installed (``torch.utils.tensorboard`` needs it).

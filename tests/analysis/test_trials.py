@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 from conftest import DATA_DIR
 
-from dlprof.analysis.trials import trials_result, with_predictions
+from dlprof.analysis.trial_predictions import with_predictions
+from dlprof.analysis.trials import trials_result
 from dlprof.core.manifest import LoaderConfig, Manifest, MemorySummary, ProcessMemory, StepClock, Trials, TrialSegment
 from dlprof.results.advice import Prediction
 from dlprof.results.trials import BASIS_IN_EPOCH, BASIS_WHOLE_EPOCHS
@@ -220,27 +221,50 @@ def test_predictions_on_the_basis_and_their_error():
     assert inside.settings[1].error_pct == pytest.approx(100 * (1000 / 30 - BURSTY_RATE) / BURSTY_RATE)
 
 
-def test_a_recorded_setting_whose_trials_moved_from_its_reference_steps_is_noted():
+def test_predictions_at_the_trials_pace_are_scaled_to_the_recorded_settings_own_trials():
     result = trials_result(two_rounds().manifest(), 1.0)
-    zero = result.settings[0]
-    measured = result.measured(zero)
-    assert zero.num_workers == 0 and not zero.persistent_workers and measured
-    fast = measured * 1.12
-    ahead = [Prediction(num_workers=0, step_ms=1.0, steps_per_s=fast, bound="main process", epoch_steps_per_s=fast)]
-    noted = with_predictions(result, ahead, recorded_persistent=False, anchored_workers=0)
-    moved = [note for note in noted.notes if "(recorded)" in note]
-    assert moved == [
-        f"num_workers=0 (recorded): the predictions rest on the reference steps after the window, which ran 12.0 %"
-        f" faster than this setting's own trials ({measured * 1.12:.2f} vs {measured:.2f} steps/s): the training's"
-        " speed moved between the two, at one setting in one process, and every prediction carries that move"
+    zero, two = result.settings[0], result.settings[1]
+    zero_rate, two_rate = result.measured(zero), result.measured(two)
+    assert (zero.num_workers, zero.persistent_workers, two.num_workers, two.persistent_workers) == (0, False, 2, False)
+    assert zero_rate and two_rate
+    fast = zero_rate * 1.12  # the reference steps ran 12 % faster than the trials at the recorded setting
+    ahead = [
+        Prediction(num_workers=0, step_ms=1.0, steps_per_s=fast, bound="main process", epoch_steps_per_s=fast),
+        Prediction(num_workers=2, step_ms=1.0, steps_per_s=40.0, bound="consumer", epoch_steps_per_s=30.0),
     ]
-    # Within 5 %, not anchored, or another setting recorded: no note.
-    close = [replace(ahead[0], steps_per_s=measured * 1.04, epoch_steps_per_s=measured * 1.04)]
-    assert not any("(recorded)" in n for n in with_predictions(result, close, False, 0).notes)
-    assert not any("(recorded)" in n for n in with_predictions(result, ahead, False, None).notes)
-    assert not any("(recorded)" in n for n in with_predictions(result, ahead, False, 2).notes)
-    slower = [replace(ahead[0], steps_per_s=measured * 0.9, epoch_steps_per_s=measured * 0.9)]
-    assert "ran 10.0 % slower" in next(n for n in with_predictions(result, slower, False, 0).notes if "(recorded)" in n)
+    paced = with_predictions(result, ahead, False, recorded_workers=0, from_reference_steps=True)
+    assert paced.pace is not None
+    assert paced.pace.factor == pytest.approx(1 / 1.12) and paced.pace.moved_pct == pytest.approx(12.0)
+    zero, two, _ = paced.settings
+    # The raw predictions and errors stay; at the pace the recorded setting's is its trials', with no error to show.
+    assert zero.error_pct == pytest.approx(12.0) and two.predicted_steps_per_s == pytest.approx(30.0)
+    assert zero.paced_steps_per_s == pytest.approx(zero_rate) and zero.paced_error_pct is None
+    assert two.paced_steps_per_s == pytest.approx(30.0 / 1.12)
+    assert two.paced_error_pct == pytest.approx(100 * (30.0 / 1.12 - two_rate) / two_rate)
+    assert [n for n in paced.notes if n.startswith("predicted, at the trials' pace")] == [
+        f"predicted, at the trials' pace: the model's predictions x 0.893, so that num_workers=0 (recorded) is"
+        f" predicted at what its own trials measured ({zero_rate:.2f} steps/s; from the reference steps after the"
+        f" window the model predicted {fast:.2f}, 12.0 % faster): the training's speed moved between the reference"
+        " steps and the trials, at one setting in one process; the predicted throughput table carries that move, the"
+        " trials' rounds share it; error %: the model's own, at the other settings"
+    ]
+    # Within 5 %, or not resting on reference steps: the pace is set and said, the move is not called one.
+    close = [replace(ahead[0], steps_per_s=zero_rate * 0.96, epoch_steps_per_s=zero_rate * 0.96), ahead[1]]
+    for quiet in (with_predictions(result, close, False, 0, True), with_predictions(result, ahead, False, 0, False)):
+        assert quiet.pace is not None
+        (note,) = [n for n in quiet.notes if n.startswith("predicted, at the trials' pace")]
+        assert "moved" not in note
+    assert "4.0 % slower)" in next(n for n in with_predictions(result, close, False, 0, True).notes if "pace" in n)
+    assert "from the profiled window" in next(n for n in with_predictions(result, ahead, False, 0).notes if "pace" in n)
+    # Recorded count unknown, not tried, or not predicted: no pace, nothing scaled.
+    for unpaced in (
+        with_predictions(result, ahead, False, None),
+        with_predictions(result, ahead, False, 4),
+        with_predictions(result, ahead[1:], False, 0),
+        with_predictions(result, ahead, True, 0),  # recorded with persistent workers: (0, True) not tried
+    ):
+        assert unpaced.pace is None and not any("pace" in n for n in unpaced.notes)
+        assert all(s.paced_steps_per_s is None and s.paced_error_pct is None for s in unpaced.settings)
 
 
 def test_a_run_without_trials_has_none():

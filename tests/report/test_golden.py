@@ -164,11 +164,31 @@ def test_json_trials_follow_the_documented_schema(reports):
         "segments",
         "predicted_steps_per_s",
         "error_pct",
+        "paced_steps_per_s",
+        "paced_error_pct",
         "data_wait_pct",
         "workers_pss_mib",
         "over_memory_limit",
     }
     assert trials["max_worker_memory_mib"] is None and trials["padding"] is None
+    # The recorded num_workers=1 sets the pace: its trials measured 34.72 steps/s over whole epochs, the model from the
+    # reference steps 38.91; every paced prediction is the model's times their ratio.
+    pace = trials["pace"]
+    assert set(pace) == {
+        "num_workers",
+        "persistent_workers",
+        "measured_steps_per_s",
+        "predicted_steps_per_s",
+        "from_reference_steps",
+        "factor",
+        "moved_pct",
+    }
+    assert (pace["num_workers"], pace["persistent_workers"], pace["from_reference_steps"]) == (1, False, True)
+    assert pace["factor"] == pytest.approx(pace["measured_steps_per_s"] / pace["predicted_steps_per_s"], abs=1e-4)
+    for run in trials["runs"]:
+        assert run["paced_steps_per_s"] == pytest.approx(run["predicted_steps_per_s"] * pace["factor"], rel=1e-3)
+        recorded = (run["num_workers"], run["persistent_workers"]) == (1, False)
+        assert (run["paced_error_pct"] is None) == recorded
     assert [(r["num_workers"], r["persistent_workers"]) for r in trials["runs"]] == [
         (0, False),
         (1, False),

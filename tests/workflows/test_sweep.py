@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 from report.test_golden import normalised
 
+from dlprof.analysis.trial_predictions import with_predictions
 from dlprof.core.errors import RecordError, UsageError
 from dlprof.report import render
 from dlprof.report.sweep import document, verdict_line
@@ -669,6 +670,30 @@ def test_in_process_sweep_launches_once_and_measures_every_count_from_the_trials
     )
 
 
+def test_in_process_sweep_shows_the_predictions_at_the_trials_pace(in_process):
+    unpredicted = trials_of(trial(0, 10.0, None), trial(2, 19.8, None), trial(1, 19.5, None))
+    model = [
+        Prediction(num_workers=n, step_ms=1000 / rate, steps_per_s=rate, bound="consumer")
+        for n, rate in ((0, 10.4), (1, 19.5), (2, 21.0))
+    ]
+    in_process.state.trials = with_predictions(unpredicted, model, False, recorded_workers=0, from_reference_steps=True)
+    r = sweep([0, 2, 1], in_process.base)
+    assert [(x.num_workers, x.sets_pace) for x in r.points] == [(0, True), (2, False), (1, False)]
+    zero, two, one = r.points
+    assert zero.paced_steps_per_s == pytest.approx(10.0) and zero.paced_error_pct is None
+    assert two.paced_steps_per_s == pytest.approx(21.0 / 1.04)
+    assert two.paced_error_pct == pytest.approx(100 * (21.0 / 1.04 - 19.8) / 19.8)
+    assert two.error_pct == pytest.approx(100 * (21.0 - 19.8) / 19.8)  # the model's own, unscaled, stays
+    text = render(r, "text")
+    assert re.search(r"^ +0 +10\.00 +3\.0 +10\.00 +pace ", text, re.MULTILINE)
+    assert re.search(rf"^ +2 +19\.80 +3\.0 +{21.0 / 1.04:.2f} +\+2\.0 ", text, re.MULTILINE)
+    assert "at the trials' pace (scaled so that num_workers=0's is what its own trials measured" in text
+    doc = json.loads(render(r, "json"))
+    assert [(x["sets_pace"], x["paced_error_pct"] is None) for x in doc["runs"]] == [(True, True), (False, False)] + [
+        (False, False)
+    ]
+
+
 def test_in_process_sweep_says_which_counts_it_could_not_measure(in_process):
     in_process.state.trials = trials_of(trial(0, 10.0, 10.4), replace(trial(2, 19.8, 21.0), speed=None))
     with pytest.raises(RecordError) as caught:
@@ -701,18 +726,33 @@ def test_launches_mode_records_without_trials(stubbed):
 
 @pytest.fixture
 def trials_example():
+    # num_workers=0 sets the trials' pace: its trials measured 10.0 steps/s, the model predicted 10.4.
     runs = [
-        replace(run(n, s, p, wait=w), run_dir=Path("traces/sw"), trace_file=Path("traces/sw/host_1.1.pt.trace.json.gz"))
+        replace(
+            run(n, s, p, wait=w),
+            run_dir=Path("traces/sw"),
+            trace_file=Path("traces/sw/host_1.1.pt.trace.json.gz"),
+            paced_steps_per_s=p * 10.0 / 10.4,
+            paced_error_pct=None if n == 0 else 100 * (p * 10.0 / 10.4 - s) / s,
+            sets_pace=n == 0,
+        )
         for n, s, p, w in ((0, 10.0, 10.4, 45.0), (1, 19.0, 19.5, 8.0), (2, 19.8, 21.0, 2.0))
     ]
-    trials = trials_of(trial(0, 10.0, 10.4), notes=("restart measured at epoch boundaries inside the trials",))
+    pace_note = (
+        "predicted, at the trials' pace: the model's predictions x 0.962, so that num_workers=0 (recorded) is predicted"
+        " at what its own trials measured (10.00 steps/s; from the reference steps after the window the model"
+        " predicted 10.40, 4.0 % faster); error %: the model's own, at the other settings"
+    )
+    trials = trials_of(
+        trial(0, 10.0, 10.4), notes=("restart measured at epoch boundaries inside the trials", pace_note)
+    )
     return judge("sw", Path("traces/sw"), runs, 2, Path("traces/sw/scalars"), trials)
 
 
 def test_in_process_json_says_how_it_was_measured(trials_example):
     doc = json.loads(render(trials_example, "json"), parse_constant=_no_constants)
     assert (doc["mode"], doc["rounds"], doc["rounds_planned"]) == ("in-process", 2, 2)
-    assert doc["notes"] == ["restart measured at epoch boundaries inside the trials"]
+    assert doc["notes"][0] == "restart measured at epoch boundaries inside the trials"
     assert {r["run_dir"] for r in doc["runs"]} == {"traces/sw"}
 
 

@@ -44,6 +44,8 @@ def trials() -> TrialsResult:
             segments=2,
             predicted_steps_per_s=41.0,
             error_pct=100 * (41 - 39) / 39,
+            paced_steps_per_s=36.9,
+            paced_error_pct=100 * (36.9 - 39) / 39,
         ),
     )
     return TrialsResult(rounds=2, rounds_planned=2, basis=BASIS_WHOLE_EPOCHS, settings=runs)
@@ -61,7 +63,10 @@ def test_one_point_per_setting_at_its_count_persistent_ones_under_their_own_tags
         ("persistent_workers/epoch_steps_per_s", 39.0, 2),
         ("persistent_workers/restart_ms", 25.0, 2),
         ("persistent_workers/error_pct", pytest.approx(200 / 39), 2),
+        ("persistent_workers/paced_steps_per_s", 36.9, 2),
+        ("persistent_workers/paced_error_pct", pytest.approx(-210 / 39), 2),
     ]
+    assert not any(tag == "paced_steps_per_s" for tag, _, _ in points)  # no pace set there: left out
 
 
 def test_event_files_hold_the_scalars(tmp_path):
