@@ -82,7 +82,8 @@ def with_predictions(
         if value is not None and measured and (setting.num_workers, setting.persistent_workers) != _key(pace):
             error = 100 * (value - measured) / measured
         paced.append(replace(setting, paced_steps_per_s=value, paced_error_pct=error))
-    notes = (*result.notes, _pace_note(pace))
+    recorded = next(s for s in settings if (s.num_workers, s.persistent_workers) == _key(pace))
+    notes = (*result.notes, _pace_note(pace, recorded))
     return replace(result, settings=tuple(paced), notes=notes, pace=pace)
 
 
@@ -109,8 +110,9 @@ def _pace(
     return None
 
 
-def _pace_note(pace: TrialsPace) -> str:
-    """The note that says what the predictions beside the trials are scaled by, and why."""
+def _pace_note(pace: TrialsPace, setting: TrialSetting) -> str:
+    """The note that says what the predictions beside the trials are scaled by, and why; ``setting`` is the recorded
+    one, whose trials set the pace."""
     name = label(pace.num_workers, pace.persistent_workers)
     moved = pace.moved_pct
     source = "the reference steps after the window" if pace.from_reference_steps else "the profiled window"
@@ -122,6 +124,12 @@ def _pace_note(pace: TrialsPace) -> str:
     if pace.from_reference_steps and abs(moved) >= ANCHOR_MOVED_PCT:
         note += (
             ": the training's speed moved between the reference steps and the trials, at one setting in one process;"
-            " the predicted throughput table carries that move, the trials' rounds share it"
+            " the model's own predictions (its predicted throughput) carry that move, the trials' rounds share it"
+        )
+    if setting.speed is not None and not setting.speed.trusted:
+        # The pace is one measurement: where its rounds disagree, every paced prediction inherits the doubt.
+        note += (
+            f"; the pace rests on a measurement not to be trusted (its rounds spread {setting.speed.spread_pct:.1f} %):"
+            " every paced error shares that doubt"
         )
     return note + "; error %: the model's own, at the other settings"

@@ -245,9 +245,15 @@ def test_predictions_at_the_trials_pace_are_scaled_to_the_recorded_settings_own_
         f"predicted, at the trials' pace: the model's predictions x 0.893, so that num_workers=0 (recorded) is"
         f" predicted at what its own trials measured ({zero_rate:.2f} steps/s; from the reference steps after the"
         f" window the model predicted {fast:.2f}, 12.0 % faster): the training's speed moved between the reference"
-        " steps and the trials, at one setting in one process; the predicted throughput table carries that move, the"
-        " trials' rounds share it; error %: the model's own, at the other settings"
+        " steps and the trials, at one setting in one process; the model's own predictions (its predicted throughput)"
+        " carry that move, the trials' rounds share it; the pace rests on a measurement not to be trusted (its rounds"
+        " spread 22.5 %): every paced error shares that doubt; error %: the model's own, at the other settings"
     ]
+    # Its rounds agreeing, the pace is not doubted.
+    assert zero.speed is not None and not result.settings[0].speed.trusted
+    steady = replace(result, settings=(replace(result.settings[0], speed=replace(zero.speed, trusted=True)),))
+    (note,) = with_predictions(steady, ahead, False, 0, True).notes[-1:]
+    assert note.startswith("predicted, at the trials' pace") and "doubt" not in note
     # Within 5 %, or not resting on reference steps: the pace is set and said, the move is not called one.
     close = [replace(ahead[0], steps_per_s=zero_rate * 0.96, epoch_steps_per_s=zero_rate * 0.96), ahead[1]]
     for quiet in (with_predictions(result, close, False, 0, True), with_predictions(result, ahead, False, 0, False)):
