@@ -12,6 +12,7 @@ import multiprocessing
 import os
 import resource
 import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
@@ -121,6 +122,25 @@ def steady_reference(
     return [wall_ms[i] for i in steady], [wait_ms[i] for i in steady]
 
 
+def _fork_holding_interrupts() -> tuple[int, bool]:
+    """``os.fork()``, holding a Ctrl-C that arrives meanwhile: the child's pid (0 in the child), and whether one came.
+
+    A fork runs the at-fork callbacks (logging's, torch's) in Python; a SIGINT handled inside one raises its
+    KeyboardInterrupt there, where it is printed ("Exception ignored in ...") and dropped, and the training would go
+    on as if the user had not pressed Ctrl-C. The caller raises it again once the child is accounted for.
+    """
+    held: list[int] = []
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is None or threading.current_thread() is not threading.main_thread():
+        return os.fork(), False  # a handler not set from Python cannot be put back; off the main thread none can be set
+    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        child = os.fork()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return child, bool(held)
+
+
 class ForkProbe:
     """Fork once after the window in a run without workers: what starting forked workers costs training.
 
@@ -147,13 +167,15 @@ class ForkProbe:
         if "fork" not in multiprocessing.get_all_start_methods():
             return False
         self.probed = True
-        child = os.fork()
+        child, interrupted = _fork_holding_interrupts()
         if child == 0:  # the child: live as long as the settling steps take, then leave without a trace
             try:
                 time.sleep(FORK_PROBE_CHILD_S)
             finally:
                 os._exit(0)
-        self.pid = child
+        self.pid = child  # known before the Ctrl-C goes on: reap() must find it
+        if interrupted:
+            signal.raise_signal(signal.SIGINT)
         return True
 
     def reap(self) -> None:
