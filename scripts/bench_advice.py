@@ -62,7 +62,9 @@ Compared (signed errors in the tables, their sizes in the statistics):
   each trial's spread;
 * every recommendation (the model's, and the one resting on the trials) against the best measured count;
 * the report's unprofiled speed at the recorded count (steady reference steps over their time; for the real cases
-  also over whole epochs) against the separate-launch truth at that count (and the in-process one on its basis).
+  also over whole epochs) against the separate-launch truth at that count (and the in-process one on its basis);
+  where each recording is followed by its own launch (not bracketed), also paired: each recording against that
+  launch, whose median a drift over the run's minutes leaves alone.
 
 Targets (issue 13), printed with their numbers as "met" or "MISSED" in a Markdown table at the end:
 
@@ -930,6 +932,23 @@ def trials_table(
     }
 
 
+def paired_errors(reports: list[dict], attr: str, launches: list[float | None]) -> list[float]:
+    """Each recording's unprofiled speed against the launch made right after it at its count (the i-th launch follows
+    the i-th recording where the case is not bracketed): a drift over the minutes of the run falls on both sides of a
+    pair alike, where it would not on the two medians."""
+    return [
+        u[attr] / launch - 1
+        for u, launch in zip(reports, launches)
+        if u.get(attr) is not None and launch is not None and launch > 0
+    ]
+
+
+def paired_text(paired: list[float]) -> str:
+    if not paired:
+        return "-"
+    return f"{signed(statistics.median(paired))}; {signed(min(paired))} to {signed(max(paired))}"
+
+
 def unprofiled_check(
     case: Case, recordings: dict[int, list[Recording]], measured: dict[int, dict], inprocess: dict[int, dict] | None
 ) -> list[dict]:
@@ -942,8 +961,9 @@ def unprofiled_check(
     )
     print(
         "| recorded at | basis | truth steps/s | dlprof steps/s (median) | error | each recording | worst |"
-        " steady steps (left out) | spread | trusted | in-process truth | error |\n|" + "---|" * 12
+        " paired (median; range) | steady steps (left out) | spread | trusted | in-process truth | error |"
     )
+    print("|" + "---|" * 13)
     rows = []
     for start in STARTS:
         reports = [r.unprofiled for r in recordings[start]]
@@ -951,10 +971,11 @@ def unprofiled_check(
             truth = measured[start].get(truth_key)
             values = [u.get(attr) for u in reports if u.get(attr) is not None]
             if truth is None or not values:
-                print(f"| {start} | {basis} | {fmt(truth)} |" + " - |" * 9)
+                print(f"| {start} | {basis} | {fmt(truth)} |" + " - |" * 10)
                 continue
             errors = [(v - truth) / truth for v in values]
             median = statistics.median(values)
+            paired = [] if case.bracketed else paired_errors(reports, attr, measured[start]["runs_by_key"][truth_key])
             same_basis = inprocess is not None and basis == case.basis and start in inprocess
             inprocess_truth = inprocess[start]["steps_per_s"] if same_basis else None
             row = {
@@ -964,6 +985,8 @@ def unprofiled_check(
                 "dlprof": values,
                 "error": (median - truth) / truth,
                 "worst": max(errors, key=abs),
+                "paired": paired,
+                "paired_error": statistics.median(paired) if paired else None,
                 "inprocess_truth": inprocess_truth,
                 "inprocess_error": relative(median, inprocess_truth),
             }
@@ -972,7 +995,8 @@ def unprofiled_check(
             spreads = ", ".join(f"{fmt(u.get('spread_pct'), '.0f')} %" for u in reports)
             print(
                 f"| {start} | {basis} | {truth:.2f} | {median:.2f} | {signed(row['error'])} |"
-                f" {', '.join(f'{v:.2f}' for v in values)} | {signed(row['worst'])} | {steps} | {spreads} |"
+                f" {', '.join(f'{v:.2f}' for v in values)} | {signed(row['worst'])} | {paired_text(paired)} |"
+                f" {steps} | {spreads} |"
                 f" {sum(bool(u.get('trusted')) for u in reports)}/{len(reports)} | {fmt(inprocess_truth)} |"
                 f" {signed(row['inprocess_error'])} |"
             )
@@ -1065,14 +1089,15 @@ def print_unprofiled_summary(results: dict) -> None:
         return
     print(
         "\n## Unprofiled speed at the recorded count against the truth without dlprof\n\n| case | recorded at | basis |"
-        " truth (launches) | dlprof (median of recordings) | error | worst recording | noise floor (max) |"
-        " in-process truth | error |\n|" + "---|" * 10
+        " truth (launches) | dlprof (median of recordings) | error | worst recording | paired (median; range) |"
+        " noise floor (max) | in-process truth | error |\n|" + "---|" * 11
     )
     for name, row in rows:
         floor = results[name]["noise_floor"]
         print(
             f"| {name} | {row['recorded_at']} | {row['basis']} | {row['truth']:.2f} |"
             f" {statistics.median(row['dlprof']):.2f} | {signed(row['error'])} | {signed(row['worst'])} |"
+            f" {paired_text(row['paired'])} |"
             f" {pct(max(floor)) if floor else '-'} | {fmt(row['inprocess_truth'])} | {signed(row['inprocess_error'])} |"
         )
 
