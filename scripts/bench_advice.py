@@ -74,7 +74,10 @@ Targets (issue 13), printed with their numbers as "met" or "MISSED" in a Markdow
 * synthetic prediction error (against the separate-launch truth) median ≤ 3 %, p90 ≤ 8 %;
 * every recommendation within 5 % of the best measured count (synthetic: separate-launch truth; real: in-process);
 * the unprofiled speed at the recorded count within 5 % of the truth, every case (median of the recordings; against
-  the launches for the synthetic cases, the in-process truth over whole epochs for the real ones).
+  the launches for the synthetic cases, the in-process truth over whole epochs for the real ones);
+* real cases (issue 25): the model's prediction at the recorded count within 5 % of the plain launches made in the
+  same run at that count, from both starts (median of the recordings against the median of the launches; the
+  pairs, each recording against the launch right after it, printed beside).
 
 The separate-launch truth is the synthetic cases' yardstick (their launches barely vary); the in-process truth is
 the real cases' (theirs vary by more than the targets). Both are printed for every case.
@@ -1008,6 +1011,56 @@ def unprofiled_check(
     return rows
 
 
+def recorded_prediction_check(
+    case: Case, recordings: dict[int, list[Recording]], measured: dict[int, dict]
+) -> list[dict]:
+    """The model's prediction at the recorded count (on the case's basis: the number the report's table prints for
+    the setting the user runs) against plain launches at that count: the median of the recordings against the median
+    of the launches, and paired (each recording against the launch right after it, where not bracketed)."""
+    rows = []
+    for start in STARTS:
+        values = [r.predicted[start] for r in recordings[start] if start in r.predicted]
+        truth = measured.get(start, {}).get(case.measured_key)
+        if not values or not truth:
+            continue
+        launches = measured[start]["runs"]
+        paired = (
+            []
+            if case.bracketed
+            else [
+                r.predicted[start] / launch - 1
+                for r, launch in zip(recordings[start], launches)
+                if start in r.predicted
+            ]
+        )
+        rows.append(
+            {
+                "recorded_at": start,
+                "truth": truth,
+                "predicted": values,
+                "error": statistics.median(values) / truth - 1,
+                "paired": paired,
+                "paired_error": statistics.median(paired) if paired else None,
+            }
+        )
+    if rows:
+        print(
+            f"\nthe prediction at the recorded count ({case.basis}) against plain launches at that count (median of"
+            f" {len(next(iter(measured.values()))['runs'])}); target within {pct(TARGET_UNPROFILED_ERROR)}\n"
+        )
+        print(
+            "| recorded at | launches steps/s | predicted (median) | error | each recording | paired (median; range) |"
+        )
+        print("|" + "---|" * 6)
+        for row in rows:
+            print(
+                f"| {row['recorded_at']} | {row['truth']:.2f} | {statistics.median(row['predicted']):.2f} |"
+                f" {signed(row['error'])} | {', '.join(f'{v:.2f}' for v in row['predicted'])} |"
+                f" {paired_text(row['paired'])} |"
+            )
+    return rows
+
+
 # ------------------------------------------------------------------------------------ one case, and the summaries
 
 
@@ -1063,6 +1116,7 @@ def bench_case(case: Case, tmp: Path, plan: Plan) -> dict:
         result["trials"] = trials_table(case, recordings, truths, brackets)
         result["recommendations"] = recommendation_check(case, recordings, truths)
     result["unprofiled"] = unprofiled_check(case, recordings, measured, inprocess)
+    result["recorded_prediction"] = recorded_prediction_check(case, recordings, measured)
     result["seconds"] = time.perf_counter() - began
     print("\n" + case_line(case.name, result))
     return result
@@ -1226,6 +1280,19 @@ def targets(results: dict, cases: dict[str, Case]) -> list[dict]:
         + (f"; missed: {', '.join(missed)}" if missed else "")
         if checks
         else "no recommendation checked",
+    )
+    recorded = [
+        (row["error"], f"{name} at {row['recorded_at']}")
+        for name in real
+        for row in results[name].get("recorded_prediction", [])
+    ]
+    worst, where = worst_point(recorded)
+    add(
+        "real cases: the prediction at the recorded count within 5 % of plain launches measured in the same run"
+        " (median of recordings against the median of launches), both starts",
+        worst,
+        TARGET_UNPROFILED_ERROR,
+        f"worst {pct(worst)} ({where}) over {len(recorded)} checks" if worst is not None else "no real case",
     )
     worst, where = worst_point(unprofiled)
     add(
