@@ -8,7 +8,7 @@ more. Its speed after against before, over each epoch's steady steps, against th
 between (``none``), tells what that part leaves behind. The parts:
 
 * ``window``: a ``torch.profiler`` window as dlprof's (CPU activity, ``schedule(wait=0, warmup=3, active=20)``,
-  the trace exported to a file, its events released as dlprof releases them, ``capture.recorder.release_events``);
+  the trace exported to a file, its events released as dlprof releases them);
 * ``kept``: the same window, the profiler then kept started and stepped at every step to the end, as dlprof keeps
   it (stopped only when training ends);
 * ``fork``: dlprof's fork probe (fork once, the child sleeping 2 s then leaving);
@@ -21,6 +21,7 @@ scripts/bench_advice.py (the default).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -47,7 +48,6 @@ def _child(part: str, report: Path) -> None:
     import torch
     from torch.utils.data import DataLoader
 
-    from dlprof.capture.recorder import release_events
     from dlprof.workloads.lora import DEFAULT_DATASET, LEARNING_RATE, WorkloadOptions, build_model, load_tokenizer
     from dlprof.workloads.records import load_examples
     from dlprof.workloads.sft import PadCollator, SupervisedDataset
@@ -90,7 +90,11 @@ def _child(part: str, report: Path) -> None:
 
         def export(prof) -> None:
             prof.export_chrome_trace(str(trace))
-            release_events(prof)
+            # As dlprof's recorder releases a saved window's events (capture/recorder.py, Recorder._export).
+            inner = getattr(prof, "profiler", None)
+            if inner is not None:
+                inner.kineto_results = inner._function_events = inner._old_function_events = None
+            gc.collect()
 
         profiler = torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU],

@@ -42,16 +42,6 @@ MAX_EPOCH_BATCHES_TO_CROSS = 400
 UNWRITTEN_CAUSE = "no space left on the device, or a file-size limit?"
 
 
-def release_events(profiler: torch.profiler.profile) -> None:
-    """Drop the events of a window already saved (``on_trace_ready``), so that they weigh on no later step."""
-    inner = getattr(profiler, "profiler", None)
-    if inner is not None:
-        inner.kineto_results = None
-        inner._function_events = None
-        inner._old_function_events = None
-    gc.collect()
-
-
 class TrainingStopped(SystemExit):
     """Raised at a step boundary once the window, the reference steps and the trials are done (not --run-to-end): a
     SystemExit with code 0, so the script's ``finally`` blocks and atexit handlers run, a user's ``except Exception``
@@ -419,7 +409,13 @@ class Recorder:
         # If this process dies from here on (SIGKILL, the out-of-memory killer), the window is kept:
         # this provisional recording stands in for the one finish() would have written.
         self._write_result(replace(self._result(schema.STATUS_PARTIAL, None), provisional=True))
-        release_events(profiler)
+        # The recorded events are saved: release them now, so that they weigh on no later step.
+        inner = getattr(profiler, "profiler", None)
+        if inner is not None:
+            inner.kineto_results = None
+            inner._function_events = None
+            inner._old_function_events = None
+        gc.collect()
 
     def step_clock_columns(self) -> StepClock:
         """Every step seen, in ms (:func:`step_clock.columns`)."""
