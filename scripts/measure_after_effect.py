@@ -3,10 +3,10 @@
     python scripts/measure_after_effect.py [--rounds 6] [--variant=--no-loader-spans ...] [--allocator fixed|glibc]
 
 Each round is one plain launch of the built-in workload (``python -m dlprof.workloads.lora``, no dlprof; batch 4, as
-``bench_advice.py``'s lora case) and one ``dlprof record`` of it per ``--variant`` (its options; default: one
-recording with none), their order rotated from round to round. A recording waits ``--wait`` steps (two epochs)
-before its profiler window, so the same process is timed three ways, each over its steady steps (every epoch's first
-steps and the fork probe's settling steps left out):
+``bench_advice.py``'s lora case; ``num_workers=0``, so that no worker restart falls on the steps compared) and one
+``dlprof record`` of it per ``--variant`` (its options; default: one recording with none), their order rotated from
+round to round. A recording waits ``--wait`` steps (two epochs) before its profiler window, so the same process is
+timed three ways, each over its steady steps (every epoch's first steps and the fork probe's settling steps left out):
 
 * **before**: the steps of the second epoch, ahead of the window, with dlprof's probe on (spans, the sampler);
 * **after**: the reference steps after the window, what ``dlprof analyze`` reports as the unprofiled speed;
@@ -66,11 +66,9 @@ def _run(command: list[str], env: dict[str, str]) -> None:
         raise SystemExit(f"{' '.join(command)} exited {done.returncode}:\n{done.stderr[-2000:]}")
 
 
-def _record(
-    workers: int, wait: int, out: Path, env: dict[str, str], options: list[str]
-) -> tuple[list[float], list[str]]:
+def _record(wait: int, out: Path, env: dict[str, str], options: list[str]) -> tuple[list[float], list[str]]:
     command = [sys.executable, "-m", "dlprof", "record", "--out", str(out), "--name", "run"]
-    command += ["--num-workers", str(workers), "--batch-size", str(BATCH_SIZE), "--wait", str(wait)]
+    command += ["--num-workers", "0", "--batch-size", str(BATCH_SIZE), "--wait", str(wait)]
     command += ["--reference-steps", str(REFERENCE_STEPS), *options]
     _run(command, env)
     trace = next((out / "run").glob("*.pt.trace.json.gz"))
@@ -80,13 +78,14 @@ def _record(
     return list(manifest.step_clock.wall_ms), list(manifest.step_clock.phase)
 
 
-def _launch(workers: int, steps: int, report: Path, env: dict[str, str]) -> list[float]:
+def _launch(steps: int, report: Path, env: dict[str, str]) -> list[float]:
     command = [sys.executable, "-m", "dlprof.workloads.lora", "--batch-size", str(BATCH_SIZE)]
-    command += ["--num-workers", str(workers), "--steps", str(steps), "--report", str(report)]
+    command += ["--num-workers", "0", "--steps", str(steps), "--report", str(report)]
     _run(command, env)
     return [float(ms) for ms in json.loads(report.read_text())["step_ms"]]
 
 
+#: What each recording is compared by, and its printed name.
 LABELS = (("probe", "probe's cost"), ("effect", "after-effect"), ("reference", "reference vs plain"))
 
 
@@ -97,7 +96,6 @@ def _pct(ratio: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6, help="rounds of one plain launch and one of each recording")
-    parser.add_argument("--num-workers", type=int, default=0)
     parser.add_argument("--allocator", choices=("fixed", "glibc"), default="fixed")
     parser.add_argument(
         "--variant",
@@ -116,24 +114,25 @@ def main(argv: list[str] | None = None) -> int:
     before = range(per_epoch, wait)  # the second epoch, ahead of the window
     after = range(wait + WINDOW_STEPS + FORK_PROBE_AFTER + EPOCH_SETTLE_STEPS, wait + WINDOW_STEPS + REFERENCE_STEPS)
     steps = wait + WINDOW_STEPS + REFERENCE_STEPS
-    print(f"built-in workload, batch {BATCH_SIZE}, num_workers={args.num_workers}, allocator {args.allocator}")
+    print(f"built-in workload, batch {BATCH_SIZE}, num_workers=0, allocator {args.allocator}")
     print(f"before: steps {before.start}-{before.stop - 1}; after: steps {after.start}-{after.stop - 1}; steps/s")
     print("probe's cost: recorded before / plain before; after-effect: (recorded after / before) / (plain after /")
     print("before); reference vs plain: recorded after / plain after; each against the plain launch of its round\n")
     print("| round | kind | before | after | probe's cost | after-effect | reference vs plain |")
     print("|---|---|---|---|---|---|---|")
     kinds = ["plain", *names]
-    found: dict[str, dict[str, list[float]]] = {n: {"probe": [], "effect": [], "reference": []} for n in names}
+    found: dict[str, dict[str, list[float]]] = {n: {key: [] for key, _ in LABELS} for n in names}
     with tempfile.TemporaryDirectory(prefix="after-effect-") as scratch:
         for round_index in range(args.rounds):
             shift = round_index % len(kinds)
             rates: dict[str, tuple[float, float]] = {}
             for kind in kinds[shift:] + kinds[:shift]:
                 if kind == "plain":
-                    wall = _launch(args.num_workers, steps, Path(scratch) / f"plain{round_index}.json", env)
+                    wall = _launch(steps, Path(scratch) / f"plain{round_index}.json", env)
                 else:
-                    out = Path(scratch) / f"rec{round_index}-{names.index(kind)}"
-                    wall, phase = _record(args.num_workers, wait, out, env, variants[names.index(kind)])
+                    variant = names.index(kind)
+                    out = Path(scratch) / f"rec{round_index}-{variant}"
+                    wall, phase = _record(wait, out, env, variants[variant])
                     if any(phase[i] != PHASE_BEFORE for i in before) or any(
                         phase[i] != PHASE_AFTER for i in after if i < len(phase)
                     ):
@@ -156,11 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, got in found.items():
         cells = [
             f"{label} {_pct(statistics.median(got[key]))} ({_pct(min(got[key]))} to {_pct(max(got[key]))})"
-            for key, label in (
-                ("probe", "probe's cost"),
-                ("effect", "after-effect"),
-                ("reference", "reference vs plain"),
-            )
+            for key, label in LABELS
         ]
         print(f"{name}: medians " + "; ".join(cells))
     return 0

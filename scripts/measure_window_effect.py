@@ -34,17 +34,19 @@ from pathlib import Path
 from bench_advice import FIXED_ALLOCATOR_ENV
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from dlprof.core.manifest import EPOCH_SETTLE_STEPS  # noqa: E402
+
 PARTS = ("none", "window", "kept", "fork", "both")
-#: Steps left out at each epoch's start (as dlprof's EPOCH_SETTLE_STEPS), and after the part.
-SETTLE_STEPS = 5
 WINDOW = {"wait": 0, "warmup": 3, "active": 20}
 FORK_AFTER_STEPS = 2
 FORK_CHILD_S = 2.0
 
 
 def _child(part: str, report: Path) -> None:
-    """One process: two epochs, the part, two epochs; every step's ms written to ``report``."""
-    sys.path.insert(0, str(REPO))
+    """One process: two epochs, the part (in an epoch of its own, not timed), two epochs; every timed step's ms
+    written to ``report``."""
     import torch
     from torch.utils.data import DataLoader
 
@@ -102,10 +104,9 @@ def _child(part: str, report: Path) -> None:
             on_trace_ready=export,
         )
         profiler.start()
-    window_steps = WINDOW["warmup"] + WINDOW["active"]
     if part in ("fork", "both"):
-        fork_at = (window_steps if part == "both" else 0) + FORK_AFTER_STEPS
-    during = epoch(profiler, fork_at)
+        fork_at = (WINDOW["warmup"] + WINDOW["active"] if part == "both" else 0) + FORK_AFTER_STEPS
+    epoch(profiler, fork_at)
     if profiler is not None and part != "kept":
         profiler.stop()
         profiler = None
@@ -116,12 +117,11 @@ def _child(part: str, report: Path) -> None:
         os.waitpid(-1, 0)
     except ChildProcessError:
         pass
-    skip = (window_steps if part in ("window", "kept", "both") else 0) + (fork_at or 0) + SETTLE_STEPS
-    report.write_text(json.dumps({"before": before, "during": during[skip:], "after": after}))
+    report.write_text(json.dumps({"before": before, "after": after}))
 
 
 def _rate(epochs: list[list[float]]) -> float:
-    steady = [ms for steps in epochs for ms in steps[SETTLE_STEPS:]]
+    steady = [ms for steps in epochs for ms in steps[EPOCH_SETTLE_STEPS:]]
     return 1000 * len(steady) / sum(steady)
 
 
