@@ -11,7 +11,7 @@ with ``--report``, writes what it measured:
 ``steps_per_s_epochs`` is steps/s over whole epochs after the first (warm-up), worker restarts at
 epoch boundaries included; ``steps_per_s_steady`` is steps over time inside the epochs after the first,
 each epoch's start-up left out (its settling steps and twice the prefetch queue, as the built-in
-workload's ``--report`` does).
+workload's ``--report`` does). ``step_ms`` and ``step_epoch`` are every step's time and epoch index.
 """
 
 from __future__ import annotations
@@ -100,6 +100,8 @@ class SpeedCallback(TrainerCallback):
             "epochs_measured": len(whole),
             "steps_per_epoch": steps_per_epoch,
             "epoch_s": [round(seconds, 4) for _, seconds in self.epochs],
+            "step_epoch": [epoch for epoch, _ in self.step_ms],
+            "step_ms": [round(ms, 4) for _, ms in self.step_ms],
         }
 
 

@@ -60,7 +60,8 @@ def _rate(step_ms: list[float]) -> float:
     return 1000 * len(step_ms) / sum(step_ms)
 
 
-def _run(command: list[str], env: dict[str, str]) -> None:
+def run_checked(command: list[str], env: dict[str, str]) -> None:
+    """Run ``command`` from the repository, quietly; exit with its stderr's end if it fails."""
     done = subprocess.run(command, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode:
         raise SystemExit(f"{' '.join(command)} exited {done.returncode}:\n{done.stderr[-2000:]}")
@@ -70,8 +71,13 @@ def _record(wait: int, out: Path, env: dict[str, str], options: list[str]) -> tu
     command = [sys.executable, "-m", "dlprof", "record", "--out", str(out), "--name", "run"]
     command += ["--num-workers", "0", "--batch-size", str(BATCH_SIZE), "--wait", str(wait)]
     command += ["--reference-steps", str(REFERENCE_STEPS), *options]
-    _run(command, env)
-    trace = next((out / "run").glob("*.pt.trace.json.gz"))
+    run_checked(command, env)
+    return step_clock_of(out / "run")
+
+
+def step_clock_of(run_dir: Path) -> tuple[list[float], list[str]]:
+    """The recording in ``run_dir``: every step's wall ms and phase."""
+    trace = next(run_dir.glob("*.pt.trace.json.gz"))
     manifest = load_run(trace, progress=False).manifest
     if manifest is None:
         raise SystemExit(f"{trace}: no dlprof manifest")
@@ -81,7 +87,7 @@ def _record(wait: int, out: Path, env: dict[str, str], options: list[str]) -> tu
 def _launch(steps: int, report: Path, env: dict[str, str]) -> list[float]:
     command = [sys.executable, "-m", "dlprof.workloads.lora", "--batch-size", str(BATCH_SIZE)]
     command += ["--num-workers", "0", "--steps", str(steps), "--report", str(report)]
-    _run(command, env)
+    run_checked(command, env)
     return [float(ms) for ms in json.loads(report.read_text())["step_ms"]]
 
 
