@@ -55,7 +55,7 @@ def _steady(step_ms: list[float], per_epoch: int, indices: range) -> list[float]
     return [step_ms[i] for i in indices if i < len(step_ms) and i % per_epoch >= EPOCH_SETTLE_STEPS]
 
 
-def _rate(step_ms: list[float]) -> float:
+def rate(step_ms: list[float]) -> float:
     """Steps per second over the steps' own time."""
     return 1000 * len(step_ms) / sum(step_ms)
 
@@ -95,7 +95,8 @@ def _launch(steps: int, report: Path, env: dict[str, str]) -> list[float]:
 LABELS = (("probe", "probe's cost"), ("effect", "after-effect"), ("reference", "reference vs plain"))
 
 
-def _pct(ratio: float) -> str:
+def pct(ratio: float) -> str:
+    """A ratio as a signed per cent change."""
     return f"{100 * (ratio - 1):+.1f} %"
 
 
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                         phase[i] != PHASE_AFTER for i in after if i < len(phase)
                     ):
                         raise SystemExit("the recording's phases do not fall where this script expects them")
-                rates[kind] = (_rate(_steady(wall, per_epoch, before)), _rate(_steady(wall, per_epoch, after)))
+                rates[kind] = (rate(_steady(wall, per_epoch, before)), rate(_steady(wall, per_epoch, after)))
             pb, pa = rates["plain"]
             print(f"| {round_index + 1} | plain | {pb:.2f} | {pa:.2f} | | | |")
             for name in names:
@@ -153,14 +154,14 @@ def main(argv: list[str] | None = None) -> int:
                 got["effect"].append((ra / rb) / (pa / pb))
                 got["reference"].append(ra / pa)
                 print(
-                    f"| {round_index + 1} | {name} | {rb:.2f} | {ra:.2f} | {_pct(got['probe'][-1])} |"
-                    f" {_pct(got['effect'][-1])} | {_pct(got['reference'][-1])} |",
+                    f"| {round_index + 1} | {name} | {rb:.2f} | {ra:.2f} | {pct(got['probe'][-1])} |"
+                    f" {pct(got['effect'][-1])} | {pct(got['reference'][-1])} |",
                     flush=True,
                 )
     print()
     for name, got in found.items():
         cells = [
-            f"{label} {_pct(statistics.median(got[key]))} ({_pct(min(got[key]))} to {_pct(max(got[key]))})"
+            f"{label} {pct(statistics.median(got[key]))} ({pct(min(got[key]))} to {pct(max(got[key]))})"
             for key, label in LABELS
         ]
         print(f"{name}: medians " + "; ".join(cells))

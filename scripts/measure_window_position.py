@@ -13,9 +13,8 @@ their order rotated from round to round:
 Each recording keeps timing unprofiled steps to the end of the launches' last epoch. Per epoch after the first, the
 steady steps (each epoch's first settling and queue-filling steps left out; the window's epoch left out whole) of each
 recording against the same step indices of its round's plain launch, medians over the rounds: what a window at that
-position does to the epochs that follow it, and what the plain launches' own speed does from epoch to epoch (the
-warm-up the truth of scripts/bench_advice.py, epochs 2 and 3, falls in). ``--allocator fixed`` as in
-scripts/bench_advice.py.
+position does to the epochs that follow it, and how the plain launches' own speed moves from epoch to epoch (the
+truth of scripts/bench_advice.py is their epochs 2 and 3). ``--allocator fixed`` as in scripts/bench_advice.py.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 from bench_advice import FIXED_ALLOCATOR_ENV, TRAINER
-from measure_after_effect import run_checked, step_clock_of
+from measure_after_effect import WINDOW_STEPS, pct, rate, run_checked, step_clock_of
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -79,14 +78,6 @@ def _record(
     return step_clock_of(out / "run")
 
 
-def _epoch_rate(step_ms: list[float], timed: list[int]) -> float:
-    return 1000 * len(timed) / sum(step_ms[i] for i in timed)
-
-
-def _pct(ratio: float) -> str:
-    return f"{100 * (ratio - 1):+.1f} %"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", choices=("lora", "trainer"), default="trainer")
@@ -113,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.allocator}; windows: " + ", ".join(f"{p} --wait {waits[p]}" for p in positions))
     print(f"per epoch: steady steps/s (each epoch's first {skip} steps left out; the window's epoch left out)\n")
     kinds = ["plain", *positions]
-    # ratios[position][epoch]: recording over plain launch, one a round; rates[kind][epoch]: steps/s, one a round.
+    # ratios[position][epoch]: recording over plain launch, one a round; plain_rates[epoch]: steps/s, one a round.
     ratios: dict[str, dict[int, list[float]]] = {p: {} for p in positions}
-    rates: dict[str, dict[int, list[float]]] = {k: {} for k in kinds}
+    plain_rates: dict[int, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="window-position-") as scratch:
         for round_index in range(args.rounds):
             shift = round_index % len(kinds)
@@ -125,29 +116,28 @@ def main(argv: list[str] | None = None) -> int:
                     walls[kind] = (_launch(plain, Path(scratch) / f"plain{round_index}.json", env), None)
                 else:
                     out = Path(scratch) / f"{kind}{round_index}"
-                    reference = steps - waits[kind] - 3 - 20  # to the launches' last step: dlprof's warm-up and active
+                    reference = steps - waits[kind] - WINDOW_STEPS  # to the launches' last step
                     walls[kind] = _record(args.case, args.num_workers, waits[kind], reference, out, env)
             plain_ms = walls["plain"][0]
             if len(plain_ms) != steps:
                 raise SystemExit(f"the plain launch ran {len(plain_ms)} steps, not {steps}")
             cells = []
             for epoch in range(1, args.epochs):
-                indices = range(epoch * per_epoch + skip, (epoch + 1) * per_epoch)
-                rates["plain"].setdefault(epoch, []).append(_epoch_rate(plain_ms, list(indices)))
-                cell = [f"epoch {epoch + 1}: plain {rates['plain'][epoch][-1]:.2f}"]
+                epoch_steps = range(epoch * per_epoch, (epoch + 1) * per_epoch)
+                steady = epoch_steps[skip:]
+                plain_rate = rate([plain_ms[i] for i in steady])
+                plain_rates.setdefault(epoch, []).append(plain_rate)
+                cell = [f"epoch {epoch + 1}: plain {plain_rate:.2f}"]
                 for position in positions:
                     wall, phase = walls[position]
                     assert phase is not None
-                    epoch_steps = range(epoch * per_epoch, (epoch + 1) * per_epoch)
                     # The window's epoch is left out whole: after its window come the fork probe's settling steps.
                     if epoch_steps.stop > len(wall) or any(phase[i] not in UNPROFILED for i in epoch_steps):
                         cell.append(f"{position} -")
                         continue
-                    timed = list(indices)
-                    ratio = _epoch_rate(wall, timed) / _epoch_rate(plain_ms, timed)
+                    ratio = rate([wall[i] for i in steady]) / plain_rate
                     ratios[position].setdefault(epoch, []).append(ratio)
-                    rates[position].setdefault(epoch, []).append(_epoch_rate(wall, timed))
-                    cell.append(f"{position} {_pct(ratio)}")
+                    cell.append(f"{position} {pct(ratio)}")
                 cells.append(" ".join(cell))
             print(f"round {round_index + 1}: " + "; ".join(cells), flush=True)
     print(
@@ -157,19 +147,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("|---|---|" + "---|" * len(positions))
     for epoch in range(1, args.epochs):
-        got = rates["plain"][epoch]
+        got = plain_rates[epoch]
         row = [f"{epoch + 1}", f"{statistics.median(got):.2f}; {min(got):.2f}-{max(got):.2f}"]
         for position in positions:
             found = ratios[position].get(epoch)
             row.append(
-                f"{_pct(statistics.median(found))} ({_pct(min(found))} to {_pct(max(found))}; {len(found)})"
+                f"{pct(statistics.median(found))} ({pct(min(found))} to {pct(max(found))}; {len(found)})"
                 if found
                 else "window"
             )
         print("| " + " | ".join(row) + " |")
     for position in positions:
         every = list(itertools.chain.from_iterable(ratios[position].values()))
-        print(f"{position} window: every epoch after it, every round: median {_pct(statistics.median(every))}")
+        print(f"{position} window: every epoch after it, every round: median {pct(statistics.median(every))}")
     return 0
 
 
