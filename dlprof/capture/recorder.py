@@ -484,7 +484,7 @@ class Recorder:
             return not_run(request, plan, "no DataLoader was iterated in this process, so none could be switched")
         ended = None
         if self.after_trials is not None:  # the trials ran to their end; the training went on
-            return replace(self.trial_runner.manifest(steps, None), then=self.after_trials.then())
+            return replace(self.trial_runner.manifest(steps, None), then=self.after_trials.then(steps))
         if not self.stopped_early:
             how = f"failed ({error})" if status != schema.STATUS_COMPLETE else "ended by itself"
             ended = f"the training {how} after {steps} steps, before the trials' end at step {plan.stop_step}"

@@ -152,11 +152,11 @@ class AfterTrials:
             return
         self.switched.first_step = self._step_in_progress()
 
-    def then(self) -> Then:
-        """What the training did after its trials, for the manifest."""
+    def then(self, steps: int) -> Then:
+        """What the training did after its trials, for the manifest; ``steps``: the steps the training took in all."""
         switched = self.switched
         if switched is None or switched.first_step is None:
-            why = self.error or (switched.error if switched is not None else None)
+            why = self.error or (switched.error if switched is not None else None) or self._ended_first(steps)
             return Then(mode=self.mode, trials_end_step=self.trials_end_step, error=why)
         setting = switched.setting
         return Then(
@@ -167,6 +167,18 @@ class AfterTrials:
             persistent_workers=setting.persistent_workers,
             first_step=switched.first_step,
         )
+
+    def _ended_first(self, steps: int) -> str | None:
+        """Why no switch happened though nothing failed: the training ended first (the analysis outlasted it). None
+        at the trials' end itself (the provisional recording written then: the training goes on)."""
+        after = steps - self.trials_end_step
+        if after <= 0:
+            return None
+        ended = f"the training ended {after:,} steps after the trials"
+        if self.switched is not None:
+            workers = self.switched.setting.num_workers
+            return f"{ended}, before its DataLoader gave a batch at num_workers={workers}"
+        return f"{ended}, before the setting chosen from their analysis was there (a longer training lets it switch)"
 
 
 def _step_of(document: dict) -> int:

@@ -39,6 +39,11 @@ pytestmark = pytest.mark.slow
 
 #: A short window: these runs check what happens after the trials.
 SHORT = ("--wait", "1", "--warmup", "1", "--active", "4", "--reference-steps", "4")
+#: Steps of a training that must outlast the trials' analysis in ``dlprof record``'s process, on a loaded CI machine
+#: too (400 steps, ~1.5 s after the trials, once did not: the switch never came).
+STEPS = 1200
+#: train_then.py's epochs: 16 batches of 4 of its 64 samples.
+EPOCH_STEPS = 16
 
 
 def _manifest(run_dir: Path) -> dict:
@@ -79,7 +84,7 @@ def test_best_trains_on_to_the_end_at_the_recommended_setting(tmp_path):
         "python",
         str(script),
         "--steps",
-        "400",
+        str(STEPS),
         "--log",
         str(log),
         timeout=600,
@@ -91,18 +96,22 @@ def test_best_trains_on_to_the_end_at_the_recommended_setting(tmp_path):
     manifest = _manifest(tmp_path / "best")
     then = _check_tuned(manifest)
     assert (then["mode"], then["num_workers"]) == ("best", int(said.group(1)))
-    assert len(manifest["step_clock"]["phase"]) == 400  # the script's own end, not dlprof's
+    assert len(manifest["step_clock"]["phase"]) == STEPS  # the script's own end, not dlprof's
     # What dlprof chose is what the trials' analysis recommended (the headline it printed then); the final report,
     # with the steps after the trials too, may weigh the settings otherwise (on this tiny workload they nearly tie).
     assert_chose_the_headline(done.stderr, own=2, chosen=then["num_workers"])
     (run,) = analyze(tmp_path / "best").runs
     tuned = run.trials.tuned
-    assert tuned is not None and tuned.steps == 400 - then["trials_end_step"]
+    assert tuned is not None and tuned.steps == STEPS - then["trials_end_step"]
     assert (tuned.mode, tuned.num_workers) == ("best", then["num_workers"])
-    assert tuned.steps_at_setting == 400 - then["first_step"] and tuned.error is None or tuned.speed is None
+    assert tuned.steps_at_setting == STEPS - then["first_step"]
+    # Hundreds of steps at the setting are timed; whether it held against its trial is said, or why not (8-step
+    # trials on this tiny workload may be too unsteady to hold anything against).
+    assert tuned.speed is not None and tuned.speed.steps > 100
+    assert (tuned.held is None) == (tuned.error is not None), tuned
     lines = log.read_text().splitlines()
-    # Epochs of 16 batches; the 25th ends with the last step, before its line. No batch lost or repeated:
-    assert len(lines) == 24 and all(line.endswith(": ok") for line in lines), lines
+    # The last epoch ends with the last step, before its line. No batch lost or repeated:
+    assert len(lines) == STEPS // EPOCH_STEPS - 1 and all(line.endswith(": ok") for line in lines), lines
     assert leftover_processes(str(script)) == []
 
 
@@ -312,7 +321,7 @@ def test_torchrun_ranks_switch_to_the_best_at_the_same_step(tmp_path):
         str(free_port()),
         str(script),
         "--steps",
-        "400",
+        str(STEPS),
         "--num-workers",
         "1",
         timeout=600,
@@ -323,7 +332,7 @@ def test_torchrun_ranks_switch_to_the_best_at_the_same_step(tmp_path):
     assert [m["rank"] for m in manifests] == [0, 1]
     thens = [_check_tuned(m) for m in manifests]
     assert thens[0] == thens[1], thens  # the same setting, from the same step, on both ranks
-    assert [len(m["step_clock"]["phase"]) for m in manifests] == [400, 400]
+    assert [len(m["step_clock"]["phase"]) for m in manifests] == [STEPS, STEPS]
     assert leftover_processes(str(script)) == []
 
 
