@@ -16,11 +16,10 @@ to round, every one ``--epochs`` epochs long:
 
 The last epoch is cut short by the step count and not compared (its end would hold dlprof's work after training).
 
-Every run goes through this script's ``--inner`` mode, which wraps ``DataLoader.__iter__`` (after dlprof's own
-wrapping, in a recording) and reads ``getrusage`` of the process (all its threads) and of its reaped children (the
-workers of the epochs before) at each epoch's start. For every epoch after the window's (the first), each recorded
-run's per-epoch figures are divided by its round's plain launch's: medians and ranges over the rounds. The fixed
-allocator of scripts/bench_advice.py throughout.
+Every training runs under scripts/epoch_rusage.py, which wraps ``DataLoader.__iter__`` and reads ``getrusage`` of
+the process (all its threads) and of its reaped children (the workers of the epochs before) at each epoch's start.
+For every epoch after the window's (the first), each recorded run's per-epoch figures are divided by its round's plain
+launch's: medians and ranges over the rounds. The fixed allocator of scripts/bench_advice.py throughout.
 """
 
 from __future__ import annotations
@@ -28,18 +27,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import runpy
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from bench_advice import FIXED_ALLOCATOR_ENV
+from measure_after_effect import BATCH_SIZE, REPO, pct, run_checked
 
-BATCH_SIZE = 4
+from dlprof.workloads.lora import DEFAULT_DATASET
+from dlprof.workloads.records import load_examples
+
+#: Reads each epoch's figures inside the training process.
+EPOCH_RUSAGE = Path(__file__).resolve().parent / "epoch_rusage.py"
 VARIANTS = {
     "plain": None,
     "record": [],
@@ -60,59 +60,6 @@ FIGURES = (
 )
 #: Figures read as they are at the epoch's start, not as changes: the training process's resident memory.
 LEVELS = ("main_rss_mib",)
-#: Python's garbage collections in the training process: their time (s) and how many were full (generation 2).
-_GC = {"s": 0.0, "full": 0, "started": 0.0}
-
-
-def _gc_callback(phase: str, info: dict) -> None:
-    if phase == "start":
-        _GC["started"] = time.perf_counter()
-        return
-    _GC["s"] += time.perf_counter() - _GC["started"]
-    _GC["full"] += info.get("generation") == 2
-
-
-def _reading() -> dict[str, float]:
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {
-        "wall_s": time.monotonic(),
-        "main_user_s": own.ru_utime,
-        "main_sys_s": own.ru_stime,
-        "main_minflt": own.ru_minflt,
-        "main_nvcsw": own.ru_nvcsw,
-        "main_nivcsw": own.ru_nivcsw,
-        "workers_cpu_s": children.ru_utime + children.ru_stime,
-        "gc_s": _GC["s"],
-        "gc_full": _GC["full"],
-        "main_rss_mib": int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20,
-    }
-
-
-def inner(out: str, module_argv: list[str]) -> None:
-    """Run ``python -m MODULE ARGS`` in this process, a reading at each ``DataLoader.__iter__``, kept by loader: the
-    training's loader is the one iterated most (dlprof's calibration, after the training, makes loaders of its own)."""
-    import atexit
-    import gc
-
-    from torch.utils.data import DataLoader
-
-    gc.callbacks.append(_gc_callback)
-
-    readings: dict[int, list[dict[str, float]]] = {}
-    original = DataLoader.__iter__
-
-    def __iter__(self):
-        readings.setdefault(id(self), []).append(_reading())
-        return original(self)
-
-    DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
-
-    def dump() -> None:
-        Path(out).write_text(json.dumps(max(readings.values(), key=len, default=[])))
-
-    atexit.register(dump)
-    sys.argv = module_argv[1:]
-    runpy.run_module(module_argv[1], run_name="__main__", alter_sys=True)
 
 
 def _epochs(path: Path) -> list[dict[str, float]]:
@@ -127,7 +74,7 @@ def _run(
     figures = out.with_suffix(".json")
     workload = ["-m", "dlprof.workloads.lora", "--batch-size", str(BATCH_SIZE), "--num-workers", str(workers)]
     workload += ["--steps", str(steps)]
-    wrapped = [sys.executable, str(Path(__file__).resolve()), "--inner", str(figures), *workload]
+    wrapped = [sys.executable, str(EPOCH_RUSAGE), str(figures), *workload]
     options = VARIANTS[variant]
     if options is None:
         command = wrapped
@@ -136,21 +83,11 @@ def _run(
         command += [*options, "--", *wrapped]
     if variant == "baseline":
         env = {**env, "PYTHONPATH": str(baseline)}
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"{variant} failed ({done.returncode}): {done.stderr[-2000:]}")
+    run_checked(command, env)
     return _epochs(figures)
 
 
-def _pct(ratio: float) -> str:
-    return f"{100 * (ratio - 1):+.1f} %"
-
-
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--inner"]:
-        inner(argv[1], ["-m", *argv[3:]] if argv[2] == "-m" else argv[2:])
-        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=6)
@@ -163,11 +100,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--variants: plain and any of {', '.join(VARIANTS)}")
     if ("baseline" in variants) != (args.baseline is not None):
         parser.error("--baseline PATH goes with the variant baseline, and only with it")
-    from bench_advice import FIXED_ALLOCATOR_ENV  # not in --inner: the training process imports nothing of it
-
-    from dlprof.workloads.lora import DEFAULT_DATASET
-    from dlprof.workloads.records import load_examples
-
     per_epoch = -(-len(load_examples(DEFAULT_DATASET)) // BATCH_SIZE)
     steps = args.epochs * per_epoch
     env = {**os.environ, "PYTHONPATH": str(REPO), **FIXED_ALLOCATOR_ENV}
@@ -199,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                         if theirs[figure] > 0:
                             ratios[variant][figure].append(mine[figure] / theirs[figure])
                 wall = statistics.median(m["wall_s"] / p["wall_s"] for m, p in zip(epochs, plain))
-                cells.append(f"{variant} wall {_pct(wall)}")
+                cells.append(f"{variant} wall {pct(wall)}")
             print(f"round {round_index + 1}: " + "; ".join(cells), flush=True)
     print(
         f"\nplain launches, median over every epoch after the first: per step ({', '.join(LEVELS)}: at the epoch's"
@@ -212,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         row = [figure]
         for variant in recorded:
             found = ratios[variant][figure]
-            row.append(f"{_pct(statistics.median(found))} ({_pct(min(found))} to {_pct(max(found))})" if found else "-")
+            row.append(f"{pct(statistics.median(found))} ({pct(min(found))} to {pct(max(found))})" if found else "-")
         print("| " + " | ".join(row) + " |")
     return 0
 

@@ -16,14 +16,11 @@ TRIALS_END = 40
 LOADER_ID = 7
 
 
-class _Loader:
-    def __init__(self, num_workers: int):
-        self.num_workers, self.prefetch_factor, self.persistent_workers, self.timeout = num_workers, None, False, 0
-
-
-def _after(tmp_path, mode: str = THEN_BEST, loader_workers: int = 0, step: list[int] | None = None):
+def _after(tmp_path, mode: str = THEN_BEST, step: list[int] | None = None):
+    """The decider of a one-rank job whose training loader runs the script's own setting, without workers."""
     at = step if step is not None else [TRIALS_END]
-    record = SimpleNamespace(loader=lambda: _Loader(loader_workers), loader_id=LOADER_ID)
+    loader = SimpleNamespace(num_workers=0, prefetch_factor=None, persistent_workers=False, timeout=0)
+    record = SimpleNamespace(loader=lambda: loader, loader_id=LOADER_ID)
     runner = SimpleNamespace(record=record, own=switch.Setting(0), step_in_progress=lambda: at[0])
     return tuned.AfterTrials(mode, tmp_path, True, 1, runner, TRIALS_END)  # type: ignore[arg-type]
 
