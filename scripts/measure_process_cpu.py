@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.window_epoch + 2 > args.epochs:
         parser.error("--epochs: at least two more than --window-epoch (an epoch after the window's, and the last)")
     phases = ["before", "after"] if args.window_epoch > 1 else ["after"]
-    columns = [f"{v} {phase}" if len(phases) > 1 else v for v in recorded for phase in phases]
+    column_of = {(v, phase): f"{v} {phase}" if len(phases) > 1 else v for v in recorded for phase in phases}
+    columns = list(column_of.values())
     # ratios[column][figure]: one per round and compared epoch
     ratios: dict[str, dict[str, list[float]]] = {c: {f: [] for f in FIGURES + LEVELS} for c in columns}
     plain_per_step: dict[str, list[float]] = {f: [] for f in FIGURES + LEVELS}
@@ -143,10 +144,9 @@ def main(argv: list[str] | None = None) -> int:
                     if index in (0, args.window_epoch):
                         continue
                     phase = "before" if index < args.window_epoch else "after"
-                    column = f"{variant} {phase}" if len(phases) > 1 else variant
                     for figure in FIGURES + LEVELS:
                         if theirs[figure] > 0:
-                            ratios[column][figure].append(mine[figure] / theirs[figure])
+                            ratios[column_of[variant, phase]][figure].append(mine[figure] / theirs[figure])
                     walls[phase].append(mine["wall_s"] / theirs["wall_s"])
                 cells += [f"{variant} {phase} wall {pct(statistics.median(w))}" for phase, w in walls.items()]
             print(f"round {round_index + 1}: " + "; ".join(cells), flush=True)
