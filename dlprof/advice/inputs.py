@@ -7,10 +7,13 @@ epoch's worker restarts; each input with the line of the report's basis that say
 
 from __future__ import annotations
 
-from dlprof.advice.model import EpochModel, ModelInputs, uncontended
+from dlprof.advice.model import EpochModel, ModelInputs, epoch_anchor, predict, uncontended
 from dlprof.analysis.unprofiled import VOLATILE_FAULTS, VOLATILE_SYS_PCT
 from dlprof.core.manifest import EPOCH_SETTLE_STEPS, Host, Manifest
 from dlprof.results.analysis import GpuStats, LoaderStats, StepBreakdown, UnprofiledStats
+
+#: The whole-epoch anchor is named in the basis where it moves the predictions by this much or more, %.
+EPOCH_ANCHOR_SHOWN_PCT = 1.0
 
 
 def model_inputs(
@@ -55,6 +58,7 @@ def model_inputs(
         worker_send_ms=_worker_send_ms(loader, host, batches_per_step),
         training_threads=_training_threads(consumer, main_cpu_ms - (handoff if recorded else 0.0), host, cores, basis),
     )
+    _shared_cores_after_effect(inputs, unprofiled, basis)
     freed, factor = uncontended(inputs)
     if factor < 1:
         basis.append(
@@ -62,12 +66,32 @@ def model_inputs(
             f" they held back: {freed.consumer_ms:.1f} ms on cores of its own, the time with which the contention term"
             " gives the measured step"
         )
-    return freed
+    return _anchor_epochs(freed, unprofiled, basis)
+
+
+def _anchor_epochs(inputs: ModelInputs, unprofiled: UnprofiledStats | None, basis: list[str]) -> ModelInputs:
+    """``inputs`` with the whole epochs timed after the window anchoring the whole-epoch predictions of the recorded
+    regime (:func:`~dlprof.advice.model.epoch_anchor`); says so in ``basis`` where that moves them by 1 % or more."""
+    whole = unprofiled.epoch.whole_epoch_speed if unprofiled and unprofiled.epoch else None
+    if whole is None or inputs.anchor is None:
+        return inputs
+    anchored = epoch_anchor(inputs, whole.steps_per_s)
+    moved_pct = 100 * (anchored.epoch_factor - 1)
+    if abs(moved_pct) >= EPOCH_ANCHOR_SHOWN_PCT:
+        recorded = inputs.anchor[0]
+        modelled = predict(inputs, recorded).epoch_steps_per_s or 0.0
+        basis.append(
+            f"over whole epochs the predictions at {'0' if recorded == 0 else '1 or more'} workers are anchored to the"
+            f" {whole.steps} steps of whole epochs timed at {recorded} ({whole.steps_per_s:.2f} steps/s, where the"
+            f" steady step and the restarts give {modelled:.2f}): {moved_pct:+.1f} %"
+        )
+    return anchored
 
 
 def _window_after_effect(unprofiled: UnprofiledStats | None, basis: list[str]) -> None:
     """Says in ``basis`` what the profiler window changed in the main process: the kernel time of its page faults per
-    step before and after it (the reference steps), when the window lowered it by a share of the step that matters.
+    step before it (the level every step kept: start-up's one-off faults are no level a fresh launch keeps) and after
+    it (the reference steps), when the window lowered it by a share of the step that matters.
 
     A window's freed buffers raise glibc malloc's thresholds for the rest of the process, so the reference steps, the
     trials and the predictions calibrated on them may run faster than a fresh launch of the same training, which
@@ -82,11 +106,28 @@ def _window_after_effect(unprofiled: UnprofiledStats | None, basis: list[str]) -
     if saved_pct < VOLATILE_SYS_PCT or (faults.before_faults_per_step or 0) < VOLATILE_FAULTS:
         return
     basis.append(
-        f"before the profiler window the main process took {faults.before_faults_per_step:,.0f} page faults and"
-        f" {faults.before_sys_ms:.1f} ms of kernel time per step ({faults.before_steps} unprofiled steps), after it"
-        f" {faults.faults_per_step:,.0f} and {faults.sys_ms:.1f} ms: the reference steps, the trials and these"
-        f" predictions may run up to {saved_pct:.0f} % ({saved:.1f} ms a step) faster than a fresh launch of this"
+        f"before the profiler window the main process took at least {faults.before_faults_per_step:,.0f} page faults"
+        f" and {faults.before_sys_ms:.1f} ms of kernel time in each of {faults.before_steps} unprofiled steps, after"
+        f" it {faults.faults_per_step:,.0f} and {faults.sys_ms:.1f} ms a step: the reference steps, the trials and"
+        f" these predictions may run up to {saved_pct:.0f} % ({saved:.1f} ms a step) faster than a fresh launch of this"
         " training, in which glibc's malloc keeps the faults of the steps before the window"
+    )
+
+
+def _shared_cores_after_effect(inputs: ModelInputs, unprofiled: UnprofiledStats | None, basis: list[str]) -> None:
+    """Says in ``basis`` that the reference steps may run below a plain launch: recorded beside workers that share
+    every core with the training's threads, the regime in which dlprof's own checks found the process after a profiler
+    window training slower than plain launches of it (docs/validation.md). No
+    recording measures by how much: that takes a launch without dlprof."""
+    threads, cores = inputs.training_threads, inputs.usable_cores
+    if unprofiled is None or not inputs.recorded_workers or threads is None or not cores or threads < cores:
+        return
+    basis.append(
+        f"the reference steps ran after the profiler window, beside {inputs.recorded_workers} worker(s) sharing every"
+        " core with the training's threads: in dlprof's own checks such a process trained a few per cent slower than"
+        " plain launches of the same training, more in the epochs further from the window (an after-effect of the"
+        " window that dlprof cannot remove), so your training launched without dlprof may run faster than the measured"
+        " speed and these predictions; time a plain launch over the same epochs to see by how much"
     )
 
 

@@ -81,6 +81,9 @@ class ModelInputs:
     #: workers beyond the cores it leaves free share cores with its threads (:func:`contended_ms`). None: not known,
     #: no contention term.
     training_threads: float | None = None
+    #: Over whole epochs, the predictions of the recorded regime times this: the whole epochs timed at the recorded
+    #: count over the model's whole-epoch rate there (:func:`epoch_anchor`); 1 where none were timed.
+    epoch_factor: float = 1.0
 
     @property
     def anchor(self) -> tuple[int, float] | None:
@@ -243,11 +246,12 @@ def predict(inputs: ModelInputs, num_workers: int) -> Prediction:
 
     The run's own measured unprofiled step anchors the predictions of its regime (with or without
     workers): whatever the bounds miss there (contention, the hand-off under load) is a factor, not a
-    fixed cost added on top.
+    fixed cost added on top. Over whole epochs, the whole epochs it timed anchor them alike (``epoch_factor``).
     """
     step_ms, bound = _raw(inputs, num_workers)
     anchor = inputs.anchor
-    if anchor is not None and (num_workers == 0) == (anchor[0] == 0):
+    recorded_regime = anchor is not None and (num_workers == 0) == (anchor[0] == 0)
+    if anchor is not None and recorded_regime:
         recorded, measured_ms = anchor
         at_recorded, _ = _raw(inputs, recorded)
         if at_recorded > 0:
@@ -258,6 +262,8 @@ def predict(inputs: ModelInputs, num_workers: int) -> Prediction:
     if inputs.epoch is not None:
         steps = inputs.epoch.steps_per_epoch
         epoch_rate = 1000 * steps / (steps * step_ms + restart) if steps > 0 else None
+    if epoch_rate is not None and recorded_regime:
+        epoch_rate *= inputs.epoch_factor
     return Prediction(
         num_workers=num_workers,
         step_ms=step_ms,
@@ -266,6 +272,19 @@ def predict(inputs: ModelInputs, num_workers: int) -> Prediction:
         epoch_steps_per_s=epoch_rate,
         restart_ms=restart,
     )
+
+
+def epoch_anchor(inputs: ModelInputs, measured_steps_per_s: float) -> ModelInputs:
+    """``inputs`` with the whole epochs timed at the recorded count (``measured_steps_per_s``) anchoring the
+    whole-epoch predictions of its regime: what the steady step and the restarts miss over an epoch (its boundary's
+    other costs, the batches its steps drew) is a factor, as the steady step's anchor is. Unchanged where the recorded
+    count, the epoch length or the measured rate is unknown."""
+    if inputs.anchor is None or measured_steps_per_s <= 0:
+        return inputs
+    modelled = predict(replace(inputs, epoch_factor=1.0), inputs.anchor[0]).epoch_steps_per_s
+    if not modelled:
+        return inputs
+    return replace(inputs, epoch_factor=measured_steps_per_s / modelled)
 
 
 def candidate_counts(inputs: ModelInputs) -> list[int]:

@@ -135,14 +135,17 @@ def persistent_workers_setting(
         return None
     chosen = predicted[num_workers] if num_workers < len(predicted) else None
     if chosen is not None and chosen.epoch_steps_per_s is not None and inputs is not None and inputs.epoch is not None:
-        loss_pct = 100 * (1 - chosen.epoch_steps_per_s / chosen.steps_per_s)
+        # The restarts' share of an epoch's time: the whole-epoch anchor scales both sides alike.
+        epoch_ms = inputs.epoch.steps_per_epoch * chosen.step_ms + chosen.restart_ms
+        loss_pct = 100 * chosen.restart_ms / epoch_ms
         if loss_pct < PERSISTENT_WORKERS_MIN_LOSS_PCT:
             return None
         how = "measured" if inputs.epoch.restart_measured_ms is not None else "estimated"
+        kept = chosen.epoch_steps_per_s * epoch_ms / (epoch_ms - chosen.restart_ms)
         evidence.append(
             f"workers restart at every epoch ({inputs.epoch.steps_per_epoch:g} steps): {chosen.restart_ms:.0f} ms per"
             f" restart ({how}) makes training {loss_pct:.1f} % slower over whole epochs ({chosen.epoch_steps_per_s:.2f}"
-            f" instead of {chosen.steps_per_s:.2f} steps/s); persistent_workers=True keeps them"
+            f" instead of {kept:.2f} steps/s); persistent_workers=True keeps them"
         )
         return True
     starts = manifest.workers if manifest else ()

@@ -271,7 +271,8 @@ def _settling_profiled(clock: StepClock) -> list[float]:
 
 def page_faults(clock: StepClock, steady: list[int], step_ms: float) -> PageFaults | None:
     """The main process's page faults and kernel time per step over the ``steady`` steps (``step_ms`` their mean),
-    and over the unprofiled steps before the window; None where the recording lacks them."""
+    and the level the unprofiled steps before the window each kept (their least: a training's start-up takes its
+    one-off faults in some of them, and a level that lasts is in every one); None where the recording lacks them."""
     if not clock.faults or not clock.sys_ms or not steady:
         return None
     faults = statistics.fmean(clock.faults[i] for i in steady)
@@ -283,8 +284,8 @@ def page_faults(clock: StepClock, steady: list[int], step_ms: float) -> PageFaul
         faults_per_step=faults,
         sys_ms=sys_ms,
         sys_pct=sys_pct,
-        before_faults_per_step=statistics.fmean(clock.faults[i] for i in before) if enough else None,
-        before_sys_ms=statistics.fmean(clock.sys_ms[i] for i in before) if enough else None,
+        before_faults_per_step=min(clock.faults[i] for i in before) if enough else None,
+        before_sys_ms=min(clock.sys_ms[i] for i in before) if enough else None,
         volatile=sys_pct >= VOLATILE_SYS_PCT and faults >= VOLATILE_FAULTS,
         before_steps=len(before) if enough else 0,
         before_consumer_ms=statistics.fmean(_consumer_ms(clock, i) for i in before) if enough else None,

@@ -147,7 +147,7 @@ def page_faults_line(run: RunReport) -> str | None:
     before = (
         ""
         if faults.before_faults_per_step is None
-        else f" (before the window: {faults.before_faults_per_step:,.0f} per step, {faults.before_sys_ms:.1f} ms)"
+        else f" (before the window: at least {faults.before_faults_per_step:,.0f} and {faults.before_sys_ms:.1f} ms)"
     )
     return (
         f"the main process took {faults.faults_per_step:,.0f} page faults per step, {faults.sys_ms:.1f} ms of kernel"

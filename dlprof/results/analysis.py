@@ -205,14 +205,16 @@ class EpochStats:
 
 @dataclass(frozen=True, kw_only=True)
 class PageFaults:
-    """The main process's minor page faults and kernel CPU time per step: over the steady reference steps, and over
-    the unprofiled steps before the window (the first left out: start-up) where at least a few were timed."""
+    """The main process's minor page faults and kernel CPU time per step: over the steady reference steps (means), and
+    the level the unprofiled steps before the window each kept (the least of each; the first step left out) where
+    at least a few were timed: a training's start-up takes one-off faults in some of them (thousands a step, then
+    none), which no later step repeats."""
 
     faults_per_step: float
     sys_ms: float  # kernel CPU time per step
     sys_pct: float  # of the mean steady step
-    before_faults_per_step: float | None = None
-    before_sys_ms: float | None = None
+    before_faults_per_step: float | None = None  # the least over the steps before the window
+    before_sys_ms: float | None = None  # the least over the steps before the window
     #: The unprofiled steps before the window counted above (0: too few), and their mean step less data wait and
     #: waiting for a core: against ``UnprofiledStats.consumer_ms``, what the window's after-effect changed.
     before_steps: int = 0

@@ -8,12 +8,18 @@ import json
 import pytest
 from conftest import DATA_DIR
 
-from dlprof.advice.inputs import _training_threads, _window_after_effect
+from dlprof.advice.inputs import (
+    _anchor_epochs,
+    _shared_cores_after_effect,
+    _training_threads,
+    _window_after_effect,
+)
 from dlprof.advice.model import (
     EpochModel,
     ModelInputs,
     candidate_counts,
     contended_ms,
+    epoch_anchor,
     memory_limit,
     predict,
     restart_ms,
@@ -34,7 +40,7 @@ from dlprof.analysis.unprofiled import unprofiled_stats
 from dlprof.core.manifest import Host, LoaderConfig
 from dlprof.report import render
 from dlprof.results.advice import Advice, Prediction
-from dlprof.results.analysis import PageFaults, UnprofiledStats
+from dlprof.results.analysis import EpochStats, PageFaults, Throughput, UnprofiledStats
 from dlprof.results.report import Report
 from dlprof.trace.discover import load_run
 from dlprof.workflows.analyze import analyze_run
@@ -53,6 +59,33 @@ def inputs(**overrides) -> ModelInputs:
         "available_ram_mib": None,
     }
     return ModelInputs(**{**base, **overrides})
+
+
+def reference(**overrides) -> UnprofiledStats:
+    """Reference steps of 100 ms: 95 of consumer, 5 of data wait."""
+    base = {
+        "reference_steps": 100,
+        "step_ms": 100.0,
+        "profiled_steps": 20,
+        "step_ms_p50": 100.0,
+        "profiled_step_ms": 150.0,
+        "consumer_ms": 95.0,
+        "wait_ms": 5.0,
+        "cpu_ms": 180.0,
+        "runq_ms": 0.0,
+        "epoch": None,
+    }
+    return UnprofiledStats(**{**base, **overrides})
+
+
+#: 10-step epochs whose workers restart, the restart measured at 100 ms and calibrated at 5 + 20 n ms.
+RESTARTING = EpochModel(
+    steps_per_epoch=10,
+    persistent_workers=False,
+    restart_measured_ms=100.0,
+    startup_fixed_ms=5.0,
+    startup_per_worker_ms=20.0,
+)
 
 
 def test_three_bounds():
@@ -196,27 +229,15 @@ def test_the_profiler_window_s_after_effect_is_said_in_the_basis():
     faults = PageFaults(
         faults_per_step=50, sys_ms=0.5, sys_pct=0.5, before_faults_per_step=6_000, before_sys_ms=15.5, before_steps=4
     )
-    unprofiled = UnprofiledStats(
-        reference_steps=100,
-        step_ms=100.0,
-        profiled_steps=20,
-        step_ms_p50=100.0,
-        profiled_step_ms=150.0,
-        consumer_ms=95.0,
-        wait_ms=5.0,
-        cpu_ms=180.0,
-        runq_ms=0.0,
-        epoch=None,
-        page_faults=faults,
-    )
+    unprofiled = reference(page_faults=faults)
     basis: list[str] = []
     _window_after_effect(unprofiled, basis)
     # 15 ms of kernel time a step saved after the window: 15 % of the 100 ms step.
     assert basis == [
-        "before the profiler window the main process took 6,000 page faults and 15.5 ms of kernel time per step (4"
-        " unprofiled steps), after it 50 and 0.5 ms: the reference steps, the trials and these predictions may run up"
-        " to 15 % (15.0 ms a step) faster than a fresh launch of this training, in which glibc's malloc keeps the"
-        " faults of the steps before the window"
+        "before the profiler window the main process took at least 6,000 page faults and 15.5 ms of kernel time in"
+        " each of 4 unprofiled steps, after it 50 and 0.5 ms a step: the reference steps, the trials and these"
+        " predictions may run up to 15 % (15.0 ms a step) faster than a fresh launch of this training, in which"
+        " glibc's malloc keeps the faults of the steps before the window"
     ]
     # Under 5 % of the step, or few faults before the window: nothing to say.
     for quiet in (
@@ -225,6 +246,28 @@ def test_the_profiler_window_s_after_effect_is_said_in_the_basis():
     ):
         basis = []
         _window_after_effect(dataclasses.replace(unprofiled, page_faults=quiet), basis)
+        assert basis == []
+
+
+def test_reference_steps_beside_workers_on_every_core_say_a_plain_launch_may_run_faster():
+    unprofiled = reference()
+    basis: list[str] = []
+    _shared_cores_after_effect(inputs(recorded_workers=2, usable_cores=2, training_threads=2.0), unprofiled, basis)
+    assert len(basis) == 1 and basis[0].startswith(
+        "the reference steps ran after the profiler window, beside 2 worker(s) sharing every core with the training's"
+        " threads:"
+    )
+    assert "may run faster than the measured speed and these predictions" in basis[0]
+    # A core left free, no workers, one busy thread on several cores, or no reference steps: nothing to say.
+    for quiet, stats in (
+        (inputs(recorded_workers=2, usable_cores=4, training_threads=2.0), unprofiled),
+        (inputs(recorded_workers=0, usable_cores=2, training_threads=2.0), unprofiled),
+        (inputs(recorded_workers=2, usable_cores=2, training_threads=1.0), unprofiled),
+        (inputs(recorded_workers=2, usable_cores=2, training_threads=None), unprofiled),
+        (inputs(recorded_workers=2, usable_cores=2, training_threads=2.0), None),
+    ):
+        basis = []
+        _shared_cores_after_effect(quiet, stats, basis)
         assert basis == []
 
 
@@ -256,13 +299,7 @@ def test_the_recorded_count_is_anchored_to_its_measured_unprofiled_step():
 
 
 def test_epoch_restarts_measured_and_estimated():
-    measured = EpochModel(
-        steps_per_epoch=10,
-        persistent_workers=False,
-        restart_measured_ms=100.0,
-        startup_fixed_ms=5.0,
-        startup_per_worker_ms=20.0,
-    )
+    measured = RESTARTING
     model = inputs(recorded_workers=2, epoch=measured)
     # Measured at 2 workers: 100 ms; each further worker adds the calibrated 20 ms; no workers, no restart.
     assert [restart_ms(model, n) for n in (0, 2, 4)] == pytest.approx([0.0, 100.0, 140.0])
@@ -275,6 +312,56 @@ def test_epoch_restarts_measured_and_estimated():
     assert restart_ms(inputs(recorded_workers=0, epoch=estimated), 1) == pytest.approx(55.0)
     persistent = dataclasses.replace(measured, persistent_workers=True)
     assert predict(inputs(recorded_workers=2, epoch=persistent), 2).epoch_steps_per_s == pytest.approx(1000 / 15)
+
+
+def test_whole_epochs_timed_anchor_their_regime_over_whole_epochs():
+    measured = RESTARTING
+    model = inputs(recorded_workers=2, measured_step_ms=15.0, epoch=measured)
+    # The model gives 40 steps/s over whole epochs at 2 (10 steps of 15 ms and a 100 ms restart); 36 were timed.
+    anchored = epoch_anchor(model, 36.0)
+    assert anchored.epoch_factor == pytest.approx(0.9)
+    assert predict(anchored, 2).epoch_steps_per_s == pytest.approx(36.0)
+    # Every count of the recorded regime moves alike (3: 10 steps of 10 ms and a 120 ms restart -> 1000 / 22 * 0.9);
+    # the steady steps and the other regime stay as they were.
+    assert predict(anchored, 3).epoch_steps_per_s == pytest.approx(10_000 / 220 * 0.9)
+    assert predict(anchored, 3).steps_per_s == predict(model, 3).steps_per_s
+    assert predict(anchored, 0).epoch_steps_per_s == predict(model, 0).epoch_steps_per_s == pytest.approx(25.0)
+    # Without a recorded count, or without an epoch length, nothing to anchor.
+    assert epoch_anchor(inputs(epoch=measured), 36.0).epoch_factor == 1.0
+    assert epoch_anchor(inputs(recorded_workers=2, measured_step_ms=15.0), 36.0).epoch_factor == 1.0
+
+
+def test_the_whole_epoch_anchor_is_said_in_the_basis_where_it_moves_the_predictions():
+    epoch = EpochStats(
+        steps_per_epoch=10,
+        persistent_workers=True,
+        num_workers=0,
+        restart_ms=None,
+        boundaries_measured=0,
+        first_batch_ms=None,
+        end_ms=None,
+        whole_epoch_steps_per_s=24.0,
+        whole_epoch_speed=Throughput(steps_per_s=24.0, steps=30, seconds=1.25, spread_pct=3.0),
+    )
+    unprofiled = reference(step_ms=40.0, step_ms_p50=40.0, consumer_ms=10.0, wait_ms=30.0, epoch=epoch)
+    model = inputs(
+        recorded_workers=0,
+        measured_step_ms=40.0,
+        epoch=dataclasses.replace(RESTARTING, persistent_workers=True),
+    )
+    basis: list[str] = []
+    anchored = _anchor_epochs(model, unprofiled, basis)
+    # Steady 40 ms steps and no restart at 0 workers: 25 steps/s; the 30 steps of whole epochs timed ran at 24.
+    assert predict(anchored, 0).epoch_steps_per_s == pytest.approx(24.0)
+    assert basis == [
+        "over whole epochs the predictions at 0 workers are anchored to the 30 steps of whole epochs timed at 0"
+        " (24.00 steps/s, where the steady step and the restarts give 25.00): -4.0 %"
+    ]
+    # Within 1 %: anchored all the same, not said.
+    near = dataclasses.replace(epoch, whole_epoch_speed=dataclasses.replace(epoch.whole_epoch_speed, steps_per_s=24.9))
+    basis = []
+    anchored = _anchor_epochs(model, dataclasses.replace(unprofiled, epoch=near), basis)
+    assert basis == [] and predict(anchored, 0).epoch_steps_per_s == pytest.approx(24.9)
 
 
 def test_candidates_reach_where_io_bound_loading_stops_helping():

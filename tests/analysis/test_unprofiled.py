@@ -220,6 +220,24 @@ def _with_faults(manifest, faults: tuple[int, ...], sys_ms: tuple[float, ...]):
     )
 
 
+def test_a_training_s_one_off_start_up_faults_are_no_level_before_the_window():
+    manifest = _after([(30.0, 0.3)] * 100, num_workers=2)
+    phases = manifest.step_clock.phase
+    # A Hugging Face Trainer's first steps as recorded: thousands of faults in some, then none (its start-up); after
+    # the window a few a step. The steps before it kept no level of faults: nothing for the window to have saved.
+    start_up = iter((21_350, 4_035, 46_304, 38, 15, 12, 9, 11))
+    kernel = iter((295.9, 53.4, 529.7, 1.4, 2.9, 0.4, 0.3, 0.2))
+    faults, sys_ms = [], []
+    for phase in phases:
+        faults.append(next(start_up) if phase == "before" else 5)
+        sys_ms.append(next(kernel) if phase == "before" else 0.1)
+    pf = unprofiled_stats(_with_faults(manifest, tuple(faults), tuple(sys_ms)), 1.0).page_faults
+    assert pf.before_steps == 4, "the tiny trace has 5 steps before its window"
+    # Their least: 15 faults and 1.4 ms, where their means (12,598 and 147 ms) would have claimed a 147 ms saving.
+    assert (pf.before_faults_per_step, pf.before_sys_ms) == (15, pytest.approx(1.4))
+    assert pf.window_saved_ms == pytest.approx(1.3)
+
+
 def test_page_faults_are_measured_over_the_steady_steps_and_before_the_window():
     manifest = _after([(30.0, 0.3)] * 100, num_workers=2)
     clock = manifest.step_clock

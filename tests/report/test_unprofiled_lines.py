@@ -76,9 +76,9 @@ def test_page_faults_are_named_when_the_speed_rests_on_them():
     run.unprofiled = dataclasses.replace(run.unprofiled, page_faults=faults)
     assert page_faults_line(run) == (
         "the main process took 9,812 page faults per step, 21.3 ms of kernel time (24 % of the step) (before the"
-        " window: 10,400 per step, 22.0 ms): glibc's malloc maps and unmaps the step's memory at a level each process"
-        " settles on by chance (a profiler window can lower it), so a launch of this training may run faster or"
-        " slower by up to that share; MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824 in the"
+        " window: at least 10,400 and 22.0 ms): glibc's malloc maps and unmaps the step's memory at a level each"
+        " process settles on by chance (a profiler window can lower it), so a launch of this training may run faster"
+        " or slower by up to that share; MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824 in the"
         " environment (or jemalloc) steadies it and saves most of that time"
     )
     assert _unprofiled(run.unprofiled)["page_faults"] == {
