@@ -7,7 +7,7 @@ epoch's worker restarts; each input with the line of the report's basis that say
 
 from __future__ import annotations
 
-from dlprof.advice.model import EpochModel, ModelInputs, epoch_anchor, predict, uncontended
+from dlprof.advice.model import EpochModel, ModelInputs, epoch_anchor, uncontended
 from dlprof.analysis.unprofiled import VOLATILE_FAULTS, VOLATILE_SYS_PCT
 from dlprof.core.manifest import EPOCH_SETTLE_STEPS, Host, Manifest
 from dlprof.results.analysis import GpuStats, LoaderStats, StepBreakdown, UnprofiledStats
@@ -79,7 +79,7 @@ def _anchor_epochs(inputs: ModelInputs, unprofiled: UnprofiledStats | None, basi
     moved_pct = 100 * (anchored.epoch_factor - 1)
     if abs(moved_pct) >= EPOCH_ANCHOR_SHOWN_PCT:
         recorded = inputs.anchor[0]
-        modelled = predict(inputs, recorded).epoch_steps_per_s or 0.0
+        modelled = whole.steps_per_s / anchored.epoch_factor  # the model's own rate there, as epoch_anchor found it
         basis.append(
             f"over whole epochs the predictions at {'0' if recorded == 0 else '1 or more'} workers are anchored to the"
             f" {whole.steps} steps of whole epochs timed at {recorded} ({whole.steps_per_s:.2f} steps/s, where the"
@@ -117,8 +117,8 @@ def _window_after_effect(unprofiled: UnprofiledStats | None, basis: list[str]) -
 def _shared_cores_after_effect(inputs: ModelInputs, unprofiled: UnprofiledStats | None, basis: list[str]) -> None:
     """Says in ``basis`` that the reference steps may run below a plain launch: recorded beside workers that share
     every core with the training's threads, the regime in which dlprof's own checks found the process after a profiler
-    window training slower than plain launches of it (docs/validation.md). No
-    recording measures by how much: that takes a launch without dlprof."""
+    window training slower than plain launches of it (docs/validation.md). No recording measures by how much: that
+    takes a launch without dlprof."""
     threads, cores = inputs.training_threads, inputs.usable_cores
     if unprofiled is None or not inputs.recorded_workers or threads is None or not cores or threads < cores:
         return
