@@ -112,6 +112,16 @@ def _check_command(ctx: click.Context, command: tuple[str, ...]) -> None:
 @cli.command(cls=RecordCommand)
 @record_options("Run directory name under --out (default: <script>-<date>-<time>).")
 @trial_options
+@click.option(
+    "--plain-launch",
+    is_flag=True,
+    default=False,
+    help=(
+        "After the recording, launch the command again without the profiler and time the same steps: the report"
+        " then says what recording changed in them, and its predictions are those of the plain launch. One training"
+        " process only; the training runs about twice as long."
+    ),
+)
 @click.pass_context
 def record(ctx: click.Context, **options) -> None:
     """Record training steps with torch.profiler, inside DataLoader workers too.
@@ -132,6 +142,10 @@ def record(ctx: click.Context, **options) -> None:
     result = record_run(request, choose=trials_choice(trials.then) if trials is not None else None)
     for line, err in recorded_lines(result, request.out_dir, user_command=bool(options["command"])):
         click.echo(line, err=err)
+    if result.plain_launch_note is not None:
+        click.echo(result.plain_launch_note)
+        if result.status == schema.STATUS_COMPLETE and result.exit_code:  # the plain launch was stopped
+            ctx.exit(result.exit_code)
     said = trial_scalars_line(result.run_dir) if trials is not None else None
     if said is not None:
         click.echo(said[0], err=said[1])

@@ -281,6 +281,8 @@ class Plan:
     processes: int | None = None
     #: Of the recordings per start, how many run the trials (None: each case's own).
     trial_recordings: int | None = None
+    #: Record with ``--plain-launch``: each recording's predictions are scaled to a plain launch of its command.
+    plain_launch: bool = False
 
 
 @dataclass(frozen=True)
@@ -576,10 +578,14 @@ def trials_of(report) -> dict | None:
     }
 
 
-def record(case: Case, start: int, tmp: Path, attempt: int, try_workers: tuple[int, ...] | None) -> Recording:
-    """Record at ``start`` (with ``try_workers``: and run the trials) and analyze it."""
+def record(
+    case: Case, start: int, tmp: Path, attempt: int, try_workers: tuple[int, ...] | None, plain_launch: bool = False
+) -> Recording:
+    """Record at ``start`` (with ``try_workers``: and run the trials; with ``plain_launch``: and a plain launch of its
+    command) and analyze it."""
     name = f"{case.name}-w{start}-{attempt}" + ("-trials" if try_workers else "")
     trial_args = ["--try-workers", ",".join(map(str, try_workers))] if try_workers else []
+    trial_args += ["--plain-launch"] if plain_launch else []
     began = time.perf_counter()
     run(
         [sys.executable, "-m", "dlprof", "record", "--out", str(tmp), "--name", name, *trial_args]
@@ -593,6 +599,19 @@ def record(case: Case, start: int, tmp: Path, attempt: int, try_workers: tuple[i
     timed(case.name, "analyze", time.perf_counter() - analyzed)
     advice, u = report.advice, report.unprofiled
     rate = (lambda p: p.effective_steps_per_s) if case.whole_epochs else (lambda p: p.steps_per_s)
+    plain = u.plain_launch if u is not None else None
+    if plain is not None:
+        epochs = plain.epoch_after_effect_pct
+        print(
+            f"  {name}: the plain launch ran {plain.plain_steps_per_s:.2f} steps/s over {plain.steps} steady steps"
+            f" (recording {plain.recorded_steps_per_s:.2f}: {plain.after_effect_pct:+.1f} %)"
+            + (
+                f", {plain.plain_epoch_steps_per_s:.2f} over whole epochs ({epochs:+.1f} %)"
+                if epochs is not None
+                else ""
+            ),
+            flush=True,
+        )
     unprofiled = {}
     if u is not None:
         unprofiled = {attr: getattr(u, attr) for _, _, attr in case.unprofiled_checks}
@@ -660,7 +679,7 @@ def record_and_launch(
             bracketed = case.bracketed and try_workers is not None
             if bracketed and not brackets:
                 brackets.append(launch_round(case, counts, tmp, runs))
-            recording = record(case, start, tmp, attempt, try_workers)
+            recording = record(case, start, tmp, attempt, try_workers, plan.plain_launch)
             if bracketed:
                 brackets.append(launch_round(case, counts[::-1] if len(brackets) % 2 else counts, tmp, runs))
                 recording = replace(recording, bracket=(len(brackets) - 2, len(brackets) - 1))
@@ -1369,6 +1388,11 @@ def parse_args() -> argparse.Namespace:
         help=f"processes of the in-process truth [default: synthetic {SYNTHETIC_PROCESSES}, real {REAL_PROCESSES};"
         f" --quick {REAL_PROCESSES_QUICK}]",
     )
+    parser.add_argument(
+        "--plain-launch",
+        action="store_true",
+        help="record with --plain-launch: each recording's predictions scaled to a plain launch of its command",
+    )
     parser.add_argument("--no-trials", action="store_true", help="no recording runs the in-process trials")
     parser.add_argument("--no-inprocess", action="store_true", help="no in-process truth (separate launches only)")
     parser.add_argument(
@@ -1405,6 +1429,7 @@ def main() -> None:
         rounds=args.rounds,
         processes=args.processes,
         trial_recordings=args.trial_recordings,
+        plain_launch=args.plain_launch,
     )
     if args.allocator == "fixed":
         os.environ.update(FIXED_ALLOCATOR_ENV)  # inherited by every process started from here

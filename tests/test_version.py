@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import dlprof
-from dlprof.core import manifest, version
+from dlprof.core import manifest, schema, version
 from dlprof.results import diff, report, sweep
 
 CHANGELOG = Path(__file__).resolve().parents[1] / "CHANGELOG.md"
@@ -33,6 +33,13 @@ HISTORY: dict[str, dict[str, int | str]] = {
     "0.8.4": {"manifest": 8, "report": "dlprof.report/1", "sweep": "dlprof.sweep/1", "diff": "dlprof.diff/1"},
     "0.8.5": {"manifest": 8, "report": "dlprof.report/1", "sweep": "dlprof.sweep/1", "diff": "dlprof.diff/1"},
     "0.8.6": {"manifest": 8, "report": "dlprof.report/1", "sweep": "dlprof.sweep/1", "diff": "dlprof.diff/1"},
+    "0.9.0": {
+        "manifest": 8,
+        "report": "dlprof.report/1",
+        "sweep": "dlprof.sweep/1",
+        "diff": "dlprof.diff/1",
+        "plain_launch": "dlprof.plain_launch/1",
+    },
 }
 
 _HEADING = re.compile(r"^## \[(?P<version>[^\]]+)\]", re.MULTILINE)
@@ -101,6 +108,7 @@ def test_the_writers_take_their_formats_from_the_version_module():
     assert dlprof.__version__ == version.__version__
     written = {"manifest": manifest.MANIFEST_VERSION, "report": report.SCHEMA, "sweep": sweep.SCHEMA}
     written["diff"] = diff.SCHEMA
+    written["plain_launch"] = schema.PLAIN_LAUNCH_SCHEMA
     assert written == version.FORMATS
 
 

@@ -7,6 +7,8 @@ epoch's worker restarts; each input with the line of the report's basis that say
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from dlprof.advice.model import EpochModel, ModelInputs, epoch_anchor, uncontended
 from dlprof.analysis.unprofiled import VOLATILE_FAULTS, VOLATILE_SYS_PCT
 from dlprof.core.manifest import EPOCH_SETTLE_STEPS, Host, Manifest
@@ -66,7 +68,31 @@ def model_inputs(
             f" they held back: {freed.consumer_ms:.1f} ms on cores of its own, the time with which the contention term"
             " gives the measured step"
         )
-    return _anchor_epochs(freed, unprofiled, basis)
+    return _plain_launch(_anchor_epochs(freed, unprofiled, basis), unprofiled, basis)
+
+
+def _plain_launch(inputs: ModelInputs, unprofiled: UnprofiledStats | None, basis: list[str]) -> ModelInputs:
+    """``inputs`` scaled to the plain launch's speed over the reference steps (``dlprof record --plain-launch``):
+    what the recording changed in them is measured, and the predictions become what the training gets launched on
+    its own. Says so in ``basis``, with both speeds."""
+    plain = unprofiled.plain_launch if unprofiled else None
+    if plain is None:
+        return inputs
+    factor = plain.plain_steps_per_s / plain.recorded_steps_per_s
+    epoch_factor = factor
+    said = (
+        f"a plain launch of the same command (no profiler, nothing of dlprof in its DataLoader) ran the {plain.steps}"
+        f" steady reference steps at {plain.plain_steps_per_s:.2f} steps/s, the recording at"
+        f" {plain.recorded_steps_per_s:.2f}: recording changed them by {plain.after_effect_pct:+.1f} %"
+    )
+    if plain.epoch_after_effect_pct is not None and plain.plain_epoch_steps_per_s and plain.recorded_epoch_steps_per_s:
+        epoch_factor = plain.plain_epoch_steps_per_s / plain.recorded_epoch_steps_per_s
+        said += (
+            f"; over the {plain.epoch_steps} steps of whole epochs {plain.plain_epoch_steps_per_s:.2f} against"
+            f" {plain.recorded_epoch_steps_per_s:.2f} ({plain.epoch_after_effect_pct:+.1f} %)"
+        )
+    basis.append(said + ". Every prediction is scaled to the plain launch's speed: it is what your training gets")
+    return replace(inputs, launch_factor=factor, epoch_launch_factor=epoch_factor)
 
 
 def _anchor_epochs(inputs: ModelInputs, unprofiled: UnprofiledStats | None, basis: list[str]) -> ModelInputs:
@@ -102,6 +128,8 @@ def _window_after_effect(unprofiled: UnprofiledStats | None, basis: list[str]) -
     saved = faults.window_saved_ms if faults else None
     if unprofiled is None or faults is None or saved is None or unprofiled.step_ms <= 0:
         return
+    if unprofiled.plain_launch is not None:  # measured instead (:func:`_plain_launch`)
+        return
     saved_pct = 100 * saved / unprofiled.step_ms
     if saved_pct < VOLATILE_SYS_PCT or (faults.before_faults_per_step or 0) < VOLATILE_FAULTS:
         return
@@ -110,7 +138,8 @@ def _window_after_effect(unprofiled: UnprofiledStats | None, basis: list[str]) -
         f" and {faults.before_sys_ms:.1f} ms of kernel time in each of {faults.before_steps} unprofiled steps, after"
         f" it {faults.faults_per_step:,.0f} and {faults.sys_ms:.1f} ms a step: the reference steps, the trials and"
         f" these predictions may run up to {saved_pct:.0f} % ({saved:.1f} ms a step) faster than a fresh launch of this"
-        " training, in which glibc's malloc keeps the faults of the steps before the window"
+        " training, in which glibc's malloc keeps the faults of the steps before the window (--plain-launch measures"
+        " it)"
     )
 
 
@@ -122,12 +151,14 @@ def _shared_cores_after_effect(inputs: ModelInputs, unprofiled: UnprofiledStats 
     threads, cores = inputs.training_threads, inputs.usable_cores
     if unprofiled is None or not inputs.recorded_workers or threads is None or not cores or threads < cores:
         return
+    if unprofiled.plain_launch is not None:  # measured instead (:func:`_plain_launch`)
+        return
     basis.append(
         f"the reference steps ran after the profiler window, beside {inputs.recorded_workers} worker(s) sharing every"
         " core with the training's threads: in dlprof's own checks such a process trained a few per cent slower than"
         " plain launches of the same training, more in the epochs further from the window (an after-effect of the"
         " window that dlprof cannot remove), so your training launched without dlprof may run faster than the measured"
-        " speed and these predictions; time a plain launch over the same epochs to see by how much"
+        " speed and these predictions; record with --plain-launch to measure by how much"
     )
 
 

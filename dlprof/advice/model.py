@@ -84,6 +84,11 @@ class ModelInputs:
     #: Over whole epochs, the predictions of the recorded regime times this: the whole epochs timed at the recorded
     #: count over the model's whole-epoch rate there (:func:`epoch_anchor`); 1 where none were timed.
     epoch_factor: float = 1.0
+    #: A launch without the profiler timed the reference steps (``--plain-launch``): every prediction times its speed
+    #: over the recording's there, steady (``launch_factor``) and over whole epochs (``epoch_launch_factor``); 1 without
+    #: one. Applied last, after every anchor: the predictions become the plain launch's.
+    launch_factor: float = 1.0
+    epoch_launch_factor: float = 1.0
 
     @property
     def anchor(self) -> tuple[int, float] | None:
@@ -246,7 +251,8 @@ def predict(inputs: ModelInputs, num_workers: int) -> Prediction:
 
     The run's own measured unprofiled step anchors the predictions of its regime (with or without
     workers): whatever the bounds miss there (contention, the hand-off under load) is a factor, not a
-    fixed cost added on top. Over whole epochs, the whole epochs it timed anchor them alike (``epoch_factor``).
+    fixed cost added on top. Over whole epochs, the whole epochs it timed anchor them alike (``epoch_factor``). A
+    plain launch's speed over the same steps scales them all last (``launch_factor``, ``epoch_launch_factor``).
     """
     step_ms, bound = _raw(inputs, num_workers)
     anchor = inputs.anchor
@@ -264,6 +270,9 @@ def predict(inputs: ModelInputs, num_workers: int) -> Prediction:
         epoch_rate = 1000 * steps / (steps * step_ms + restart) if steps > 0 else None
     if epoch_rate is not None and recorded_regime:
         epoch_rate *= inputs.epoch_factor
+    step_ms /= inputs.launch_factor
+    if epoch_rate is not None:
+        epoch_rate *= inputs.epoch_launch_factor
     return Prediction(
         num_workers=num_workers,
         step_ms=step_ms,
@@ -281,7 +290,8 @@ def epoch_anchor(inputs: ModelInputs, measured_steps_per_s: float) -> ModelInput
     count, the epoch length or the measured rate is unknown."""
     if inputs.anchor is None or measured_steps_per_s <= 0:
         return inputs
-    modelled = predict(replace(inputs, epoch_factor=1.0), inputs.anchor[0]).epoch_steps_per_s
+    alone = replace(inputs, epoch_factor=1.0, launch_factor=1.0, epoch_launch_factor=1.0)
+    modelled = predict(alone, inputs.anchor[0]).epoch_steps_per_s
     if not modelled:
         return inputs
     return replace(inputs, epoch_factor=measured_steps_per_s / modelled)

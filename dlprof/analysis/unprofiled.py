@@ -34,7 +34,8 @@ from dlprof.core.manifest import (
     Manifest,
     StepClock,
 )
-from dlprof.results.analysis import EpochStats, PageFaults, Throughput, UnprofiledStats
+from dlprof.results.analysis import EpochStats, PageFaults, PlainLaunchStats, Throughput, UnprofiledStats
+from dlprof.results.record import PlainLaunch
 
 #: The main process's page faults make its speed volatile when its kernel time is at least this share of the step
 #: and it takes at least :data:`VOLATILE_FAULTS` faults per step: glibc's malloc settles on a fault level by chance at
@@ -312,8 +313,47 @@ def distrust(speed: Throughput) -> str | None:
     return " and ".join(why) or None
 
 
-def unprofiled_stats(manifest: Manifest | None, batches_per_step: float) -> UnprofiledStats | None:
-    """Unprofiled speed of a run recorded with reference steps; ``None`` when it has too few steady ones.
+def plain_launch_stats(
+    clock: StepClock, steady: list[int], speed: Throughput, epoch: EpochStats | None, plain: PlainLaunch
+) -> PlainLaunchStats | None:
+    """The recording's steady reference steps (``steady``, at ``speed``) and whole epochs against the plain launch's
+    times of the same steps: each plain speed is the recording's times the ratio of their times over those steps.
+    None where the launch timed fewer than :data:`MIN_REFERENCE_STEPS` of them."""
+    timed = len(plain.step_ms)
+    both = [i for i in steady if i < timed]
+    if len(both) < MIN_REFERENCE_STEPS:
+        return None
+    recorded_ms = sum(clock.wall_ms[i] for i in both)
+    plain_ms = sum(plain.step_ms[i] for i in both)
+    if recorded_ms <= 0 or plain_ms <= 0:
+        return None
+    # Where the launch ended early, the recording's speed over the steps it timed too.
+    recorded = speed.steps_per_s if len(both) == len(steady) else 1000 * len(both) / recorded_ms
+    whole = _whole_epochs(clock)
+    whole_speed = epoch.whole_epoch_steps_per_s if epoch is not None else None
+    epoch_fields: dict = {}
+    if whole is not None and whole_speed and whole.stop <= timed:
+        recorded_epochs_ms = sum(clock.wall_ms[i] for i in whole)
+        plain_epochs_ms = sum(plain.step_ms[i] for i in whole)
+        if recorded_epochs_ms > 0 and plain_epochs_ms > 0:
+            epoch_fields = {
+                "epoch_steps": len(whole),
+                "recorded_epoch_steps_per_s": whole_speed,
+                "plain_epoch_steps_per_s": whole_speed * recorded_epochs_ms / plain_epochs_ms,
+            }
+    return PlainLaunchStats(
+        steps=len(both),
+        recorded_steps_per_s=recorded,
+        plain_steps_per_s=recorded * recorded_ms / plain_ms,
+        **epoch_fields,
+    )
+
+
+def unprofiled_stats(
+    manifest: Manifest | None, batches_per_step: float, plain: PlainLaunch | None = None
+) -> UnprofiledStats | None:
+    """Unprofiled speed of a run recorded with reference steps; ``None`` when it has too few steady ones. With
+    ``plain``, the same steps in a launch without the profiler (:func:`plain_launch_stats`).
 
     When whole epochs were timed after the window, the steady speed is measured inside them (every
     batch length once per epoch); else over all reference steps. Either way only steady steps count
@@ -350,4 +390,5 @@ def unprofiled_stats(manifest: Manifest | None, batches_per_step: float) -> Unpr
         speed=speed,
         distrust=distrust(speed),
         page_faults=page_faults(clock, steady, steady_ms),
+        plain_launch=plain_launch_stats(clock, steady, speed, epoch, plain) if plain is not None else None,
     )

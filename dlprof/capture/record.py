@@ -8,9 +8,12 @@ starts records itself in (:mod:`~dlprof.capture.child`), then merge what each ra
 
 from __future__ import annotations
 
-from dlprof.capture import child, finalize, interim, merge, run_dir
+from dataclasses import replace
+
+from dlprof.capture import child, finalize, interim, merge, plain, run_dir
 from dlprof.capture.job import find_job
 from dlprof.capture.memory import MemoryReading
+from dlprof.core import schema
 from dlprof.core.errors import UsageError
 from dlprof.results.record import THEN_BEST, THEN_STOP, RecordRequest, RecordResult
 
@@ -33,6 +36,11 @@ def record(request: RecordRequest, choose: interim.Choose | None = None) -> Reco
     request.schedule.check()
     argv = child.child_argv(request.command)
     job = find_job(request.command)
+    if request.plain_launch and job is not None:
+        raise UsageError(
+            f"--plain-launch: {request.command[0]} runs a job of several processes, and a plain launch is timed for"
+            " one training process only; drop --plain-launch"
+        )
     if job is not None and job.multi_node and request.trials is not None and request.trials.then == THEN_BEST:
         raise UsageError(
             f"--then best: {request.command[0]} runs on several machines, and each machine's dlprof record would"
@@ -83,4 +91,12 @@ def record(request: RecordRequest, choose: interim.Choose | None = None) -> Reco
         schedule_names="--wait/--warmup",
     )
     replaces = watcher.written if watcher is not None else ()
-    return finalize.write_traces(directory, inputs, wording, stopped_by=stopped_by, replaces=replaces)
+    result = finalize.write_traces(directory, inputs, wording, stopped_by=stopped_by, replaces=replaces)
+    if not request.plain_launch:
+        return result
+    if result.status != schema.STATUS_COMPLETE:
+        return replace(result, plain_launch_note=f"dlprof: no plain launch: the recording is {result.status}")
+    note, stopped_by = plain.plain_launch(argv, result)
+    # Stopped by a signal: the recording stands, and dlprof record exits as a stopped command does (130, 143).
+    exit_code = 128 + stopped_by if stopped_by is not None else result.exit_code
+    return replace(result, plain_launch_note=note, exit_code=exit_code)

@@ -32,6 +32,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from dlprof.capture import plain_clock
 from dlprof.core import schema
 
 #: Environment variable naming the session (scratch) directory of this recording.
@@ -71,6 +72,8 @@ class Session:
         self.terminated_by: int | None = None
         self._instrumented = False
         self._lock = threading.Lock()
+        #: A plain launch's step timer (``dlprof record --plain-launch``): this session records nothing.
+        self.plain_timer: Any = None
 
     # --------------------------------------------------------------------------------- arming
 
@@ -81,6 +84,12 @@ class Session:
         self._instrumented = True
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
+        plain = self.config.get(plain_clock.CONFIG_KEY)
+        if plain is not None:  # only the steps' times: no spans, no profiler, nothing in the DataLoader
+            self.plain_timer = plain_clock.PlainClock(self.session_dir, int(plain["stop_step"]))
+            register_optimizer_step_post_hook(self._plain_stepped)
+            atexit.register(self.finish)  # a training that ends before the last step to time: what it timed
+            return
         from dlprof.capture import probe
 
         probe.install(
@@ -99,6 +108,9 @@ class Session:
             self.recorder.on_optimizer_step(optimizer)
         elif not self.helper and not self.finished:
             self.start_recording()
+
+    def _plain_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.plain_timer.on_optimizer_step(optimizer)
 
     def _loader_event(self, event: str, ns: int) -> None:
         self._stop_if_terminated()
@@ -208,6 +220,9 @@ class Session:
         if self.finished:
             return
         self.finished = True
+        if self.plain_timer is not None:
+            self.plain_timer.write()
+            return
         if self.recorder is None:
             if top_level and self.status != schema.STATUS_COMPLETE:
                 (self.session_dir / ENDED_FILE).write_text(str(self.error))

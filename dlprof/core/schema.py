@@ -1,7 +1,7 @@
 """The trace format dlprof writes: every name and key shared by the writer (capture/) and readers.
 
-This module imports nothing from dlprof and no third-party package (the standard library only), so both sides can use
-it.
+This module imports nothing from dlprof but :mod:`dlprof.core.version` (which imports nothing) and no third-party
+package (the standard library only), so both sides can use it.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+
+from dlprof.core import version
 
 #: Top-level key of the manifest inside a trace file.
 MANIFEST_KEY = "dlprof"
@@ -67,6 +69,22 @@ SCRATCH_DIR = ".dlprof-scratch"
 SCRATCH_OWNER_FILE = "owner.json"
 #: Suffix every trace file has; TensorBoard's plugin and HTA look for it.
 TRACE_SUFFIX = ".pt.trace.json.gz"
+#: In a run directory, the folder of ``<trace name less its suffix>.json`` files: the steps a launch of the recorded
+#: command without the profiler timed (``dlprof record --plain-launch``), read by :mod:`dlprof.trace.plain_launch`. A
+#: folder: HTA reads every ``.json`` and ``.gz`` file at the top of a run directory as a trace.
+PLAIN_LAUNCH_DIR = "plain-launch"
+#: The ``schema`` of that file.
+PLAIN_LAUNCH_SCHEMA = version.PLAIN_LAUNCH_SCHEMA
+
+
+def plain_launch_path(trace: Path) -> Path:
+    """The file holding the steps of ``trace``'s plain launch (:data:`PLAIN_LAUNCH_DIR`)."""
+    name = trace.name
+    for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return trace.parent / PLAIN_LAUNCH_DIR / f"{name}.json"
 
 
 def node_scratch_name(node: str) -> str:

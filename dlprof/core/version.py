@@ -5,7 +5,7 @@ Every change of a format below moves ``__version__`` and gets an entry in CHANGE
 set of formats (tests/test_version.py checks both).
 """
 
-__version__ = "0.8.6"
+__version__ = "0.9.0"
 
 #: The manifest each trace carries (dlprof.core.manifest describes each version's fields).
 MANIFEST_VERSION = 8
@@ -13,6 +13,8 @@ MANIFEST_VERSION = 8
 REPORT_SCHEMA = "dlprof.report/1"
 SWEEP_SCHEMA = "dlprof.sweep/1"
 DIFF_SCHEMA = "dlprof.diff/1"
+#: Beside a trace, the steps a plain launch of its command timed (``dlprof record --plain-launch``).
+PLAIN_LAUNCH_SCHEMA = "dlprof.plain_launch/1"
 
 #: Every format this version writes, by name.
 FORMATS: dict[str, int | str] = {
@@ -20,4 +22,5 @@ FORMATS: dict[str, int | str] = {
     "report": REPORT_SCHEMA,
     "sweep": SWEEP_SCHEMA,
     "diff": DIFF_SCHEMA,
+    "plain_launch": PLAIN_LAUNCH_SCHEMA,
 }

@@ -21,7 +21,6 @@ from dlprof.report.common import (
     SPREAD_HEADER,
     TRIALS_HEADER,
     breakdown_rows,
-    epoch_line,
     evidence_line,
     headline_class,
     headline_line,
@@ -31,7 +30,6 @@ from dlprof.report.common import (
     missing_ranks_line,
     node_rows,
     nodes_heading,
-    page_faults_line,
     predicted_rows,
     rank_count,
     rank_rows,
@@ -48,12 +46,12 @@ from dlprof.report.common import (
     summarized,
     trials_heading,
     trials_rows,
-    unprofiled_line,
 )
 from dlprof.report.findings import FINDINGS_HEADING, finding_fix, finding_gain
 from dlprof.report.format import ms, per_s
 from dlprof.report.page import esc
 from dlprof.report.rank_pictures import heat_map_svg, histogram_svg
+from dlprof.report.speed import epoch_line, page_faults_line, plain_launch_line, unprofiled_line
 from dlprof.report.tuning import status_note, tuned_line, tuning_cost_line
 from dlprof.results.analysis import CATEGORIES
 from dlprof.results.report import Report, RunReport
@@ -97,6 +95,7 @@ def _facts(run: RunReport) -> str:
             (label, line)
             for label, line in (
                 ("unprofiled", unprofiled_line(run)),
+                ("plain launch", plain_launch_line(run)),
                 ("epochs", epoch_line(run)),
                 ("page faults", page_faults_line(run)),
             )

@@ -11,6 +11,7 @@ from dlprof.results.analysis import (
     GpuStats,
     JobSummary,
     LoaderStats,
+    PlainLaunchStats,
     RankComparison,
     RankSpread,
     Summary,
@@ -32,6 +33,19 @@ from dlprof.results.trials import (
 
 def _summary(summary: Summary) -> dict:
     return {"mean": rounded(summary.mean_ms), "p50": rounded(summary.p50_ms), "p90": rounded(summary.p90_ms)}
+
+
+def _plain_launch(plain: PlainLaunchStats) -> dict:
+    return {
+        "steps": plain.steps,
+        "steps_per_s": rounded(plain.plain_steps_per_s),
+        "recorded_steps_per_s": rounded(plain.recorded_steps_per_s),
+        "after_effect_pct": rounded(plain.after_effect_pct, 2),
+        "epoch_steps": plain.epoch_steps,
+        "epoch_steps_per_s": rounded(plain.plain_epoch_steps_per_s),
+        "recorded_epoch_steps_per_s": rounded(plain.recorded_epoch_steps_per_s),
+        "epoch_after_effect_pct": rounded(plain.epoch_after_effect_pct, 2),
+    }
 
 
 def _unprofiled(u: UnprofiledStats) -> dict:
@@ -66,6 +80,7 @@ def _unprofiled(u: UnprofiledStats) -> dict:
             "before_sys_ms": rounded(u.page_faults.before_sys_ms),
             "volatile": u.page_faults.volatile,
         },
+        "plain_launch": None if u.plain_launch is None else _plain_launch(u.plain_launch),
         "epoch": None
         if epoch is None
         else {

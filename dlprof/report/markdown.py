@@ -12,7 +12,6 @@ from dlprof.report.common import (
     SPREAD_HEADER,
     TRIALS_HEADER,
     breakdown_rows,
-    epoch_line,
     evidence_line,
     headline_line,
     known,
@@ -20,7 +19,6 @@ from dlprof.report.common import (
     missing_ranks_line,
     node_rows,
     nodes_heading,
-    page_faults_line,
     predicted_rows,
     rank_count,
     rank_rows,
@@ -37,10 +35,10 @@ from dlprof.report.common import (
     summarized,
     trials_heading,
     trials_rows,
-    unprofiled_line,
 )
 from dlprof.report.findings import FINDINGS_HEADING, finding_fix, finding_title
 from dlprof.report.format import ms, per_s, rate
+from dlprof.report.speed import epoch_line, page_faults_line, plain_launch_line, unprofiled_line
 from dlprof.report.tuning import status_note, tuned_line, tuning_cost_line
 from dlprof.results.report import Report, RunReport
 
@@ -87,6 +85,7 @@ def _run(run: RunReport) -> list[str]:
                 [label, line]
                 for label, line in (
                     ("unprofiled", unprofiled_line(run)),
+                    ("plain launch", plain_launch_line(run)),
                     ("epochs", epoch_line(run)),
                     ("page faults", page_faults_line(run)),
                 )

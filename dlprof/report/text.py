@@ -11,14 +11,12 @@ from dlprof.report.common import (
     SPREAD_HEADER,
     TRIALS_HEADER,
     breakdown_rows,
-    epoch_line,
     evidence_line,
     headline_line,
     loader_rows,
     missing_ranks_line,
     node_rows,
     nodes_heading,
-    page_faults_line,
     predicted_rows,
     rank_count,
     rank_rows,
@@ -37,10 +35,10 @@ from dlprof.report.common import (
     summarized,
     trials_heading,
     trials_rows,
-    unprofiled_line,
 )
 from dlprof.report.findings import FINDINGS_HEADING, finding_fix, finding_title
 from dlprof.report.format import ms, per_s, rate
+from dlprof.report.speed import epoch_line, page_faults_line, plain_launch_line, unprofiled_line
 from dlprof.report.tuning import status_note, tuned_line, tuning_cost_line
 from dlprof.results.report import Report, RunReport
 
@@ -67,7 +65,7 @@ def _run(run: RunReport) -> list[str]:
             f"steps: {len(steps.steps)}, {steps.step.mean_ms:.2f} ms mean (p50 {steps.step.p50_ms:.2f}, p90"
             f" {steps.step.p90_ms:.2f}), {per_s(steps.step.mean_ms)} steps/s (profiled)"
         ),
-        *[line for line in (unprofiled_line(run), epoch_line(run)) if line],
+        *[line for line in (unprofiled_line(run), plain_launch_line(run), epoch_line(run)) if line],
         *[f"note: {line}" for line in (page_faults_line(run),) if line],
         *_ranks(run),
         "",

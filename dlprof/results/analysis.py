@@ -232,6 +232,34 @@ class PageFaults:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PlainLaunchStats:
+    """The recording's reference steps against a launch of the same command without the profiler over the same steps
+    (``dlprof record --plain-launch``): what recording changed in them."""
+
+    #: The steady reference steps both timed, and the speed each took them at (the recording's is the report's
+    #: unprofiled speed; the plain launch's is it times the ratio of their times over those steps).
+    steps: int
+    recorded_steps_per_s: float
+    plain_steps_per_s: float
+    #: Over the whole epochs the recording timed after its window, where the launch timed them too.
+    epoch_steps: int | None = None
+    recorded_epoch_steps_per_s: float | None = None
+    plain_epoch_steps_per_s: float | None = None
+
+    @property
+    def after_effect_pct(self) -> float:
+        """How much faster (+) or slower (-) the recording ran its reference steps than the plain launch, %."""
+        return 100 * (self.recorded_steps_per_s / self.plain_steps_per_s - 1)
+
+    @property
+    def epoch_after_effect_pct(self) -> float | None:
+        """The same over whole epochs; None where none were compared."""
+        if self.recorded_epoch_steps_per_s is None or not self.plain_epoch_steps_per_s:
+            return None
+        return 100 * (self.recorded_epoch_steps_per_s / self.plain_epoch_steps_per_s - 1)
+
+
+@dataclass(frozen=True, kw_only=True)
 class UnprofiledStats:
     """Unprofiled steps (after the window) against profiled ones, from the step clock (ms; means over the steady
     reference steps, but the ``_p50`` fields)."""
@@ -255,6 +283,8 @@ class UnprofiledStats:
     distrust: str | None = None
     #: The main process's page faults over the same steps; None in recordings made before they were kept.
     page_faults: PageFaults | None = None
+    #: The same steps in a launch without the profiler (``dlprof record --plain-launch``); None without one.
+    plain_launch: PlainLaunchStats | None = None
 
     @property
     def steps_per_s(self) -> float:

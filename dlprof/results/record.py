@@ -73,11 +73,31 @@ class RecordRequest:
     trials: TrialRequest | None = None
     #: Where training would be stopped, the caller stops it (the Trainer callback): no SystemExit is raised.
     caller_stops: bool = False
+    #: ``--plain-launch``: after the recording, launch the command again without the profiler and time the same steps.
+    plain_launch: bool = False
 
     @property
     def schedule(self) -> Schedule:
         """The profiler's schedule (:meth:`~dlprof.core.manifest.Schedule.check` it before anything starts)."""
         return Schedule(self.wait, self.warmup, self.active)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlainLaunch:
+    """The recorded command launched again without the profiler or dlprof's spans (``dlprof record --plain-launch``):
+    what its steps took, numbered as the recording's step clock numbers them, to measure what recording changed in
+    the steps after the window."""
+
+    #: The trace (its file name) whose steps this launch timed again.
+    trace: str
+    #: Each step's wall time, ms: the time from one step of the training's first optimizer to the next, as the step
+    #: clock times it (its first entry is the step clock's first step).
+    step_ms: tuple[float, ...]
+    #: The steps it was to time: the recording's last reference step. Fewer in ``step_ms`` where the training ended
+    #: first.
+    stop_step: int
+    #: How the launch ended (as a shell reports it; 0 when dlprof stopped it at ``stop_step``).
+    exit_code: int
 
 
 @dataclass(frozen=True)
@@ -145,3 +165,5 @@ class RecordResult:
     trace_paths: tuple[Path, ...] = ()
     #: The manifest of each trace, in the order of ``trace_paths``, as written (redacted with ``--redact``).
     manifests: tuple[Manifest, ...] = ()
+    #: ``--plain-launch``: what the plain launch did (where its steps went, or why there are none).
+    plain_launch_note: str | None = None

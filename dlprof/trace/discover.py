@@ -16,6 +16,7 @@ from pathlib import Path
 from dlprof.core import schema
 from dlprof.core.errors import TraceNotFoundError, UsageError, display
 from dlprof.trace.build import build_run
+from dlprof.trace.plain_launch import read_plain_launch
 from dlprof.trace.reader import ReadProgress, parse_trace, read_bytes
 from dlprof.trace.run import TraceRun
 
@@ -214,4 +215,6 @@ def _load_run(trace: Path, name: str | None) -> tuple[TraceRun, int]:
     size_bytes = len(text)
     document = parse_trace(trace, text)
     del text  # the raw events hold the buffer until build_run lets them go
-    return build_run(document, trace, display(name or trace.parent.name or trace.name), release=True), size_bytes
+    run = build_run(document, trace, display(name or trace.parent.name or trace.name), release=True)
+    run.plain_launch = read_plain_launch(trace)
+    return run, size_bytes

@@ -15,6 +15,7 @@ from pathlib import Path
 import msgspec
 
 from dlprof.core.manifest import Manifest
+from dlprof.results.record import PlainLaunch
 from dlprof.trace import events as ev
 
 # The bounds of every value in a TraceRun: the builder skips (and counts) an event beyond them.
@@ -124,6 +125,8 @@ class TraceRun:
     manifest_problems: tuple[str, ...] = ()
     #: What was wrong with the events (malformed ones skipped, duplicates counted once), for the report's basis.
     trace_problems: tuple[str, ...] = ()
+    #: The steps a launch of the recorded command without the profiler timed (``dlprof record --plain-launch``).
+    plain_launch: PlainLaunch | None = None
 
     @property
     def has_gpu(self) -> bool:

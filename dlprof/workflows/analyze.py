@@ -103,7 +103,7 @@ def analyze_run(run: TraceRun) -> RunReport:
     gpu = gpu_stats(run)
     batches_per_step = _batches_per_step(run)
     manifest = run.manifest
-    unprofiled = unprofiled_stats(manifest, batches_per_step)
+    unprofiled = unprofiled_stats(manifest, batches_per_step, run.plain_launch)
     measured = trials_result(manifest, batches_per_step, loader)
     problems = run.trace_problems + run.manifest_problems
     advice, trials = advise(

@@ -71,6 +71,7 @@ def record_request(
     name_prefix: str = "",
     redact: bool = False,
     trials: TrialRequest | None = None,
+    plain_launch: bool = False,
     **workload,
 ) -> RecordRequest:
     """The request for the user's ``command``, else for the built-in workload configured by ``workload`` (the
@@ -116,6 +117,7 @@ def record_request(
         fresh_name_if_taken=made_up,
         redact=redact,
         trials=trials,
+        plain_launch=plain_launch,
     )
 
 

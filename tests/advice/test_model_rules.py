@@ -10,6 +10,7 @@ from conftest import DATA_DIR
 
 from dlprof.advice.inputs import (
     _anchor_epochs,
+    _plain_launch,
     _shared_cores_after_effect,
     _training_threads,
     _window_after_effect,
@@ -40,7 +41,7 @@ from dlprof.analysis.unprofiled import unprofiled_stats
 from dlprof.core.manifest import Host, LoaderConfig
 from dlprof.report import render
 from dlprof.results.advice import Advice, Prediction
-from dlprof.results.analysis import EpochStats, PageFaults, Throughput, UnprofiledStats
+from dlprof.results.analysis import EpochStats, PageFaults, PlainLaunchStats, Throughput, UnprofiledStats
 from dlprof.results.report import Report
 from dlprof.trace.discover import load_run
 from dlprof.workflows.analyze import analyze_run
@@ -237,7 +238,7 @@ def test_the_profiler_window_s_after_effect_is_said_in_the_basis():
         "before the profiler window the main process took at least 6,000 page faults and 15.5 ms of kernel time in"
         " each of 4 unprofiled steps, after it 50 and 0.5 ms a step: the reference steps, the trials and these"
         " predictions may run up to 15 % (15.0 ms a step) faster than a fresh launch of this training, in which"
-        " glibc's malloc keeps the faults of the steps before the window"
+        " glibc's malloc keeps the faults of the steps before the window (--plain-launch measures it)"
     ]
     # Under 5 % of the step, or few faults before the window: nothing to say.
     for quiet in (
@@ -496,3 +497,60 @@ def test_no_workers_for_a_persistent_loader_says_persistent_workers_false_in_tab
     # Without workers recommended, a loader without persistent workers keeps its setting.
     kept, _ = advise(report.steps, report.loader, None, run.manifest, 1.0, False, report.unprofiled)
     assert (kept.num_workers, kept.persistent_workers) == (0, None)
+
+
+def test_a_plain_launch_scales_every_prediction_to_its_speed():
+    model = epoch_anchor(inputs(recorded_workers=2, measured_step_ms=15.0, epoch=RESTARTING), 36.0)
+    # The plain launch ran the steady steps at 60 steps/s against the recording's 66.67 (15 ms), and whole epochs at
+    # 30 against 36.
+    plain = PlainLaunchStats(
+        steps=100,
+        recorded_steps_per_s=1000 / 15,
+        plain_steps_per_s=60.0,
+        epoch_steps=40,
+        recorded_epoch_steps_per_s=36.0,
+        plain_epoch_steps_per_s=30.0,
+    )
+    basis: list[str] = []
+    scaled = _plain_launch(model, reference(step_ms=15.0, plain_launch=plain), basis)
+    # At the recorded count the predictions are the plain launch's speeds, steady and over whole epochs.
+    assert predict(scaled, 2).steps_per_s == pytest.approx(60.0)
+    assert predict(scaled, 2).epoch_steps_per_s == pytest.approx(30.0)
+    # Every other count by the same factors, the other regime included; restarts are as they were.
+    for n in (0, 1, 3):
+        assert predict(scaled, n).steps_per_s == pytest.approx(predict(model, n).steps_per_s * 0.9)
+        assert predict(scaled, n).epoch_steps_per_s == pytest.approx(predict(model, n).epoch_steps_per_s * 30 / 36)
+        assert predict(scaled, n).restart_ms == predict(model, n).restart_ms
+    assert basis == [
+        "a plain launch of the same command (no profiler, nothing of dlprof in its DataLoader) ran the 100 steady"
+        " reference steps at 60.00 steps/s, the recording at 66.67: recording changed them by +11.1 %; over the 40"
+        " steps of whole epochs 30.00 against 36.00 (+20.0 %). Every prediction is scaled to the plain launch's"
+        " speed: it is what your training gets"
+    ]
+    # The anchor over whole epochs is found without the plain launch's factors: anchoring again changes nothing.
+    assert epoch_anchor(scaled, 36.0).epoch_factor == pytest.approx(model.epoch_factor)
+    # Without a plain launch, the inputs as they were and nothing said.
+    basis = []
+    assert _plain_launch(model, reference(), basis) is model and basis == []
+
+
+def test_a_measured_plain_launch_replaces_the_after_effect_warnings():
+    plain = PlainLaunchStats(steps=100, recorded_steps_per_s=10.0, plain_steps_per_s=11.0)
+    unprofiled = reference(plain_launch=plain)
+    basis: list[str] = []
+    _shared_cores_after_effect(inputs(recorded_workers=2, usable_cores=2, training_threads=2.0), unprofiled, basis)
+    faults = PageFaults(
+        faults_per_step=100,
+        sys_ms=1.0,
+        sys_pct=1.0,
+        before_faults_per_step=20_000,
+        before_sys_ms=30.0,
+        volatile=False,
+        before_steps=5,
+    )
+    _window_after_effect(dataclasses.replace(unprofiled, page_faults=faults), basis)
+    assert basis == []
+    # The same run without the plain launch says both.
+    _shared_cores_after_effect(inputs(recorded_workers=2, usable_cores=2, training_threads=2.0), reference(), basis)
+    _window_after_effect(reference(page_faults=faults), basis)
+    assert len(basis) == 2 and "--plain-launch" in basis[0] and "faster than a fresh launch" in basis[1]

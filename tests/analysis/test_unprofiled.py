@@ -9,6 +9,7 @@ from conftest import DATA_DIR
 
 from dlprof.analysis.unprofiled import unprofiled_stats
 from dlprof.core.manifest import Epoch, StepClock
+from dlprof.results.record import PlainLaunch
 from dlprof.trace.discover import load_run
 
 
@@ -71,11 +72,11 @@ def test_too_few_reference_steps_give_nothing():
     assert unprofiled_stats(None, 1.0) is None
 
 
-def test_whole_epochs_after_the_window_are_the_speed():
+def _two_whole_epochs():
+    """The tiny trace, then after the window: 2 steps, two whole 8-step epochs (starts at +2, +10, +18), each 40 ms
+    over 5 settling steps (15 + 4 * 6.25 ms over a 5 ms step) and 5 ms otherwise; then one step of the next epoch."""
     manifest = _manifest()
     clock = manifest.step_clock
-    # After the window: 2 steps, then two whole 8-step epochs (starts at +2, +10, +18), each 40 ms over 5
-    # settling steps (15 + 4 * 6.25 ms over a 5 ms step) and 5 ms otherwise; then one step of the next epoch.
     epoch = [20.0, 11.25, 11.25, 11.25, 11.25, 5.0, 5.0, 5.0]
     extra = [5.0, 5.0, *epoch, *epoch, 20.0]
     starts = [False, False, True] + [False] * 7 + [True] + [False] * 7 + [True]
@@ -90,8 +91,11 @@ def test_whole_epochs_after_the_window_are_the_speed():
         epoch_start=clock.epoch_start + tuple(starts),
         fork_probe=clock.fork_probe + (False,) * n,
     )
-    loader = dataclasses.replace(manifest.loader, length=8)
-    stats = unprofiled_stats(dataclasses.replace(manifest, step_clock=clock, loader=loader), 1.0)
+    return dataclasses.replace(manifest, step_clock=clock, loader=dataclasses.replace(manifest.loader, length=8))
+
+
+def test_whole_epochs_after_the_window_are_the_speed():
+    stats = unprofiled_stats(_two_whole_epochs(), 1.0)
     # Steady: the 3 + 3 unsettled steps of the two whole epochs; each boundary: 65 - 5 * 5 = 40 ms.
     assert (
         stats.reference_steps == 6 and stats.step_ms == pytest.approx(5.0) and stats.consumer_ms == pytest.approx(4.5)
@@ -288,3 +292,55 @@ def test_the_kernel_time_a_profiler_window_saved():
 
 def test_recordings_without_page_faults_have_none():
     assert unprofiled_stats(_after([(30.0, 0.3)] * 100, num_workers=2), 1.0).page_faults is None
+
+
+def _plain(manifest, scale: float, steps: int | None = None) -> PlainLaunch:
+    """A plain launch whose steps took ``scale`` times the recording's (its first ``steps`` only)."""
+    walls = manifest.step_clock.wall_ms[:steps]
+    return PlainLaunch(
+        trace="t.pt.trace.json.gz", step_ms=tuple(scale * w for w in walls), stop_step=len(walls), exit_code=0
+    )
+
+
+def test_a_plain_launch_is_compared_over_the_same_steady_steps():
+    manifest = _after([(80.0, 60.0), (82.0, 62.0)] * 30, num_workers=0)
+    # The plain launch took 1.1 times as long over every step: the recording ran them 10 % faster.
+    stats = unprofiled_stats(manifest, 1.0, _plain(manifest, 1.1))
+    plain = stats.plain_launch
+    assert plain.steps == stats.reference_steps == 60
+    assert plain.recorded_steps_per_s == pytest.approx(stats.steps_per_s)
+    assert plain.plain_steps_per_s == pytest.approx(stats.steps_per_s / 1.1)
+    assert plain.after_effect_pct == pytest.approx(10.0)
+    assert plain.epoch_after_effect_pct is None  # no whole epochs were timed
+    # Without a plain launch, nothing.
+    assert unprofiled_stats(manifest, 1.0).plain_launch is None
+
+
+def test_a_plain_launch_that_ended_early_is_compared_over_the_steps_it_timed():
+    manifest = _after([(80.0, 60.0), (82.0, 62.0)] * 30, num_workers=0)
+    first = manifest.step_clock.phase.index("after")
+    # It timed the first 20 reference steps only (10 of 80 ms, 10 of 82), each 20 % slower.
+    stats = unprofiled_stats(manifest, 1.0, _plain(manifest, 1.2, first + 20))
+    plain = stats.plain_launch
+    assert plain.steps == 20
+    assert plain.recorded_steps_per_s == pytest.approx(20_000 / (10 * 162))
+    assert plain.plain_steps_per_s == pytest.approx(20_000 / (10 * 162 * 1.2))
+    # Fewer than 3 steps in common: nothing to compare.
+    assert unprofiled_stats(manifest, 1.0, _plain(manifest, 1.2, first + 2)).plain_launch is None
+
+
+def test_a_plain_launch_is_compared_over_whole_epochs_too():
+    manifest = _two_whole_epochs()
+    clock = manifest.step_clock
+    # The plain launch ran the steady steps at the recording's speed but its epoch starts 20 ms slower each.
+    walls = list(clock.wall_ms)
+    for i, started in enumerate(clock.epoch_start):
+        if started and clock.phase[i] == "after":
+            walls[i] += 20.0
+    launch = PlainLaunch(trace="t.pt.trace.json.gz", step_ms=tuple(walls), stop_step=len(walls), exit_code=0)
+    plain = unprofiled_stats(manifest, 1.0, launch).plain_launch
+    assert plain.after_effect_pct == pytest.approx(0.0)
+    # Two whole 80 ms epochs (16 steps at 100 steps/s) took 200 ms in the plain launch: 80 steps/s, +25 %.
+    assert plain.epoch_steps == 16
+    assert (plain.recorded_epoch_steps_per_s, plain.plain_epoch_steps_per_s) == pytest.approx((100.0, 80.0))
+    assert plain.epoch_after_effect_pct == pytest.approx(25.0)

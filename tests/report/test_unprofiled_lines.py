@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from types import SimpleNamespace
 
-from dlprof.report.common import epoch_line, page_faults_line, unprofiled_line
 from dlprof.report.json_report import _unprofiled
-from dlprof.results.analysis import EpochStats, PageFaults, Throughput, UnprofiledStats
+from dlprof.report.speed import epoch_line, page_faults_line, plain_launch_line, unprofiled_line
+from dlprof.results.analysis import EpochStats, PageFaults, PlainLaunchStats, Throughput, UnprofiledStats
 
 
 def _run(speed: Throughput, distrust: str | None = None, epoch: EpochStats | None = None):
@@ -94,3 +94,40 @@ def test_page_faults_are_named_when_the_speed_rests_on_them():
     assert page_faults_line(run) is None and _unprofiled(run.unprofiled)["page_faults"]["volatile"] is False
     run.unprofiled = dataclasses.replace(run.unprofiled, page_faults=None)
     assert page_faults_line(run) is None and _unprofiled(run.unprofiled)["page_faults"] is None
+
+
+def test_a_plain_launch_is_said_beside_the_unprofiled_speed_and_kept_in_json():
+    run = _run(Throughput(steps_per_s=8.72, steps=96, seconds=11.0, spread_pct=9.9))
+    assert plain_launch_line(run) is None and _unprofiled(run.unprofiled)["plain_launch"] is None
+    plain = PlainLaunchStats(
+        steps=96,
+        recorded_steps_per_s=8.72,
+        plain_steps_per_s=7.54,
+        epoch_steps=108,
+        recorded_epoch_steps_per_s=7.90,
+        plain_epoch_steps_per_s=7.08,
+    )
+    run.unprofiled = dataclasses.replace(run.unprofiled, plain_launch=plain)
+    assert plain_launch_line(run) == (
+        "a plain launch of the same command ran the same 96 steady steps at 7.54 steps/s, the recording at 8.72:"
+        " recording changed them by +15.6 %; over 108 steps of whole epochs 7.08 against 7.90 steps/s (+11.6 %); the"
+        " predictions are the plain launch's"
+    )
+    assert _unprofiled(run.unprofiled)["plain_launch"] == {
+        "steps": 96,
+        "steps_per_s": 7.54,
+        "recorded_steps_per_s": 8.72,
+        "after_effect_pct": 15.65,
+        "epoch_steps": 108,
+        "epoch_steps_per_s": 7.08,
+        "recorded_epoch_steps_per_s": 7.9,
+        "epoch_after_effect_pct": 11.58,
+    }
+    # Without whole epochs compared, the steady steps only.
+    run.unprofiled = dataclasses.replace(
+        run.unprofiled, plain_launch=PlainLaunchStats(steps=40, recorded_steps_per_s=10.0, plain_steps_per_s=10.5)
+    )
+    assert plain_launch_line(run) == (
+        "a plain launch of the same command ran the same 40 steady steps at 10.50 steps/s, the recording at 10.00:"
+        " recording changed them by -4.8 %; the predictions are the plain launch's"
+    )
