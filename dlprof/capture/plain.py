@@ -86,7 +86,8 @@ def plain_launch(argv: list[str], result: RecordResult) -> tuple[str, int | None
     except OSError as error:
         tmp.unlink(missing_ok=True)
         return f"dlprof: could not write the plain launch's steps to {path} ({error}); the recording is complete", None
-    short = f" (the training ended after {len(steps)})" if len(steps) < last else ""
+    ended = f", exit code {exit_code}" if exit_code else ""
+    short = f" (the training ended after {len(steps)}{ended})" if len(steps) < last else ""
     return f"dlprof: the plain launch timed {min(len(steps), last)} steps{short}: {path}", None
 
 

@@ -119,6 +119,19 @@ def test_a_launch_that_times_nothing_or_is_stopped_leaves_the_recording_as_it_wa
     assert note == "dlprof: the plain launch was stopped; the recording is complete without it"
     assert stopped == signal.SIGINT
     assert sorted(p.name for p in run.iterdir()) == [trace.name] and trace.read_bytes() == b"recorded"
+    # A training that failed after 3 steps: what it timed is kept, and the line says how it ended.
+
+    def failed_after_three(argv, env, interval_ms, scratch, tick=None):
+        (scratch / f"{STEPS_FILE_PREFIX}7.json").write_text(json.dumps({"step_ms": [10.0, 11.0, 12.0]}))
+        return 1, [], None
+
+    monkeypatch.setattr(child, "run_child", failed_after_three)
+    note, stopped = plain_launch(["python", "-c", "pass"], result)
+    path = schema.plain_launch_path(trace)
+    assert stopped is None
+    assert note == f"dlprof: the plain launch timed 3 steps (the training ended after 3, exit code 1): {path}"
+    written = json.loads(path.read_text())
+    assert (written["step_ms"], written["exit_code"], written["trace"]) == ([10.0, 11.0, 12.0], 1, trace.name)
 
 
 def test_a_job_of_several_machines_gets_no_plain_launch(tmp_path):
