@@ -85,7 +85,7 @@ def _plain_launch(inputs: ModelInputs, unprofiled: UnprofiledStats | None, basis
         f" steady reference steps at {plain.plain_steps_per_s:.2f} steps/s, the recording at"
         f" {plain.recorded_steps_per_s:.2f}: recording changed them by {plain.after_effect_pct:+.1f} %"
     )
-    if plain.epoch_after_effect_pct is not None and plain.plain_epoch_steps_per_s and plain.recorded_epoch_steps_per_s:
+    if plain.plain_epoch_steps_per_s and plain.recorded_epoch_steps_per_s:
         epoch_factor = plain.plain_epoch_steps_per_s / plain.recorded_epoch_steps_per_s
         said += (
             f"; over the {plain.epoch_steps} steps of whole epochs {plain.plain_epoch_steps_per_s:.2f} against"

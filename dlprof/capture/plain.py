@@ -15,7 +15,6 @@ trainings only: the trace's ranks are not the launch's processes otherwise.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from dlprof.capture.plain_clock import CONFIG_KEY, STEPS_FILE_PREFIX
 from dlprof.capture.session import CONFIG_FILE
+from dlprof.capture.trial_plan import write_json
 from dlprof.core import schema
 from dlprof.core.manifest import PHASE_AFTER
 from dlprof.results.record import PlainLaunch, RecordResult
@@ -78,13 +78,10 @@ def plain_launch(argv: list[str], result: RecordResult) -> tuple[str, int | None
     trace = result.trace_paths[0]
     launch = PlainLaunch(trace=trace.name, step_ms=tuple(steps), stop_step=last, exit_code=exit_code)
     path = schema.plain_launch_path(trace)
-    tmp = path.with_name(path.name + ".tmp")
     try:
         path.parent.mkdir(exist_ok=True)
-        tmp.write_text(json.dumps({"schema": schema.PLAIN_LAUNCH_SCHEMA, **asdict(launch)}))
-        os.replace(tmp, path)
+        write_json(path, {"schema": schema.PLAIN_LAUNCH_SCHEMA, **asdict(launch)})
     except OSError as error:
-        tmp.unlink(missing_ok=True)
         return f"dlprof: could not write the plain launch's steps to {path} ({error}); the recording is complete", None
     ended = f", exit code {exit_code}" if exit_code else ""
     short = f" (the training ended after {len(steps)}{ended})" if len(steps) < last else ""

@@ -1,11 +1,10 @@
 """The step timer of a plain launch (``dlprof record --plain-launch``, :mod:`dlprof.capture.plain`): what the session
-of the launched command runs instead of the probe and the recorder. Standard library only: it is armed in the user's
-process.
+of the launched command runs instead of the probe and the recorder. It imports the standard library only (the session
+loads it in every Python process it arms), and dlprof's atomic write only when it writes.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -44,9 +43,8 @@ class PlainClock:
         if self.written or len(self._boundaries_ns) < 2:
             return
         self.written = True
+        from dlprof.capture.trial_plan import write_json  # here, not at start-up: every armed process loads this
+
         ns = self._boundaries_ns
         steps = [(b - a) / 1e6 for a, b in zip(ns, ns[1:], strict=False)]
-        path = self.session_dir / f"{STEPS_FILE_PREFIX}{os.getpid()}.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"step_ms": steps}))
-        os.replace(tmp, path)
+        write_json(self.session_dir / f"{STEPS_FILE_PREFIX}{os.getpid()}.json", {"step_ms": steps})
