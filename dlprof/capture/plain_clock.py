@@ -6,6 +6,7 @@ loads it in every Python process it arms), and dlprof's atomic write only when i
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -47,4 +48,8 @@ class PlainClock:
 
         ns = self._boundaries_ns
         steps = [(b - a) / 1e6 for a, b in zip(ns, ns[1:], strict=False)]
-        write_json(self.session_dir / f"{STEPS_FILE_PREFIX}{os.getpid()}.json", {"step_ms": steps})
+        path = self.session_dir / f"{STEPS_FILE_PREFIX}{os.getpid()}.json"
+        try:
+            write_json(path, {"step_ms": steps})
+        except OSError as error:  # a full disk: dlprof record says the launch timed nothing; no traceback in training
+            print(f"dlprof: could not save the plain launch's steps ({path}: {error.strerror})", file=sys.stderr)

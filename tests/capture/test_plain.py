@@ -53,6 +53,16 @@ def test_a_training_that_ended_first_leaves_what_it_timed_and_one_that_never_ste
     assert list(idle.iterdir()) == []
 
 
+def test_steps_that_cannot_be_saved_are_one_line_and_stop_the_training_as_asked(tmp_path, capsys):
+    clock, optimizer = PlainClock(tmp_path / "gone", stop_step=1), _Optimizer()
+    clock.on_optimizer_step(optimizer)
+    with pytest.raises(SystemExit) as stopped:
+        clock.on_optimizer_step(optimizer)
+    assert stopped.value.code == 0
+    said = capsys.readouterr().err
+    assert said.startswith("dlprof: could not save the plain launch's steps (") and said.count("\n") == 1
+
+
 def _result(**manifest_changes) -> RecordResult:
     manifest = load_run(DATA_DIR / "tiny_dlprof_trace.json").manifest
     manifest = dataclasses.replace(manifest, **manifest_changes)
