@@ -74,24 +74,18 @@ def model_inputs(
 def _plain_launch(inputs: ModelInputs, unprofiled: UnprofiledStats | None, basis: list[str]) -> ModelInputs:
     """``inputs`` scaled to the plain launch's speed over the reference steps (``dlprof record --plain-launch``):
     what the recording changed in them is measured, and the predictions become what the training gets launched on
-    its own. Says so in ``basis``, with both speeds."""
+    its own. Says so in ``basis``, with the factors."""
     plain = unprofiled.plain_launch if unprofiled else None
     if plain is None:
         return inputs
     factor = plain.plain_steps_per_s / plain.recorded_steps_per_s
     epoch_factor = factor
-    said = (
-        f"a plain launch of the same command (no profiler, nothing of dlprof in its DataLoader) ran the {plain.steps}"
-        f" steady reference steps at {plain.plain_steps_per_s:.2f} steps/s, the recording at"
-        f" {plain.recorded_steps_per_s:.2f}: recording changed them by {plain.after_effect_pct:+.1f} %"
-    )
+    # The speeds themselves are on the report's line beside the unprofiled speed; the basis names what they do.
+    said = f"every prediction is scaled to a plain launch of the same command: x{factor:.3f} on the steady steps"
     if plain.plain_epoch_steps_per_s and plain.recorded_epoch_steps_per_s:
         epoch_factor = plain.plain_epoch_steps_per_s / plain.recorded_epoch_steps_per_s
-        said += (
-            f"; over the {plain.epoch_steps} steps of whole epochs {plain.plain_epoch_steps_per_s:.2f} against"
-            f" {plain.recorded_epoch_steps_per_s:.2f} ({plain.epoch_after_effect_pct:+.1f} %)"
-        )
-    basis.append(said + ". Every prediction is scaled to the plain launch's speed: it is what your training gets")
+        said += f", x{epoch_factor:.3f} over whole epochs"
+    basis.append(said + " (what your training gets launched without dlprof)")
     return replace(inputs, launch_factor=factor, epoch_launch_factor=epoch_factor)
 
 
