@@ -40,8 +40,11 @@ pytestmark = pytest.mark.slow
 #: A short window: these runs check what happens after the trials.
 SHORT = ("--wait", "1", "--warmup", "1", "--active", "4", "--reference-steps", "4")
 #: Steps of a training that must outlast the trials' analysis in ``dlprof record``'s process, on a loaded CI machine
-#: too (400 steps, ~1.5 s after the trials, once did not: the switch never came).
-STEPS = 1200
+#: too (400 steps, ~1.5 s after the trials, once did not: the switch never came), and give the speed after the switch
+#: its 2 s of steady steps on a fast one: train_then.py's steps are bound by its sleeps (~2.2 ms at 2 workers), and a
+#: quarter of each epoch's steps are its start's transient, so 1200 steps (~770 at the setting) timed under 2 s there.
+#: A whole number of epochs (the epochs' log below).
+STEPS = 3200
 #: train_then.py's epochs: 16 batches of 4 of its 64 samples.
 EPOCH_STEPS = 16
 
