@@ -1218,18 +1218,18 @@ def targets(results: dict, cases: dict[str, Case]) -> list[dict]:
     real = [name for name in results if cases[name].whole_epochs]
     # The separate-launch truth: in a bracketed case the median of the launches made around the trial recordings. The
     # per-case table also compares each recording with the two rounds right around it (fewer launches, more noise).
-    trial_points = [
-        (p[f"vs_{LAUNCHES_TRUTH}"], f"{name} at {p['num_workers']} from {p['start']}")
-        for name in synthetic
-        for p in results[name]["trials"].get("points", [])
-        if p.get(f"vs_{LAUNCHES_TRUTH}") is not None
-    ]
-    untrusted_trials = {
-        f"{name} at {p['num_workers']} from {p['start']}"
-        for name in synthetic
-        for p in results[name]["trials"].get("points", [])
-        if not p.get("trusted", True)
-    }
+    # The points the report itself told its user not to trust (a spread between rounds over MAX_SPREAD_PCT) are named
+    # beside the verdict, which counts them all the same.
+    trial_points: list[tuple[float, str]] = []
+    untrusted: set[str] = set()
+    for name in synthetic:
+        for p in results[name]["trials"].get("points", []):
+            if p.get(f"vs_{LAUNCHES_TRUTH}") is None:
+                continue
+            where = f"{name} at {p['num_workers']} from {p['start']}"
+            trial_points.append((p[f"vs_{LAUNCHES_TRUTH}"], where))
+            if not p.get("trusted", True):
+                untrusted.add(where)
     real_points = [(e, name) for name in real for e in results[name]["errors"].get(INPROCESS_TRUTH, [])]
     synthetic_errors = [abs(e) for name in synthetic for e in results[name]["errors"].get(LAUNCHES_TRUTH, [])]
     checks = [(c, name) for name, r in results.items() for c in r["recommendations"]]
@@ -1259,28 +1259,23 @@ def targets(results: dict, cases: dict[str, Case]) -> list[dict]:
         )
 
     worst, where = worst_point(trial_points)
-    # Every point counts in the verdict; the numbers also say which ones the report itself told its user not to trust
-    # (a spread between rounds over throughput.MAX_SPREAD_PCT), and the worst of the rest.
-    untrusted = {where for _, where in trial_points if where in untrusted_trials}
-    trusted_worst, trusted_where = worst_point([p for p in trial_points if p[1] not in untrusted])
-    within = sum(abs(error) <= TARGET_TRIALS_ERROR for error, _ in trial_points)
+    numbers = "no trials"
+    if worst is not None:
+        within = sum(abs(error) <= TARGET_TRIALS_ERROR for error, _ in trial_points)
+        flagged = ", flagged untrusted in its report" if where in untrusted else ""
+        numbers = f"worst {pct(worst)} ({where}{flagged}) over {len(trial_points)} points, {within} within 5 %"
+        trusted_worst, trusted_where = worst_point([p for p in trial_points if p[1] not in untrusted])
+        if untrusted and trusted_worst is not None:
+            numbers += (
+                f"; {len(untrusted)} flagged untrusted in their reports, the worst of the others {pct(trusted_worst)}"
+                f" ({trusted_where})"
+            )
     add(
         "trials within 5 % of the separate-launch truth (synthetic: the median of the launches made around the trial"
         " recordings), every synthetic case, count and start",
         worst,
         TARGET_TRIALS_ERROR,
-        (
-            f"worst {pct(worst)} ({where}{', flagged untrusted in its report' if where in untrusted else ''}) over"
-            f" {len(trial_points)} points, {within} within 5 %"
-            + (
-                f"; {len(untrusted)} flagged untrusted in their reports, the worst of the others {pct(trusted_worst)}"
-                f" ({trusted_where})"
-                if untrusted and trusted_worst is not None
-                else ""
-            )
-        )
-        if worst is not None
-        else "no trials",
+        numbers,
     )
     worst, where = worst_point(real_points)
     add(
