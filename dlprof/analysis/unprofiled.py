@@ -109,13 +109,13 @@ def _left_out(clock: StepClock, segment: range, queue: int, workers: int, busy_a
 @dataclass(frozen=True, kw_only=True)
 class _Steady:
     """The steady reference steps, by segment (indices into the step clock, each segment's in whole rounds of the
-    workers' delivery), the steps left out at each segment's first step, the round's steps, and whether the
-    segments are whole epochs'."""
+    workers' delivery), the steps left out at each segment's first step, the round's steps, and the whole epochs
+    the segments lie in (None where they are not whole epochs')."""
 
     segments: list[list[int]]
     left_out: dict[int, int]
     period: int
-    whole_epochs: bool
+    epochs: range | None
     #: Per segment: its transient ended where every worker was busy again, and a surplus may be left to measure.
     surplus_left: list[bool] = field(default_factory=list)
 
@@ -143,9 +143,7 @@ def _steady(manifest: Manifest) -> _Steady:
         kept = list(segment[skip:])
         segments.append(kept[: throughput.whole_periods(len(kept), period)])
         surplus_left.append(surplus)
-    return _Steady(
-        segments=segments, left_out=left_out, period=period, whole_epochs=whole is not None, surplus_left=surplus_left
-    )
+    return _Steady(segments=segments, left_out=left_out, period=period, epochs=whole, surplus_left=surplus_left)
 
 
 def _speed(clock: StepClock, steady: _Steady) -> Throughput | None:
@@ -158,7 +156,7 @@ def _speed(clock: StepClock, steady: _Steady) -> Throughput | None:
         _surplus(clock, segment, steady.period) if left else 0.0
         for segment, left in zip(steady.segments, steady.surplus_left)
     ]
-    if steady.whole_epochs and sum(1 for w in walls if w) > 1:
+    if steady.epochs is not None and sum(1 for w in walls if w) > 1:
         measured = (throughput.measure(w, period=steady.period, surplus=x) for w, x in zip(walls, surpluses) if w)
         speed = throughput.combine([m for m in measured if m is not None])
     else:
@@ -232,15 +230,15 @@ def _restarts(
 
 def _epoch_stats(
     clock: StepClock,
+    whole: range | None,
     loader: LoaderConfig,
     batches_per_step: float,
     profiled: list[float],
     steady_ms: float,
     left_out: dict[int, int],
 ) -> EpochStats:
-    """``profiled``: the profiled steps' wall times, settling steps left out; ``steady_ms``: the unprofiled mean
-    step."""
-    whole = _whole_epochs(clock)
+    """``whole``: the epochs timed whole (:func:`_whole_epochs`); ``profiled``: the profiled steps' wall times,
+    settling steps left out; ``steady_ms``: the unprofiled mean step."""
     restarts = _restarts(clock, whole, left_out, profiled, steady_ms)
     probes = [i for i, probed in enumerate(clock.fork_probe) if probed]
     fork_probe = _excess_ms(clock, probes[0], steady_ms) if probes else None
@@ -314,10 +312,16 @@ def distrust(speed: Throughput) -> str | None:
 
 
 def plain_launch_stats(
-    clock: StepClock, steady: list[int], speed: Throughput, epoch: EpochStats | None, plain: PlainLaunch
+    clock: StepClock,
+    steady: list[int],
+    speed: Throughput,
+    whole: range | None,
+    epoch: EpochStats | None,
+    plain: PlainLaunch,
 ) -> PlainLaunchStats | None:
-    """The recording's steady reference steps (``steady``, at ``speed``) and whole epochs against the plain launch's
-    times of the same steps: each plain speed is the recording's times the ratio of their times over those steps.
+    """The recording's steady reference steps (``steady``, at ``speed``) and whole epochs (``whole``) against the plain
+    launch's times of the same steps: each plain speed is the recording's times the ratio of their times over those
+    steps.
     None where the launch timed fewer than :data:`MIN_REFERENCE_STEPS` of them."""
     timed = len(plain.step_ms)
     both = [i for i in steady if i < timed]
@@ -329,7 +333,6 @@ def plain_launch_stats(
         return None
     # Where the launch ended early, the recording's speed over the steps it timed too.
     recorded = speed.steps_per_s if len(both) == len(steady) else 1000 * len(both) / recorded_ms
-    whole = _whole_epochs(clock)
     whole_speed = epoch.whole_epoch_steps_per_s if epoch is not None else None
     epoch_fields: dict = {}
     if whole is not None and whole_speed and whole.stop <= timed:
@@ -372,7 +375,7 @@ def unprofiled_stats(
     consumer = statistics.fmean(_consumer_ms(clock, i) for i in steady)
     steady_ms = 1000 / speed.steps_per_s  # the mean steady step: seconds over steps
     epoch = (
-        _epoch_stats(clock, manifest.loader, batches_per_step, profiled, steady_ms, left_out)
+        _epoch_stats(clock, found.epochs, manifest.loader, batches_per_step, profiled, steady_ms, left_out)
         if manifest.loader is not None
         else None
     )
@@ -390,5 +393,7 @@ def unprofiled_stats(
         speed=speed,
         distrust=distrust(speed),
         page_faults=page_faults(clock, steady, steady_ms),
-        plain_launch=plain_launch_stats(clock, steady, speed, epoch, plain) if plain is not None else None,
+        plain_launch=plain_launch_stats(clock, steady, speed, found.epochs, epoch, plain)
+        if plain is not None
+        else None,
     )
