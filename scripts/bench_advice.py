@@ -1211,6 +1211,17 @@ def worst_point(points: list[tuple[float, str]]) -> tuple[float | None, str]:
     return abs(error), where
 
 
+def truth_processes_apart(results: dict, names: list[str]) -> list[float]:
+    """Per count of each case in ``names``: its in-process truth's process medians, the range as % of the truth."""
+    apart = []
+    for name in names:
+        for count in (results[name].get("inprocess") or {}).values():
+            processes = count.get("processes", [])
+            if len(processes) >= 2 and count["steps_per_s"] > 0:
+                apart.append(100 * (max(processes) - min(processes)) / count["steps_per_s"])
+    return apart
+
+
 def targets(results: dict, cases: dict[str, Case]) -> list[dict]:
     """The issue's targets over every case run: what each measured, and whether it was met (None: nothing to
     judge, e.g. no synthetic case run)."""
@@ -1278,13 +1289,21 @@ def targets(results: dict, cases: dict[str, Case]) -> list[dict]:
         numbers,
     )
     worst, where = worst_point(real_points)
+    numbers = "no real case with in-process truth"
+    if worst is not None:
+        numbers = f"worst {pct(worst)} ({where}) over {len(real_points)} points"
+        # How well the truth itself is known: its processes' medians apart, per count (verdict unchanged).
+        apart = truth_processes_apart(results, real)
+        if apart:
+            numbers += (
+                f"; the in-process truth's processes stood {statistics.median(apart):.1f} % apart (median over"
+                f" counts; max {max(apart):.1f} %)"
+            )
     add(
         "real cases: every prediction within 10 % of the in-process truth, every count, both starts",
         worst,
         TARGET_REAL_ERROR,
-        f"worst {pct(worst)} ({where}) over {len(real_points)} points"
-        if worst is not None
-        else "no real case with in-process truth",
+        numbers,
     )
     median = statistics.median(synthetic_errors) if synthetic_errors else None
     add(
