@@ -531,6 +531,11 @@ def measure_inprocess(case: Case, counts: list[int], tmp: Path, rounds: int, pro
     return {int(n): values for n, values in json.loads(report.read_text())["counts"].items()}
 
 
+def range_pct(values: list[float], center: float) -> float:
+    """The range of ``values`` as % of ``center``."""
+    return 100 * (max(values) - min(values)) / center
+
+
 def combine_inprocess(processes: list[dict[int, dict]]) -> dict[int, dict]:
     """Per count, over every process that trained it: the median of all their segments, their range (% of that
     median), each segment, and each process's own median."""
@@ -541,7 +546,7 @@ def combine_inprocess(processes: list[dict[int, dict]]) -> dict[int, dict]:
         median = statistics.median(segments)
         combined[n] = {
             "steps_per_s": median,
-            "spread_pct": 100 * (max(segments) - min(segments)) / median,
+            "spread_pct": range_pct(segments, median),
             "segments": segments,
             "processes": [values["steps_per_s"] for values in ours],
         }
@@ -1218,7 +1223,7 @@ def truth_processes_apart(results: dict, names: list[str]) -> list[float]:
         for count in (results[name].get("inprocess") or {}).values():
             processes = count.get("processes", [])
             if len(processes) >= 2 and count["steps_per_s"] > 0:
-                apart.append(100 * (max(processes) - min(processes)) / count["steps_per_s"])
+                apart.append(range_pct(processes, count["steps_per_s"]))
     return apart
 
 
