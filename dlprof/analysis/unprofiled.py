@@ -321,8 +321,7 @@ def plain_launch_stats(
 ) -> PlainLaunchStats | None:
     """The recording's steady reference steps (``steady``, at ``speed``) and whole epochs (``whole``) against the plain
     launch's times of the same steps: each plain speed is the recording's times the ratio of their times over those
-    steps.
-    None where the launch timed fewer than :data:`MIN_REFERENCE_STEPS` of them."""
+    steps. None where the launch timed fewer than :data:`MIN_REFERENCE_STEPS` of them."""
     timed = len(plain.step_ms)
     both = [i for i in steady if i < timed]
     if len(both) < MIN_REFERENCE_STEPS:
